@@ -1,0 +1,24 @@
+"""Errors that the CLI turns into exit codes.
+
+`BadInput` (exit 2) is bad usage or bad input: the message names the file,
+row or flag and says what would be right. `WorkFailed` (exit 1) is work that
+failed for another reason.
+"""
+
+
+class RagError(Exception):
+    """Base class; `exit_code` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class BadInput(RagError):
+    """Bad usage or bad input (exit code 2)."""
+
+    exit_code = 2
+
+
+class WorkFailed(RagError):
+    """The work failed (exit code 1)."""
+
+    exit_code = 1
