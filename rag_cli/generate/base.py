@@ -1,0 +1,57 @@
+"""The generator interface: numbered evidence in, a cited answer out.
+
+A generator never retrieves and never decides to refuse on evidence strength:
+`rag ask` does both, then hands the numbered evidence to a generator. An
+LLM generator (an OpenAI-compatible server, a local GGUF) implements the same
+`Generator` protocol.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Protocol
+
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+REFUSAL = {"en": "Not found in the sources.", "zh": "资料中未提及。"}
+
+
+def language(text: str) -> str:
+    """'zh' if `text` contains a CJK ideograph, else 'en'."""
+    return "zh" if _CJK.search(text) else "en"
+
+
+def refusal(question: str) -> str:
+    """The refusal sentence in the question's language."""
+    return REFUSAL[language(question)]
+
+
+@dataclass
+class Evidence:
+    """One numbered piece of evidence; `number` is the n of a citation `[n]` (1-based)."""
+
+    number: int
+    chunk_id: str
+    doc_id: str
+    text: str
+    score: float
+    title_path: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Answer:
+    """A generated answer; `citations` are chunk ids cited in `text`, in order of first citation."""
+
+    text: str
+    citations: list[str]
+    refused: bool
+    generator: str
+
+
+class Generator(Protocol):
+    name: str
+
+    def generate(self, question: str, evidence: list[Evidence]) -> Answer:
+        """Answer `question` from `evidence` only, citing it as [n]."""
+        ...

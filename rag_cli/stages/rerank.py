@@ -1,0 +1,59 @@
+"""`rag rerank`: rescore the top-N of a run with an ONNX cross-encoder.
+
+Scores are the cross-encoder's raw logits (higher is more relevant); the
+reranked run keeps the top-n per query, with stage `rerank`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from rag_cli.errors import BadInput
+from rag_cli.runs import RunRow
+
+
+def chunk_texts(chunks_path, chunk_ids: set[str]) -> dict[str, str]:
+    """Text to score for each wanted chunk id (the embedded text, with its heading path)."""
+    table = pq.read_table(chunks_path)
+    col = "embed_text" if "embed_text" in table.column_names else "text"
+    ids = table.column("chunk_id").to_pylist()
+    texts = table.column(col).to_pylist()
+    return {c: t for c, t in zip(ids, texts) if c in chunk_ids}
+
+
+def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top_in: int = 100,
+                top_out: int = 10, source: str = "the run") -> list[RunRow]:
+    """Rerank each query's best `top_in` rows (by rank) and keep the best `top_out`.
+
+    `texts` maps chunk_id -> text. Raises BadInput when a chunk of the run has
+    no text (the run was made from another project), naming the chunk id.
+    Ties in the cross-encoder score keep the earlier rank first.
+    """
+    if top_in < 1 or top_out < 1:
+        raise BadInput(f"--top-n/--candidates must be at least 1 (got {top_in}, {top_out})")
+    by_query: dict[str, list[RunRow]] = defaultdict(list)
+    order: list[str] = []
+    for r in rows:
+        if r.query_id not in by_query:
+            order.append(r.query_id)
+        by_query[r.query_id].append(r)
+    out: list[RunRow] = []
+    for qid in order:
+        cands = sorted(by_query[qid], key=lambda r: r.rank)[:top_in]
+        query = cands[0].query
+        if not query:
+            raise BadInput(f"{source}: query {qid!r} has no query text (a TREC run has none); "
+                           "rerank a Parquet run written by `rag search --queries`")
+        missing = [r.chunk_id for r in cands if r.chunk_id not in texts]
+        if missing:
+            raise BadInput(f"{source}: chunk {missing[0]!r} is not in chunks.parquet of this project; "
+                           "rerank a run made from the same project (-p/--project)")
+        scores = cross_encoder.score(query, [texts[r.chunk_id] for r in cands])
+        idx = np.argsort(-np.asarray(scores), kind="stable")[:top_out]
+        for rank, i in enumerate(idx, start=1):
+            c = cands[i]
+            out.append(RunRow(qid, query, rank, c.chunk_id, c.doc_id, float(scores[i]), "rerank"))
+    return out

@@ -1,0 +1,134 @@
+"""`rag search`: dense (HNSW), sparse (BM25) or hybrid (RRF) retrieval over `index/`.
+
+Hybrid takes the top `candidates` of each retriever and fuses them with RRF
+(k = 60 by default; Cormack et al., SIGIR 2009).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from rag_cli.errors import BadInput
+from rag_cli.index.dense import DenseIndex
+from rag_cli.index.fusion import rrf
+from rag_cli.index.sparse import SparseIndex
+from rag_cli.project import Project
+
+MODES = ("dense", "sparse", "hybrid")
+
+
+@dataclass
+class Hit:
+    """One ranked chunk. `score` is the stage's score (cosine, BM25 or RRF);
+    `cosine` is the bi-encoder cosine when the dense retriever saw the chunk."""
+
+    rank: int
+    row: int
+    chunk_id: str
+    doc_id: str
+    score: float
+    stage: str
+    cosine: float | None = None
+
+
+@dataclass
+class Searcher:
+    """A loaded index. `embedder` is needed for dense and hybrid modes only."""
+
+    index_dir: Path
+    meta: dict
+    chunks: "object"  # pyarrow.Table of the index's chunk columns
+    dense: DenseIndex
+    sparse: SparseIndex
+    embedder: object | None = None
+    _chunk_ids: list[str] = field(default_factory=list)
+    _doc_ids: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, project: Project, embedder=None) -> "Searcher":
+        """Load `index/`. Raises BadInput if it is missing, or if `embedder`'s
+        fingerprint differs from the one the index was built with."""
+        folder = project.index_dir
+        if not (folder / "meta.json").exists():
+            raise BadInput(f"{folder} has no index: run `rag index` first (project folder {project.root})")
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        if embedder is not None and embedder.fingerprint != meta["model_fingerprint"]:
+            raise BadInput(
+                f"the index in {folder} was built with model {meta['model_fingerprint']} but the "
+                f"embedder is {embedder.fingerprint}; use the same --model, or rerun `rag embed` and `rag index`"
+            )
+        chunks = pq.read_table(folder / "chunks.parquet")
+        s = cls(folder, meta, chunks, DenseIndex.load(folder / "dense"), SparseIndex.load(folder / "sparse"), embedder)
+        s._chunk_ids = chunks.column("chunk_id").to_pylist()
+        s._doc_ids = chunks.column("doc_id").to_pylist()
+        return s
+
+    def mask(self, expr: str | None) -> np.ndarray | None:
+        """`--filter FIELD=GLOB` -> (n,) bool over the index's chunks, or None.
+
+        FIELD is a chunk column such as doc_id or chunk_id; GLOB uses
+        shell-style wildcards (fnmatch). Raises BadInput for a bad expression.
+        """
+        if not expr:
+            return None
+        field_, sep, pattern = expr.partition("=")
+        field_ = field_.strip()
+        if not sep or field_ not in self.chunks.column_names:
+            raise BadInput(
+                f"--filter {expr!r}: expected FIELD=GLOB with FIELD one of "
+                f"{', '.join(c for c in self.chunks.column_names if c not in ('text', 'embed_text'))}"
+            )
+        values = self.chunks.column(field_).to_pylist()
+        return np.fromiter((fnmatch.fnmatchcase(str(v), pattern.strip()) for v in values), dtype=bool, count=len(values))
+
+    def search(self, queries: list[str], *, mode: str = "hybrid", k: int = 10, candidates: int = 100,
+               rrf_k: int = 60, mask: np.ndarray | None = None) -> list[list[Hit]]:
+        """Rank chunks for each query; returns per query up to `k` hits, best first.
+
+        Raises BadInput for an unknown `mode` or k < 1.
+        """
+        if mode not in MODES:
+            raise BadInput(f"--mode {mode!r} is unknown; use one of {', '.join(MODES)}")
+        if k < 1:
+            raise BadInput(f"-k {k}: must be at least 1")
+        depth = max(k, candidates) if mode == "hybrid" else k
+        dense_res: list = [None] * len(queries)
+        if mode in ("dense", "hybrid"):
+            if self.embedder is None:
+                raise BadInput("dense search needs the embedder the index was built with")
+            qv = self.embedder.encode_queries(queries)
+            dense_res = self.dense.search(qv, depth, mask=mask)
+        out = []
+        for qi, query in enumerate(queries):
+            cos = {}
+            if dense_res[qi] is not None:
+                rows, sims = dense_res[qi]
+                cos = {int(r): float(s) for r, s in zip(rows, sims)}
+            if mode == "dense":
+                ranked = [(int(r), float(s)) for r, s in zip(*dense_res[qi])]
+            elif mode == "sparse":
+                rows, scores = self.sparse.search(query, depth, mask=mask)
+                ranked = [(int(r), float(s)) for r, s in zip(rows, scores)]
+            else:
+                srows, _ = self.sparse.search(query, depth, mask=mask)
+                ranked = rrf([list(dense_res[qi][0]), list(srows)], k=rrf_k)
+            out.append([
+                Hit(rank=i + 1, row=r, chunk_id=self._chunk_ids[r], doc_id=self._doc_ids[r], score=s,
+                    stage=mode, cosine=cos.get(r))
+                for i, (r, s) in enumerate(ranked[:k])
+            ])
+        return out
+
+    def text(self, row: int, column: str = "text") -> str:
+        return self.chunks.column(column)[row].as_py()
+
+    def row_of(self, chunk_id: str) -> int | None:
+        if not hasattr(self, "_row_of"):
+            self._row_of = {c: i for i, c in enumerate(self._chunk_ids)}
+        return self._row_of.get(chunk_id)
