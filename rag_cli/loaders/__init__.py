@@ -1,0 +1,20 @@
+"""Document loaders: one reader per format, and `load_sources` to read files,
+folders and globs into `Document` records.
+
+Public API::
+
+    load_sources(sources, *, fmt="auto") -> LoadResult   # .documents, .skipped
+    normalize_text(s) -> str                              # also for queries
+    Document, Skipped, LoadResult
+"""
+
+from .decode import DecodeFailed, decode_bytes
+from .document import Document, LoadResult, Skipped
+from .normalize import normalize_text
+from .sources import EXTENSIONS, FORMATS, load_file, load_sources
+from .beir import read_beir_corpus
+
+__all__ = [
+    "Document", "LoadResult", "Skipped", "normalize_text", "decode_bytes", "DecodeFailed",
+    "load_sources", "load_file", "read_beir_corpus", "FORMATS", "EXTENSIONS",
+]

@@ -1,0 +1,30 @@
+"""Text normalisation shared by documents and queries.
+
+`normalize_text` is the single place where text is normalised: loaders apply
+it to every document, and search/ask should apply it to queries so that both
+sides get the same treatment.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+__all__ = ["normalize_text"]
+
+
+def normalize_text(s: str) -> str:
+    """Return `s` normalised: a leading BOM dropped, CRLF and CR turned into
+    LF, then Unicode NFKC.
+
+    NFKC folds compatibility forms, so full-width ASCII punctuation becomes
+    ASCII (`，` → `,`, `！` → `!`, `？` → `?`, `；` → `;`, `Ａ` → `A`) while
+    `。` and `、` stay. Offsets of chunks are offsets in the *normalised* text;
+    the length can differ from the input (`ﬁ` → `fi`).
+    """
+    if s.startswith("\ufeff"):
+        s = s[1:]
+    if "\r" in s:
+        s = s.replace("\r\n", "\n").replace("\r", "\n")
+    if not s.isascii():
+        s = unicodedata.normalize("NFKC", s)
+    return s

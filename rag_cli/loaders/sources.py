@@ -1,0 +1,178 @@
+"""Resolve sources (files, folders, globs) and load them as documents."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+from pathlib import Path, PurePosixPath
+
+from ..errors import BadInput
+from .beir import is_beir_path, read_beir_corpus
+from .decode import DecodeFailed, decode_bytes
+from .document import Document, LoadResult, Skipped
+from .html import html_available, parse_html
+from .markdown import parse_markdown
+from .normalize import normalize_text
+
+__all__ = ["load_sources", "load_file", "FORMATS", "EXTENSIONS"]
+
+#: `fmt` values accepted by `load_sources`.
+FORMATS = ("auto", "markdown", "text", "html", "beir")
+
+#: File extension → reader, used when `fmt="auto"`.
+EXTENSIONS = {
+    ".md": "markdown", ".markdown": "markdown",
+    ".txt": "text", ".text": "text", ".rst": "text",
+    ".html": "html", ".htm": "html",
+}
+
+_GLOB_CHARS = set("*?[")
+
+
+def _fmt_of(path: str, fmt: str) -> str | None:
+    if fmt != "auto":
+        return fmt
+    return EXTENSIONS.get(os.path.splitext(path)[1].lower())
+
+
+def load_file(path: str, doc_id: str, fmt: str) -> Document | Skipped:
+    """Load one file with reader `fmt` (`markdown`, `text` or `html`).
+
+    Returns a `Skipped` (never raises) for binary, undecodable or empty files.
+    """
+    try:
+        raw = Path(path).read_bytes()
+        mtime = os.stat(path).st_mtime
+    except OSError as exc:
+        return Skipped(path, f"cannot be read ({exc.strerror or exc})")
+    try:
+        text, encoding = decode_bytes(raw)
+    except DecodeFailed as exc:
+        return Skipped(path, str(exc))
+    text = normalize_text(text)
+    stem = Path(path).stem
+    meta: dict = {}
+    if fmt == "markdown":
+        title, text, meta = parse_markdown(text, stem)
+    elif fmt == "html":
+        if not html_available():
+            return Skipped(path, "HTML needs beautifulsoup4 (pip install beautifulsoup4)")
+        title, text = parse_html(text, stem)
+    else:
+        title = stem
+    if not text.strip():
+        return Skipped(path, "no text (empty or whitespace only)")
+    return Document(
+        doc_id=doc_id, path=path, sha256=hashlib.sha256(raw).hexdigest(), mtime=mtime,
+        n_chars=len(text), title=title, text=text, metadata=meta, fmt=fmt, encoding=encoding,
+    )
+
+
+def _walk(folder: str) -> list[str]:
+    """All files under `folder`, recursively, sorted; hidden files and folders
+    (names starting with '.') are left out."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        out.extend(os.path.join(dirpath, f) for f in filenames if not f.startswith("."))
+    return sorted(out, key=lambda p: PurePosixPath(Path(p).as_posix()).parts)
+
+
+def _glob_root(pattern: str) -> str:
+    """The longest leading folder of `pattern` without glob characters."""
+    parts = Path(pattern).parts
+    fixed = []
+    for part in parts[:-1]:
+        if _GLOB_CHARS & set(part):
+            break
+        fixed.append(part)
+    return str(Path(*fixed)) if fixed else "."
+
+
+def _expand(source: str) -> list[tuple[str, str]]:
+    """`source` → list of `(file_path, doc_id)`; raises BadInput if nothing is there."""
+    if os.path.isdir(source):
+        return [(p, Path(os.path.relpath(p, source)).as_posix()) for p in _walk(source)]
+    if os.path.isfile(source):
+        return [(source, Path(source).name)]
+    if _GLOB_CHARS & set(source):
+        root = _glob_root(source)
+        files = sorted(p for p in glob.glob(source, recursive=True) if os.path.isfile(p))
+        if not files:
+            raise BadInput(f"source {source!r}: the glob matches no files; give existing files, folders or a glob that matches some")
+        return [(p, Path(os.path.relpath(p, root)).as_posix()) for p in files]
+    raise BadInput(f"source {source!r} does not exist; give existing files, folders or globs")
+
+
+def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
+    """Load documents from `sources` (files, folders searched recursively, or
+    globs such as `docs/**/*.md`).
+
+    `fmt="auto"` picks the reader by extension (`.md`/`.markdown` Markdown,
+    `.txt`/`.text`/`.rst` text, `.html`/`.htm` HTML); a file source named
+    `*.jsonl`/`*.jsonl.gz` is read as a BEIR corpus; other files are skipped
+    with a reason. `fmt="markdown"|"text"|"html"` forces one reader for every
+    file; `fmt="beir"` reads each source file as a BEIR corpus.
+
+    Returns a `LoadResult`: documents in source order (files sorted within a
+    folder), and skipped files with reasons (unknown format, binary, not
+    decodable, empty, the same file reached twice).
+
+    Raises `BadInput` when `fmt` is unknown (flag `--format`), a source does
+    not exist or a glob matches nothing, two files get the same `doc_id`, a
+    BEIR corpus is malformed, or no documents are found at all.
+    """
+    if fmt not in FORMATS:
+        raise BadInput(f"--format {fmt!r} is not known; use one of: {', '.join(FORMATS)}")
+    if not sources:
+        raise BadInput("no sources given; give files, folders or globs to load")
+    docs: list[Document] = []
+    skipped: list[Skipped] = []
+    seen_files: dict[str, str] = {}
+    id_owner: dict[str, str] = {}
+
+    def add(doc: Document) -> None:
+        other = id_owner.get(doc.doc_id)
+        if other is not None:
+            raise BadInput(f"doc_id {doc.doc_id!r} comes from both {other} and {doc.path}; give the sources "
+                           "so that paths relative to their roots differ (e.g. their common parent folder)")
+        id_owner[doc.doc_id] = doc.path
+        docs.append(doc)
+
+    for source in sources:
+        is_file_source = os.path.isfile(source)
+        for path, doc_id in _expand(source):
+            key = os.path.realpath(path)
+            if key in seen_files:
+                skipped.append(Skipped(path, f"already loaded (same file as {seen_files[key]})"))
+                continue
+            seen_files[key] = path
+            if fmt == "beir" or (fmt == "auto" and is_file_source and is_beir_path(path)):
+                if fmt == "auto" or is_beir_path(path) or is_file_source:
+                    bdocs, bskipped = read_beir_corpus(path)
+                    for d in bdocs:
+                        add(d)
+                    skipped.extend(bskipped)
+                else:
+                    skipped.append(Skipped(path, "not a .jsonl/.jsonl.gz file (--format beir)"))
+                continue
+            reader = _fmt_of(path, fmt)
+            if reader is None:
+                ext = os.path.splitext(path)[1].lower()
+                if is_beir_path(path):
+                    reason = "JSONL in a folder is not read by --format auto; give the file itself, or --format beir"
+                else:
+                    reason = f"unsupported file type {ext or '(no extension)'!r}; known: {', '.join(EXTENSIONS)}"
+                skipped.append(Skipped(path, reason))
+                continue
+            result = load_file(path, doc_id, reader)
+            if isinstance(result, Skipped):
+                skipped.append(result)
+            else:
+                add(result)
+    if not docs:
+        detail = f" ({len(skipped)} file(s) skipped, e.g. {skipped[0].path}: {skipped[0].reason})" if skipped else ""
+        raise BadInput(f"no documents found in {', '.join(map(repr, sources))}{detail}; "
+                       "give Markdown, text or HTML files, or a BEIR corpus with --format beir")
+    return LoadResult(docs, skipped)
