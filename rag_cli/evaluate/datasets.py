@@ -1,0 +1,187 @@
+"""Readers for query files and relevance judgements (qrels).
+
+Query files (`read_queries`):
+
+* JSONL, one object a line, with `_id`/`text` (BEIR) or `query_id`/`query`;
+* TSV, `id<TAB>text` a line, with an optional header line
+  (e.g. `query-id<TAB>text`). Only the first tab splits; the text keeps the rest.
+
+Qrels (`read_qrels`):
+
+* BEIR TSV, `query-id  corpus-id  score`, with an optional header line;
+* TREC 4-column, `qid  iter  docid  rel` (the iteration column is ignored).
+
+A line that contains a tab is split on tabs (so ids may contain spaces) when
+that gives 3 or 4 fields; otherwise it is split on runs of whitespace. Three fields are BEIR, four are
+TREC. Ids are always strings ("4983" stays "4983"); relevance is an integer
+(graded relevance is kept; `1.0` is read as 1).
+
+Files are UTF-8 (a BOM is skipped); `.gz` files are read through gzip; blank
+lines are skipped. A bad row raises `rag_cli.errors.BadInput` naming the file,
+the line number and what the line should look like; so does an empty file,
+a duplicate query id, or a (query, doc) pair judged twice with different
+relevance.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+from rag_cli.errors import BadInput
+
+_QUERY_ID_HEADERS = {"_id", "id", "qid", "query-id", "query_id", "queryid", "topic", "topic_id"}
+_QUERY_TEXT_HEADERS = {"text", "query", "question", "title", "query_text"}
+_QRELS_HEADER_FIRST = _QUERY_ID_HEADERS
+_JSONL_KEYS = (("_id", "text"), ("query_id", "query"))
+
+_QUERIES_WANT = (
+    "a JSON object with '_id' and 'text' (BEIR) or 'query_id' and 'query' per line, "
+    "or 'id<TAB>text' per line"
+)
+_QRELS_WANT = "'query-id<TAB>corpus-id<TAB>score' (BEIR) or 'qid iter docid rel' (TREC)"
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line without its newline) for every line of `path`."""
+    if not path.is_file():
+        raise BadInput(f"{path}: no such file")
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8-sig", newline=None) as f:
+            for lineno, line in enumerate(f, 1):
+                yield lineno, line.rstrip("\r\n")
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{path}: not UTF-8 text ({e})") from e
+
+
+def _id_str(value, path: Path, lineno: int, what: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise BadInput(f"{path}:{lineno}: {what} must be a string (or an integer), got {value!r}")
+    s = str(value).strip()
+    if not s:
+        raise BadInput(f"{path}:{lineno}: {what} is empty; every query needs a non-empty id")
+    return s
+
+
+def read_queries(path: str | os.PathLike) -> list[tuple[str, str]]:
+    """Read a query file into a list of `(query_id, text)` in file order.
+
+    JSONL (`_id`/`text` or `query_id`/`query`) or TSV (`id<TAB>text`, header
+    optional); the format is detected from the first non-blank line (a line
+    starting with `{` means JSONL). Text is stripped of surrounding whitespace.
+    """
+    path = Path(path)
+    out: list[tuple[str, str]] = []
+    seen: dict[str, int] = {}
+    fmt = None
+    first_row = True
+    for lineno, line in _lines(path):
+        if not line.strip():
+            continue
+        if fmt is None:
+            fmt = "jsonl" if line.lstrip().startswith("{") else "tsv"
+        if fmt == "jsonl":
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise BadInput(f"{path}:{lineno}: not valid JSON ({e.msg}); expected {_QUERIES_WANT}") from None
+            if not isinstance(obj, dict):
+                raise BadInput(f"{path}:{lineno}: expected {_QUERIES_WANT}, got {line[:80]!r}")
+            for id_key, text_key in _JSONL_KEYS:
+                if id_key in obj and text_key in obj:
+                    qid = _id_str(obj[id_key], path, lineno, f"'{id_key}'")
+                    text = obj[text_key]
+                    break
+            else:
+                raise BadInput(
+                    f"{path}:{lineno}: expected {_QUERIES_WANT}; this object has keys {sorted(obj)}"
+                )
+            if not isinstance(text, str):
+                raise BadInput(f"{path}:{lineno}: the query text must be a string, got {text!r}")
+        else:
+            if "\t" not in line:
+                raise BadInput(f"{path}:{lineno}: expected 'id<TAB>text' (a TSV query file), got {line[:80]!r}")
+            qid, text = line.split("\t", 1)
+            qid = qid.strip()
+            if first_row and qid.lower() in _QUERY_ID_HEADERS and text.strip().lower() in _QUERY_TEXT_HEADERS:
+                first_row = False
+                continue  # header line
+            qid = _id_str(qid, path, lineno, "the query id (1st field)")
+        text = text.strip()
+        if not text:
+            raise BadInput(f"{path}:{lineno}: query {qid!r} has empty text; every query needs text")
+        if qid in seen:
+            raise BadInput(f"{path}:{lineno}: query id {qid!r} repeats line {seen[qid]}; query ids must be unique")
+        seen[qid] = lineno
+        first_row = False
+        out.append((qid, text))
+    if not out:
+        raise BadInput(f"{path}: no queries in the file; expected {_QUERIES_WANT}")
+    return out
+
+
+def _split_qrels_line(line: str) -> list[str]:
+    if "\t" in line:
+        fields = [f.strip() for f in line.split("\t")]
+        fields = [f for f in fields if f]
+        if len(fields) in (3, 4):
+            return fields
+    return line.split()
+
+
+def _parse_rel(value: str) -> int | None:
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        f = float(value)
+    except ValueError:
+        return None
+    return int(f) if f.is_integer() else None
+
+
+def read_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
+    """Read qrels into `{query_id: {doc_id: relevance}}`.
+
+    BEIR TSV (`query-id corpus-id score`, header optional) or TREC 4-column
+    (`qid iter docid rel`). Pairs with relevance 0 (or below) are kept: they are
+    judged non-relevant, and the query still counts in evaluation.
+    """
+    path = Path(path)
+    qrels: dict[str, dict[str, int]] = {}
+    where: dict[tuple[str, str], int] = {}
+    first = True
+    for lineno, line in _lines(path):
+        if not line.strip():
+            continue
+        fields = _split_qrels_line(line)
+        is_first, first = first, False
+        if len(fields) not in (3, 4):
+            raise BadInput(
+                f"{path}:{lineno}: expected {_QRELS_WANT}, got {len(fields)} field(s): {line[:120]!r}"
+            )
+        rel = _parse_rel(fields[-1])
+        if rel is None:
+            if is_first and fields[0].lower() in _QRELS_HEADER_FIRST:
+                continue  # header line
+            raise BadInput(
+                f"{path}:{lineno}: the relevance (last field) must be an integer, got {fields[-1]!r}; "
+                f"expected {_QRELS_WANT}"
+            )
+        qid, docid = fields[0], fields[1] if len(fields) == 3 else fields[2]
+        prev = qrels.setdefault(qid, {}).get(docid)
+        if prev is not None and prev != rel:
+            raise BadInput(
+                f"{path}:{lineno}: query {qid!r}, document {docid!r} is judged {rel} here but {prev} "
+                f"on line {where[(qid, docid)]}; judge each pair once"
+            )
+        qrels[qid][docid] = rel
+        where.setdefault((qid, docid), lineno)
+    if not qrels:
+        raise BadInput(f"{path}: no relevance judgements in the file; expected lines {_QRELS_WANT}")
+    return qrels

@@ -1,0 +1,224 @@
+"""The run format: ranked search results, one row per (query, chunk).
+
+A run in memory is a list of `RunRow`s (a named tuple, so plain 7-tuples in
+the same order work too): `query_id`, `query`, `rank` (1-based, per query),
+`chunk_id`, `doc_id`, `score`, `stage` (`dense`, `sparse`, `hybrid`,
+`rerank`). On disk it is either
+
+* our Parquet run (`runs/NAME.parquet`, see DESIGN.md), with exactly the
+  columns of `RUN_SCHEMA` (score is float64 so fused scores never collapse
+  into ties; float32 files are read as well), or
+* a standard 6-column TREC run file, one line per result::
+
+      qid Q0 docno rank score tag
+
+  We write the **chunk id** as the `docno` (a chunk run stays a chunk run)
+  and the row's stage as the `tag`. Reading a TREC run, `chunk_id` is the
+  docno and `doc_id` is the docno without a trailing `#<digits>` (the chunk
+  id form `doc_id#ordinal`), so a TREC file from another tool, whose docnos
+  are document ids, reads as a document run. The query text is not part of
+  the TREC format: it reads back as "". Evaluation scores a chunk run at
+  document level anyway (MaxP, see `rag_cli.evaluate.report`).
+
+Rows are kept in the order of the file; `rank` is taken from the file (it is
+not recomputed from the score).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, NamedTuple
+
+from rag_cli.errors import BadInput
+
+RUN_COLUMNS = ("query_id", "query", "rank", "chunk_id", "doc_id", "score", "stage")
+STAGES = ("dense", "sparse", "hybrid", "rerank")
+_CHUNK_SUFFIX = re.compile(r"#\d+$")
+
+
+class RunRow(NamedTuple):
+    query_id: str
+    query: str
+    rank: int
+    chunk_id: str
+    doc_id: str
+    score: float
+    stage: str
+
+
+def run_schema():
+    """The Arrow schema of a Parquet run (column names and types are fixed)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("query_id", pa.string()),
+            ("query", pa.string()),
+            ("rank", pa.int32()),
+            ("chunk_id", pa.string()),
+            ("doc_id", pa.string()),
+            ("score", pa.float64()),
+            ("stage", pa.string()),
+        ]
+    )
+
+
+def doc_id_of(chunk_id: str) -> str:
+    """The document id of a chunk id (`doc_id#ordinal`); other ids unchanged."""
+    return _CHUNK_SUFFIX.sub("", chunk_id)
+
+
+def _as_row(row: Any) -> RunRow:
+    if isinstance(row, RunRow):
+        return row
+    if isinstance(row, dict):
+        missing = [c for c in RUN_COLUMNS if c not in row]
+        if missing:
+            raise ValueError(f"run row lacks {missing}: {row!r}")
+        return RunRow(*(row[c] for c in RUN_COLUMNS))
+    row = tuple(row)
+    if len(row) != len(RUN_COLUMNS):
+        raise ValueError(f"a run row has {len(RUN_COLUMNS)} fields {RUN_COLUMNS}, got {len(row)}: {row!r}")
+    return RunRow(*row)
+
+
+def as_rows(rows: Any) -> list[RunRow]:
+    """Normalise rows (RunRows, 7-tuples, dicts, or a `pyarrow.Table`) to RunRows."""
+    if hasattr(rows, "to_pylist") and hasattr(rows, "column_names"):
+        return [_as_row(d) for d in rows.select(list(RUN_COLUMNS)).to_pylist()]
+    return [_as_row(r) for r in rows]
+
+
+def run_table(rows: Iterable[Any]):
+    """A `pyarrow.Table` with exactly the run columns, in order, from `rows`.
+
+    Ranks must be integers >= 1 and ids non-empty: a `ValueError` otherwise
+    (rows come from our own code, so this is a bug, not bad input).
+    """
+    import pyarrow as pa
+
+    rows = as_rows(rows)
+    cols: dict[str, list] = {c: [] for c in RUN_COLUMNS}
+    for r in rows:
+        if int(r.rank) != r.rank or r.rank < 1:
+            raise ValueError(f"rank must be an integer >= 1, got {r.rank!r} in {r!r}")
+        if not r.query_id or not r.chunk_id or not r.doc_id:
+            raise ValueError(f"query_id, chunk_id and doc_id must be non-empty: {r!r}")
+        cols["query_id"].append(str(r.query_id))
+        cols["query"].append("" if r.query is None else str(r.query))
+        cols["rank"].append(int(r.rank))
+        cols["chunk_id"].append(str(r.chunk_id))
+        cols["doc_id"].append(str(r.doc_id))
+        cols["score"].append(float(r.score))
+        cols["stage"].append(str(r.stage))
+    return pa.table(cols, schema=run_schema())
+
+
+def trec_lines(rows: Iterable[Any]) -> str:
+    """The 6-column TREC run text of `rows` (docno = chunk id, tag = stage)."""
+    out = []
+    for r in as_rows(rows):
+        for name, value in (("query_id", r.query_id), ("chunk_id", r.chunk_id), ("stage", r.stage)):
+            if not value or any(ch.isspace() for ch in str(value)):
+                raise BadInput(
+                    f"cannot write a TREC run: {name} {value!r} is empty or contains whitespace "
+                    "(TREC run fields are whitespace-separated); write the Parquet run instead"
+                )
+        out.append(f"{r.query_id} Q0 {r.chunk_id} {int(r.rank)} {float(r.score)!r} {r.stage}\n")
+    return "".join(out)
+
+
+def write_run(path: str | os.PathLike, rows: Iterable[Any], fmt: str = "parquet") -> Path:
+    """Write `rows` to `path` atomically as a Parquet run or a TREC run file.
+
+    `fmt` is "parquet" or "trec". Returns the path written.
+    """
+    from rag_cli import atomic
+
+    path = Path(path)
+    if fmt == "parquet":
+        atomic.write_parquet(path, run_table(rows))
+    elif fmt == "trec":
+        atomic.write_text(path, trec_lines(rows))
+    else:
+        raise BadInput(f"unknown run format {fmt!r}: use 'parquet' or 'trec'")
+    return path
+
+
+def _is_parquet(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == b"PAR1"
+
+
+def _read_parquet_run(path: Path) -> list[RunRow]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # noqa: BLE001 - any Arrow error means a bad file
+        raise BadInput(f"{path}: not a readable Parquet run ({e})") from e
+    missing = [c for c in RUN_COLUMNS if c not in table.column_names]
+    if missing:
+        raise BadInput(
+            f"{path}: a run needs the columns {', '.join(RUN_COLUMNS)}; missing {', '.join(missing)}"
+        )
+    rows = []
+    for i, d in enumerate(table.select(list(RUN_COLUMNS)).to_pylist()):
+        if d["rank"] is None or d["rank"] < 1 or not d["query_id"] or not d["chunk_id"] or d["score"] is None:
+            raise BadInput(
+                f"{path}: row {i}: needs a query_id, a chunk_id, a score and a rank >= 1, got {d!r}"
+            )
+        rows.append(
+            RunRow(
+                str(d["query_id"]),
+                d["query"] or "",
+                int(d["rank"]),
+                str(d["chunk_id"]),
+                str(d["doc_id"] or doc_id_of(d["chunk_id"])),
+                float(d["score"]),
+                d["stage"] or "",
+            )
+        )
+    return rows
+
+
+def _read_trec_run(path: Path) -> list[RunRow]:
+    rows = []
+    with open(path, encoding="utf-8-sig") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            fields = line.split()
+            want = "6 whitespace-separated fields 'qid Q0 docno rank score tag'"
+            if len(fields) != 6:
+                raise BadInput(f"{path}:{lineno}: a TREC run line has {want}, got {len(fields)}: {line.rstrip()!r}")
+            qid, _q0, docno, rank_s, score_s, tag = fields
+            try:
+                rank = int(rank_s)
+            except ValueError:
+                raise BadInput(f"{path}:{lineno}: rank (4th field) must be an integer, got {rank_s!r}") from None
+            try:
+                score = float(score_s)
+            except ValueError:
+                raise BadInput(f"{path}:{lineno}: score (5th field) must be a number, got {score_s!r}") from None
+            if rank < 1:
+                raise BadInput(f"{path}:{lineno}: rank must be >= 1 (ranks are 1-based), got {rank}")
+            if math.isnan(score):
+                raise BadInput(f"{path}:{lineno}: score is NaN; it must be a number")
+            rows.append(RunRow(qid, "", rank, docno, doc_id_of(docno), score, tag))
+    if not rows:
+        raise BadInput(f"{path}: the run is empty; expected TREC run lines 'qid Q0 docno rank score tag'")
+    return rows
+
+
+def read_run(path: str | os.PathLike) -> list[RunRow]:
+    """Read a Parquet run or a 6-column TREC run file (detected by content)."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: no such run file")
+    if _is_parquet(path):
+        return _read_parquet_run(path)
+    return _read_trec_run(path)
