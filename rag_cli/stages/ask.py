@@ -58,3 +58,36 @@ def ask(searcher: Searcher, generator, question: str, *, k: int = 5, mode: str =
         if answer.refused:
             answer.text = refusal(question)
     return AskResult(question, answer, evidence, best, (time.perf_counter() - t0) * 1000.0)
+
+
+def answer_queries(project, searcher: Searcher, generator, queries_path, cfg: dict, mode: str, mask=None,
+                   name: str | None = None):
+    """Answer every question of a query file into `answers/NAME.parquet`.
+
+    Returns (path, n answers, n refused).
+    """
+    from pathlib import Path
+
+    import pyarrow as pa
+
+    from rag_cli import atomic
+    from rag_cli.evaluate.datasets import read_queries
+    from rag_cli.loaders.normalize import normalize_text
+
+    rows = []
+    for qid, text in read_queries(queries_path):
+        res = ask(searcher, generator, normalize_text(text), k=cfg["k"], mode=mode, min_score=cfg["min_score"],
+                  mask=mask)
+        rows.append({"query_id": qid, "question": text, "answer": res.answer.text,
+                     "citations": res.answer.citations, "contexts": [e.chunk_id for e in res.evidence],
+                     "refused": res.answer.refused, "generator": res.answer.generator,
+                     "latency_ms": res.latency_ms, "best_score": res.best_score})
+    schema = pa.schema([("query_id", pa.string()), ("question", pa.string()), ("answer", pa.string()),
+                        ("citations", pa.list_(pa.string())), ("contexts", pa.list_(pa.string())),
+                        ("refused", pa.bool_()), ("generator", pa.string()), ("latency_ms", pa.float64()),
+                        ("best_score", pa.float64())])
+    path = project.answers_path(name or Path(queries_path).name.split(".")[0])
+    atomic.write_parquet(path, pa.Table.from_pylist(rows, schema=schema))
+    project.record(f"ask:{path.name}", params=dict(cfg, mode=mode), inputs={"queries": str(queries_path)},
+                   outputs=[str(path)], rows=len(rows))
+    return path, len(rows), sum(r["refused"] for r in rows)

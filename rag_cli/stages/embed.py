@@ -75,7 +75,8 @@ def embed_chunks(project: Project, encoder, progress=None) -> dict:
     ids = chunks.column("chunk_id").to_pylist()
     texts = chunks.column(col).to_pylist()
     shas = [sha256_text(t) for t in texts]
-    fingerprint = encoder.fingerprint
+    folder = encoder.folder
+    fingerprint = folder.fingerprint
 
     cached: dict[str, np.ndarray] = {}
     if project.embeddings_path.exists():
@@ -92,14 +93,14 @@ def embed_chunks(project: Project, encoder, progress=None) -> dict:
     if todo:
         new = encoder.encode_passages([texts[i] for i in todo], progress=progress)
         vectors[np.asarray(todo)] = new
-        n_truncated = int(encoder.last_n_truncated)
-    emb = Embeddings(ids, shas, vectors, fingerprint, encoder.name, dim)
+        n_truncated = int(encoder.n_truncated)
+    emb = Embeddings(ids, shas, vectors, fingerprint, folder.name, dim)
     atomic.write_parquet(project.embeddings_path, embeddings_table(emb))
     seconds = time.perf_counter() - t0
     summary = {"n_chunks": len(ids), "n_embedded": len(todo), "n_reused": len(ids) - len(todo),
-               "n_truncated": n_truncated, "max_length": encoder.max_length,
+               "n_truncated": n_truncated, "max_length": folder.max_length,
                "seconds": seconds, "fingerprint": fingerprint}
-    project.record("embed", params={"model": encoder.name, "max_length": encoder.max_length},
+    project.record("embed", params={"model": folder.name, "onnx": str(folder.onnx_path), "max_length": folder.max_length},
                    inputs={"chunks.parquet": sha256_file(project.chunks_path)},
                    outputs=["embeddings.parquet"], rows=len(ids), model_fingerprint=fingerprint,
                    n_embedded=len(todo), n_truncated=n_truncated, seconds=round(seconds, 3))

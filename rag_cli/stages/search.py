@@ -58,10 +58,10 @@ class Searcher:
         if not (folder / "meta.json").exists():
             raise BadInput(f"{folder} has no index: run `rag index` first (project folder {project.root})")
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-        if embedder is not None and embedder.fingerprint != meta["model_fingerprint"]:
+        if embedder is not None and embedder.folder.fingerprint != meta["model_fingerprint"]:
             raise BadInput(
                 f"the index in {folder} was built with model {meta['model_fingerprint']} but the "
-                f"embedder is {embedder.fingerprint}; use the same --model, or rerun `rag embed` and `rag index`"
+                f"embedder is {embedder.folder.fingerprint}; use the same --model, or rerun `rag embed` and `rag index`"
             )
         chunks = pq.read_table(folder / "chunks.parquet")
         s = cls(folder, meta, chunks, DenseIndex.load(folder / "dense"), SparseIndex.load(folder / "sparse"), embedder)
@@ -132,3 +132,42 @@ class Searcher:
         if not hasattr(self, "_row_of"):
             self._row_of = {c: i for i, c in enumerate(self._chunk_ids)}
         return self._row_of.get(chunk_id)
+
+
+def search_one(searcher: Searcher, query: str, cfg: dict, mask=None) -> list[Hit]:
+    """One query with the `[search]` config `cfg` (mode, k, candidates, rrf_k)."""
+    from rag_cli.loaders.normalize import normalize_text
+
+    return searcher.search([normalize_text(query)], mode=cfg["mode"], k=cfg["k"], candidates=cfg["candidates"],
+                           rrf_k=cfg["rrf_k"], mask=mask)[0]
+
+
+def run_queries(project: Project, searcher: Searcher, queries_path: Path, cfg: dict, mask=None, *,
+                name: str | None = None, fmt: str = "parquet", output: Path | None = None,
+                batch: int = 64) -> Path:
+    """Search every query of `queries_path` and write the run (Parquet or TREC).
+
+    The run is `runs/NAME.parquet` (or `.trec`), NAME defaulting to the query
+    file's stem plus the mode. Returns the path written. Raises BadInput for a
+    bad query file or `fmt`.
+    """
+    from rag_cli.evaluate.datasets import read_queries
+    from rag_cli.loaders.normalize import normalize_text
+    from rag_cli.runs import RunRow, write_run
+
+    if fmt not in ("parquet", "trec"):
+        raise BadInput(f"--format {fmt!r} is unknown; use parquet or trec")
+    queries = read_queries(queries_path)
+    rows: list[RunRow] = []
+    for start in range(0, len(queries), batch):
+        part = queries[start:start + batch]
+        results = searcher.search([normalize_text(t) for _, t in part], mode=cfg["mode"], k=cfg["k"],
+                                  candidates=cfg["candidates"], rrf_k=cfg["rrf_k"], mask=mask)
+        for (qid, text), hits in zip(part, results):
+            rows.extend(RunRow(qid, text, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits)
+    stem = Path(queries_path).name.split(".")[0]
+    path = output or project.run_path(name or f"{stem}-{cfg['mode']}", fmt)
+    write_run(path, rows, fmt=fmt)
+    project.record(f"search:{Path(path).name}", params=dict(cfg), inputs={"queries": str(queries_path)},
+                   outputs=[str(path)], rows=len(rows), model_fingerprint=searcher.meta["model_fingerprint"])
+    return Path(path)

@@ -1,0 +1,42 @@
+# rag-cli: `make demo` (install + index sample_corpus/ + search + ask), `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+DEMO   := .rag-demo
+RAG    := $(BIN)/rag
+
+.PHONY: demo test install dev bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+dev: $(VENV)/.dev
+
+demo: install
+	$(RAG) chunk sample_corpus -p $(DEMO)
+	$(RAG) embed -p $(DEMO)
+	$(RAG) index -p $(DEMO)
+	$(RAG) search "How does reciprocal rank fusion combine rankings?" -k 3 -p $(DEMO)
+	$(RAG) ask "What does the ef parameter of HNSW control?" -p $(DEMO)
+	$(RAG) ask "中文检索为什么需要分词？" -p $(DEMO)
+	$(RAG) ask "What is the boiling point of mercury?" -p $(DEMO)
+
+test: dev
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python bench/scifact.py
+
+clean:
+	rm -rf $(DEMO) .pytest_cache

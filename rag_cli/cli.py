@@ -1,0 +1,507 @@
+"""The `rag` command: thin typer commands that parse flags, call the stage
+functions in `rag_cli.stages`, and render the result.
+
+Exit codes: 0 success, 1 the work failed, 2 bad usage or bad input.
+Heavy imports happen inside the commands, so `rag --help` is instant.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from rag_cli.errors import RagError
+
+app = typer.Typer(
+    name="rag",
+    help="Retrieval-augmented generation in the shell: chunk, embed, index, search, rerank, ask, eval.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+ProjectOpt = Annotated[Optional[Path], typer.Option("-p", "--project", help="Project folder [env RAG_PROJECT; default ./.rag]")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout, nothing else.")]
+QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="No progress or summaries on stderr.")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Bi-encoder: a model folder or a default name [config model.embedder]")]
+PrecisionOpt = Annotated[Optional[str], typer.Option("--precision", help="int8 or fp32, for a default model [config model.precision]")]
+ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="onnxruntime intra-op threads; 0 = all cores [config model.threads]")]
+
+
+def _stderr():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _stdout():
+    from rich.console import Console
+
+    return Console(soft_wrap=True)
+
+
+def handle_errors(fn):
+    """Turn RagError into a message on stderr and its exit code (1 or 2)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except RagError as exc:
+            _stderr().print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+            raise typer.Exit(exc.exit_code)
+        except KeyboardInterrupt:
+            _stderr().print("interrupted; the previous files are intact")
+            raise typer.Exit(130)
+
+    return wrapper
+
+
+def _emit_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
+
+
+def _progress(quiet: bool, description: str):
+    """A rich progress bar on stderr, only on a terminal; returns (context, callback(done, total))."""
+    import contextlib
+
+    if quiet or not sys.stderr.isatty():
+        return contextlib.nullcontext(), None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    progress = Progress(TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                        console=_stderr(), transient=True)
+    task = progress.add_task(description, total=None)
+
+    def update(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+
+    return progress, update
+
+
+def _model_cfg(project, model, precision, threads) -> dict:
+    return project.config("model", {"embedder": model, "precision": precision, "threads": threads})
+
+
+# --------------------------------------------------------------------------- init
+@app.command()
+@handle_errors
+def init(
+    directory: Annotated[Optional[Path], typer.Argument(help="Project folder [default: -p, RAG_PROJECT or ./.rag]")] = None,
+    project: ProjectOpt = None,
+    json_out: JsonOpt = False,
+):
+    """Write rag.toml with the default config (every key is also a flag)."""
+    from rag_cli.project import Project
+
+    p = Project.open(directory or project)
+    if p.config_path.exists():
+        cfg = p.load_config()
+    else:
+        cfg = p.load_config()
+        p.save_config(cfg)
+    if json_out:
+        _emit_json({"project": str(p.root), "config": cfg})
+    else:
+        _stdout().print(f"project {p.root}: {p.config_path} ready", highlight=False)
+
+
+# --------------------------------------------------------------------------- chunk
+@app.command()
+@handle_errors
+def chunk(
+    sources: Annotated[list[str], typer.Argument(help="Files, folders (recursive) or globs; or a BEIR corpus.jsonl(.gz) with --format beir")],
+    fmt: Annotated[str, typer.Option("--format", help="auto | beir")] = "auto",
+    strategy: Annotated[Optional[str], typer.Option("--strategy", help="recursive | fixed | markdown [config chunk.strategy]")] = None,
+    size: Annotated[Optional[int], typer.Option("--size", help="Chunk size in --unit [config chunk.size]")] = None,
+    overlap: Annotated[Optional[int], typer.Option("--overlap", help="Overlap in --unit, < size [config chunk.overlap]")] = None,
+    unit: Annotated[Optional[str], typer.Option("--unit", help="tokens (of the embedder's tokenizer) | chars [config chunk.unit]")] = None,
+    model: ModelOpt = None,
+    precision: PrecisionOpt = None,
+    project: ProjectOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+):
+    """Load documents and split them into chunks: docs.parquet, chunks.parquet."""
+    from rag_cli.project import Project
+    from rag_cli.stages.chunk import chunk_sources
+
+    p = Project.open(project)
+    cfg = p.config("chunk", {"strategy": strategy, "size": size, "overlap": overlap, "unit": unit}, save=False)
+    mcfg = p.load_config()["model"]
+    if model or precision:
+        mcfg.update({k: v for k, v in (("embedder", model), ("precision", precision)) if v})
+    with p.lock():
+        summary = chunk_sources(p, sources, fmt=fmt, params=cfg, model_cfg=mcfg)
+        p.config("chunk", cfg)
+        if model or precision:
+            _model_cfg(p, model, precision, None)
+    if json_out:
+        _emit_json(summary)
+    elif not quiet:
+        err = _stderr()
+        err.print(
+            f"{summary['n_docs']} documents -> {summary['n_chunks']} chunks "
+            f"({cfg['strategy']}, size {cfg['size']}, overlap {cfg['overlap']} {cfg['unit']}) "
+            f"in {summary['seconds']:.1f}s -> {p.chunks_path}",
+            highlight=False,
+        )
+        if summary["n_oversized"]:
+            err.print(f"{summary['n_oversized']} chunk(s) exceed the size: each is one unbreakable unit", highlight=False)
+        for s in summary["skipped"][:20]:
+            err.print(f"skipped {s['path']}: {s['reason']}", highlight=False)
+        if len(summary["skipped"]) > 20:
+            err.print(f"... and {len(summary['skipped']) - 20} more skipped", highlight=False)
+
+
+# --------------------------------------------------------------------------- embed
+@app.command()
+@handle_errors
+def embed(
+    model: ModelOpt = None,
+    precision: PrecisionOpt = None,
+    threads: ThreadsOpt = None,
+    project: ProjectOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+):
+    """Embed chunks.parquet with an ONNX bi-encoder: embeddings.parquet (only new or changed chunks)."""
+    from rag_cli.project import Project
+    from rag_cli.stages.embed import embed_chunks
+    from rag_cli.stages.models import load_embedder
+
+    p = Project.open(project)
+    p.require(p.chunks_path, "chunk")
+    encoder = load_embedder(_model_cfg(p, model, precision, threads))
+    ctx, update = _progress(quiet or json_out, "embedding")
+    with p.lock(), ctx:
+        summary = embed_chunks(p, encoder, progress=update)
+    if json_out:
+        _emit_json(summary)
+    elif not quiet:
+        err = _stderr()
+        err.print(
+            f"{summary['n_embedded']} chunks embedded, {summary['n_reused']} reused, in {summary['seconds']:.1f}s "
+            f"with {encoder.folder.name} ({summary['fingerprint']}) -> {p.embeddings_path}",
+            highlight=False,
+        )
+        if summary["n_truncated"]:
+            err.print(
+                f"[yellow]{summary['n_truncated']} chunk(s) are longer than the model's max_length "
+                f"({summary['max_length']} tokens) and were truncated: use a smaller --size[/]",
+                highlight=False,
+            )
+
+
+# --------------------------------------------------------------------------- index
+@app.command()
+@handle_errors
+def index(
+    hnsw_m: Annotated[Optional[int], typer.Option("--hnsw-m", help="HNSW graph degree M [config index.hnsw_m]")] = None,
+    ef_construction: Annotated[Optional[int], typer.Option("--ef-construction", help="HNSW build beam [config index.hnsw_ef_construction]")] = None,
+    ef: Annotated[Optional[int], typer.Option("--ef", help="HNSW query beam (raised to k) [config index.hnsw_ef]")] = None,
+    k1: Annotated[Optional[float], typer.Option("--k1", help="BM25 k1 [config index.bm25_k1]")] = None,
+    b: Annotated[Optional[float], typer.Option("--b", help="BM25 b [config index.bm25_b]")] = None,
+    project: ProjectOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+):
+    """Build index/: hnswlib (cosine) over the embeddings and bm25s over the chunk texts."""
+    from rag_cli.errors import BadInput
+    from rag_cli.project import Project
+    from rag_cli.stages.index import build_index
+
+    for flag, v in (("--hnsw-m", hnsw_m), ("--ef-construction", ef_construction), ("--ef", ef)):
+        if v is not None and v < 1:
+            raise BadInput(f"{flag} {v}: must be at least 1")
+    p = Project.open(project)
+    params = p.config("index", {"hnsw_m": hnsw_m, "hnsw_ef_construction": ef_construction, "hnsw_ef": ef,
+                                "bm25_k1": k1, "bm25_b": b}, save=False)
+    with p.lock():
+        summary = build_index(p, params, threads=p.load_config()["model"]["threads"])
+        p.config("index", params)
+    if json_out:
+        _emit_json(summary)
+    elif not quiet:
+        _stderr().print(f"indexed {summary['n_chunks']} chunks (dim {summary['dim']}) in {summary['seconds']:.1f}s -> {p.index_dir}",
+                        highlight=False)
+
+
+# --------------------------------------------------------------------------- search
+@app.command()
+@handle_errors
+def search(
+    query: Annotated[Optional[str], typer.Argument(help="One query; or use --queries FILE")] = None,
+    queries: Annotated[Optional[Path], typer.Option("--queries", help="Query file (JSONL _id/text or query_id/query, or TSV): writes a run")] = None,
+    mode: Annotated[Optional[str], typer.Option("--mode", help="dense | sparse | hybrid [config search.mode]")] = None,
+    k: Annotated[Optional[int], typer.Option("-k", help="Results per query [config search.k]")] = None,
+    filter_: Annotated[Optional[str], typer.Option("--filter", help="FIELD=GLOB over chunk columns, e.g. doc_id='guides/*'")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet [default: the query file's stem + mode]")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="parquet | trec (for --queries)")] = "parquet",
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the run here instead of runs/NAME")] = None,
+    project: ProjectOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+):
+    """Search the index: one query prints a table (or --json); --queries writes a run."""
+    from rag_cli.stages.search import run_queries, search_one
+
+    p, s, cfg, mask = _open_searcher(project, mode, k, filter_)
+    if (query is None) == (queries is None):
+        from rag_cli.errors import BadInput
+
+        raise BadInput("give either a QUERY argument or --queries FILE (not both)")
+    if query is not None:
+        hits = search_one(s, query, cfg, mask)
+        rows = [_hit_json(s, h) for h in hits]
+        if json_out:
+            _emit_json({"query": query, "mode": cfg["mode"], "results": rows})
+        else:
+            _print_hits(query, cfg["mode"], rows)
+        return
+    path = run_queries(p, s, queries, cfg, mask, name=name, fmt=fmt, output=output)
+    if json_out:
+        _emit_json({"run": str(path), "mode": cfg["mode"], "k": cfg["k"]})
+    elif not quiet:
+        _stderr().print(f"run written: {path}", highlight=False)
+
+
+def _open_searcher(project, mode, k, filter_):
+    from rag_cli.project import Project
+    from rag_cli.stages.models import load_embedder
+    from rag_cli.stages.search import Searcher
+
+    p = Project.open(project)
+    cfg = p.config("search", {"mode": mode, "k": k}, save=False)
+    embedder = None
+    if cfg["mode"] != "sparse":
+        embedder = load_embedder(p.load_config()["model"])
+    s = Searcher.open(p, embedder)
+    return p, s, cfg, s.mask(filter_)
+
+
+def _hit_json(s, h) -> dict:
+    return {"rank": h.rank, "chunk_id": h.chunk_id, "doc_id": h.doc_id, "score": round(h.score, 6),
+            "stage": h.stage, "text": s.text(h.row)}
+
+
+def _print_hits(query: str, mode: str, rows: list[dict]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{mode} results for: {query}", show_lines=False)
+    table.add_column("#", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("chunk")
+    table.add_column("text", overflow="fold")
+    for r in rows:
+        text = " ".join(r["text"].split())
+        table.add_row(str(r["rank"]), f"{r['score']:.4f}", r["chunk_id"], text[:200] + ("…" if len(text) > 200 else ""))
+    _stdout().print(table)
+    if not rows:
+        _stderr().print("no results", highlight=False)
+
+
+# --------------------------------------------------------------------------- rerank
+@app.command()
+@handle_errors
+def rerank(
+    query: Annotated[Optional[str], typer.Argument(help="One query (retrieved from the index first); or use --run FILE")] = None,
+    run: Annotated[Optional[Path], typer.Option("--run", help="A Parquet run to rerank (from `rag search --queries`)")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="Cross-encoder model folder [config model.reranker]")] = None,
+    candidates: Annotated[int, typer.Option("--candidates", help="Top-N of the run to rescore")] = 100,
+    top_n: Annotated[int, typer.Option("--top-n", "-k", help="Results kept per query")] = 10,
+    mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode for a single QUERY")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet [default: <run>-rerank]")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="parquet | trec")] = "parquet",
+    project: ProjectOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+):
+    """Rescore the top-N of a search with an ONNX cross-encoder (raw logits, higher is better)."""
+    from rag_cli.errors import BadInput
+    from rag_cli.project import Project
+    from rag_cli.runs import read_run, write_run
+    from rag_cli.stages.models import load_cross_encoder
+    from rag_cli.stages.rerank import chunk_texts, rerank_rows
+
+    if (query is None) == (run is None):
+        raise BadInput("give either a QUERY argument or --run FILE (not both)")
+    p = Project.open(project)
+    ce_name = p.config("model", {"reranker": model}, save=False)["reranker"]
+    if not ce_name:
+        raise BadInput("no cross-encoder: pass --model DIR (an ONNX cross-encoder folder) or set model.reranker in rag.toml")
+    ce = load_cross_encoder(ce_name, threads=p.load_config()["model"]["threads"])
+    if model:
+        p.config("model", {"reranker": model})
+    if query is not None:
+        from rag_cli.runs import RunRow
+        from rag_cli.stages.search import search_one
+
+        p2, s, cfg, _ = _open_searcher(project, mode, candidates, None)
+        hits = search_one(s, query, {**cfg, "k": candidates}, None)
+        rows = [RunRow("q", query, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits]
+        texts = {h.chunk_id: s.text(h.row, "embed_text" if "embed_text" in s.chunks.column_names else "text") for h in hits}
+        out = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n)
+        shown = [{"rank": r.rank, "chunk_id": r.chunk_id, "doc_id": r.doc_id, "score": round(r.score, 6),
+                  "stage": r.stage, "text": s.text(s.row_of(r.chunk_id))} for r in out]
+        if json_out:
+            _emit_json({"query": query, "mode": "rerank", "results": shown})
+        else:
+            _print_hits(query, "rerank", shown)
+        return
+    rows = read_run(run)
+    texts = chunk_texts(p.require(p.chunks_path, "chunk"), {r.chunk_id for r in rows})
+    out = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, source=str(run))
+    out_name = name or f"{Path(run).name.split('.')[0]}-rerank"
+    path = write_run(p.run_path(out_name, fmt), out, fmt=fmt)
+    if json_out:
+        _emit_json({"run": str(path), "queries": len({r.query_id for r in out})})
+    elif not quiet:
+        _stderr().print(f"reranked run written: {path}", highlight=False)
+
+
+# --------------------------------------------------------------------------- ask
+@app.command()
+@handle_errors
+def ask(
+    question: Annotated[Optional[str], typer.Argument(help="A question; or use --queries FILE")] = None,
+    queries: Annotated[Optional[Path], typer.Option("--queries", help="Query file: writes answers/NAME.parquet")] = None,
+    k: Annotated[Optional[int], typer.Option("-k", help="Evidence chunks given to the generator [config ask.k]")] = None,
+    mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode [config search.mode]")] = None,
+    min_score: Annotated[Optional[float], typer.Option("--min-score", help="Refuse below this bi-encoder cosine of the best evidence [config ask.min_score]")] = None,
+    filter_: Annotated[Optional[str], typer.Option("--filter", help="FIELD=GLOB over chunk columns")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Answers name: answers/NAME.parquet [default: the query file's stem]")] = None,
+    project: ProjectOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+):
+    """Answer from the indexed sources only, with numbered citations; refuse without evidence."""
+    from rag_cli.errors import BadInput
+    from rag_cli.stages.ask import answer_queries, ask as ask_one
+    from rag_cli.stages.models import load_generator
+
+    if (question is None) == (queries is None):
+        raise BadInput("give either a QUESTION argument or --queries FILE (not both)")
+    p, s, scfg, mask = _open_searcher(project, mode, None, filter_)
+    if scfg["mode"] == "sparse":
+        from rag_cli.stages.models import load_embedder
+
+        s.embedder = load_embedder(p.load_config()["model"])
+    acfg = p.config("ask", {"k": k, "min_score": min_score}, save=False)
+    if acfg["k"] < 1:
+        raise BadInput(f"-k {acfg['k']}: must be at least 1")
+    gen = load_generator(acfg, s.embedder)
+    if question is not None:
+        res = ask_one(s, gen, question, k=acfg["k"], mode=scfg["mode"], min_score=acfg["min_score"], mask=mask)
+        if json_out:
+            _emit_json(_answer_json(res))
+        else:
+            _print_answer(res)
+        return
+    path, n, n_refused = answer_queries(p, s, gen, queries, acfg, scfg["mode"], mask, name=name)
+    if json_out:
+        _emit_json({"answers": str(path), "n": n, "refused": n_refused})
+    elif not quiet:
+        _stderr().print(f"{n} answers ({n_refused} refused) -> {path}", highlight=False)
+
+
+def _answer_json(res) -> dict:
+    return {
+        "question": res.question,
+        "answer": res.answer.text,
+        "refused": res.answer.refused,
+        "citations": res.answer.citations,
+        "best_score": round(res.best_score, 6),
+        "generator": res.answer.generator,
+        "latency_ms": round(res.latency_ms, 1),
+        "evidence": [{"n": e.number, "chunk_id": e.chunk_id, "doc_id": e.doc_id, "score": round(e.score, 6),
+                      "text": e.text} for e in res.evidence],
+    }
+
+
+def _print_answer(res) -> None:
+    out = _stdout()
+    out.print(f"[bold]Q:[/] {res.question}", highlight=False)
+    out.print(f"[bold]A:[/] {res.answer.text}", highlight=False)
+    cited = set(res.answer.citations)
+    if cited:
+        out.print("[bold]Sources:[/]", highlight=False)
+        for e in res.evidence:
+            if e.chunk_id in cited:
+                out.print(f"  [{e.number}] {e.chunk_id}  (cosine {e.score:.3f})", highlight=False, markup=False)
+    elif res.answer.refused:
+        out.print(f"(best evidence cosine {res.best_score:.3f} is below the threshold)", highlight=False)
+
+
+# --------------------------------------------------------------------------- eval
+@app.command("eval")
+@handle_errors
+def eval_(
+    qrels: Annotated[Path, typer.Option("--qrels", help="Qrels: BEIR TSV (query-id corpus-id score) or TREC 4-column")],
+    run: Annotated[Optional[Path], typer.Option("--run", help="A run (Parquet or TREC); or give --queries to search now")] = None,
+    queries: Annotated[Optional[Path], typer.Option("--queries", help="Query file: search it first (with --mode, -k 100)")] = None,
+    mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode with --queries [config search.mode]")] = None,
+    ks: Annotated[str, typer.Option("--ks", help="Cutoffs, comma-separated")] = "1,5,10,20,100",
+    name: Annotated[Optional[str], typer.Option("--name", help="Report name: eval/NAME.json [default: the run's name]")] = None,
+    project: ProjectOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+):
+    """Recall@k, Hit@k, MRR@k and nDCG@k of a run against qrels (document level by best chunk)."""
+    from rag_cli.errors import BadInput
+    from rag_cli.stages.evaluation import evaluate
+
+    try:
+        cutoffs = sorted({int(x) for x in ks.split(",") if x.strip()})
+    except ValueError:
+        raise BadInput(f"--ks {ks!r}: expected comma-separated integers such as 1,5,10,20,100") from None
+    if not cutoffs or min(cutoffs) < 1:
+        raise BadInput(f"--ks {ks!r}: cutoffs must be integers >= 1")
+    if (run is None) == (queries is None):
+        raise BadInput("give either --run FILE or --queries FILE (not both)")
+    if queries is not None:
+        from rag_cli.stages.search import run_queries
+
+        p, s, cfg, _ = _open_searcher(project, mode, max(cutoffs), None)
+        run = run_queries(p, s, queries, {**cfg, "k": max(cutoffs)}, None, name=name, fmt="parquet", output=None)
+    from rag_cli.project import Project
+
+    p = Project.open(project)
+    report, path = evaluate(p, run, qrels, cutoffs, name=name)
+    if json_out:
+        _emit_json(report)
+        return
+    _print_report(report, path, quiet)
+
+
+def _print_report(report: dict, path: Path, quiet: bool) -> None:
+    from rich.table import Table
+
+    means = report["metrics"]
+    table = Table(title=f"{report['run']}: {report['n_queries']} queries ({report['level']} level)")
+    table.add_column("metric")
+    ks = sorted({int(m.split("@")[1]) for m in means if "@" in m})
+    labels = {"recall": "Recall", "hit": "Hit", "mrr": "MRR", "ndcg": "nDCG", "precision": "P"}
+    names = [n for n in labels if any(m.startswith(n + "@") for m in means)]
+    for kk in ks:
+        table.add_column(f"@{kk}", justify="right")
+    for n in names:
+        table.add_row(labels[n], *(f"{means[f'{n}@{kk}']:.4f}" if f"{n}@{kk}" in means else "" for kk in ks))
+    _stdout().print(table)
+    if not quiet:
+        _stderr().print(f"written: {path}", highlight=False)
+
+
+def main() -> None:
+    """Entry point of `rag` and `python -m rag_cli`."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

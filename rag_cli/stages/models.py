@@ -1,0 +1,40 @@
+"""Load the configured models: bi-encoder, cross-encoder, generator."""
+
+from __future__ import annotations
+
+from rag_cli.errors import BadInput
+
+
+def load_embedder(model_cfg: dict):
+    """The `[model]` config's bi-encoder as a `BiEncoder` (a default is converted on first use)."""
+    from rag_cli.models.defaults import resolve_model
+    from rag_cli.models.encoder import BiEncoder
+    from rag_cli.models.folder import ModelFolder
+
+    if model_cfg.get("precision") not in ("int8", "fp32"):
+        raise BadInput(f"--precision {model_cfg.get('precision')!r}: use int8 or fp32")
+    ref = resolve_model(str(model_cfg["embedder"]), precision=model_cfg["precision"])
+    folder = ModelFolder.load(ref.folder, onnx_file=ref.onnx_file)
+    return BiEncoder(folder, threads=model_cfg.get("threads") or None)
+
+
+def load_cross_encoder(name_or_dir: str, threads: int = 0):
+    """A cross-encoder model folder as a `CrossEncoder`. Raises BadInput for a missing folder."""
+    from rag_cli.models.cross_encoder import CrossEncoder
+    from rag_cli.models.folder import ModelFolder
+
+    folder = ModelFolder.load(name_or_dir)
+    return CrossEncoder(folder, threads=threads or None)
+
+
+def load_generator(ask_cfg: dict, embedder):
+    """The `[ask]` config's generator. Only `extractive` exists so far."""
+    from rag_cli.generate.extractive import ExtractiveGenerator
+
+    if ask_cfg["generator"] != "extractive":
+        raise BadInput(f"generator {ask_cfg['generator']!r} is unknown; use extractive")
+    return ExtractiveGenerator(
+        lambda q: embedder.encode_queries([q])[0],
+        lambda ps: embedder.encode_passages(ps),
+        max_sentences=ask_cfg["max_sentences"],
+    )
