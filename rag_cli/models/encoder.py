@@ -1,0 +1,150 @@
+"""Bi-encoder: texts -> vectors with any ONNX export of a sentence embedder.
+
+The graph's `sentence_embedding` output is used when it has one (pooling
+done inside the graph); otherwise `last_hidden_state` (or `token_embeddings`)
+is pooled over the attention mask, mean or CLS as the model folder says.
+Vectors are L2-normalised when the folder says `normalize` (the default for
+embedders), so a dot product is the cosine similarity.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from rag_cli.errors import BadInput
+from rag_cli.models.folder import ModelFolder
+from rag_cli.models.onnx_runtime import DEFAULT_BATCH_TOKENS, OnnxTextModel, Progress
+
+POOLED_OUTPUTS = ("sentence_embedding",)
+TOKEN_OUTPUTS = ("last_hidden_state", "token_embeddings")
+
+
+def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Mean of token vectors over the mask.
+
+    Args:
+        hidden: (b, s, d) float32 token vectors.
+        mask: (b, s) float32, 1 on tokens, 0 on padding.
+
+    Returns:
+        (b, d) float32.
+    """
+    summed = np.einsum("bsd,bs->bd", hidden, mask, dtype=np.float32)
+    counts = np.maximum(mask.sum(axis=1, keepdims=True), 1.0)
+    return (summed / counts).astype(np.float32, copy=False)
+
+
+def cls_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The first token's vector ([CLS] / <s>). (b, s, d) -> (b, d) float32."""
+    return np.ascontiguousarray(hidden[:, 0, :], dtype=np.float32)
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm (zero rows stay zero). (n, d) -> (n, d) float32."""
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+
+
+_POOLERS = {"mean": mean_pool, "cls": cls_pool}
+
+
+class BiEncoder(OnnxTextModel):
+    """Encode texts to (n, d) float32 vectors.
+
+    Args:
+        folder: an embedder model folder (`ModelFolder.load`).
+        threads: onnxruntime intra-op threads; default all usable cores.
+        providers: onnxruntime execution providers; default CPU.
+
+    After each `encode*` call, `n_truncated` (int) and `truncated` ((n,)
+    bool) say which texts were longer than `folder.max_length` tokens and
+    were cut; the caller reports them.
+
+    Raises:
+        BadInput: the folder is a cross-encoder, or the graph has no output
+            this class can use.
+    """
+
+    def __init__(self, folder: ModelFolder, threads: int | None = None, providers: Sequence[str] | None = None):
+        if folder.kind != "embedder":
+            raise BadInput(
+                f"model {folder.path} is a {folder.kind}, not an embedder; "
+                "use a bi-encoder (sentence embedding) model here, or set kind to embedder in rag_model.json"
+            )
+        super().__init__(folder, threads, providers)
+        self.output, self.pooled = self._pick_output()
+
+    def _pick_output(self) -> tuple[str, bool]:
+        for name in POOLED_OUTPUTS:
+            if name in self.outputs:
+                return name, True
+        for name in TOKEN_OUTPUTS:
+            if name in self.outputs:
+                return name, False
+        if len(self.outputs) == 1:
+            (out,) = self.outputs.values()
+            return out.name, len(out.shape) == 2
+        raise BadInput(
+            f"{self.folder.onnx_path}: graph outputs are {', '.join(self.outputs)}; a bi-encoder needs "
+            f"one of {', '.join(POOLED_OUTPUTS + TOKEN_OUTPUTS)} (export with task feature-extraction)"
+        )
+
+    @property
+    def dim(self) -> int:
+        """Vector size d: the graph output's static last dimension, else the folder's."""
+        last = self.outputs[self.output].shape[-1]
+        return int(last) if isinstance(last, int) and last > 0 else self.folder.dim
+
+    def encode_queries(self, texts: Sequence[str], **kwargs) -> np.ndarray:
+        """Encode search queries (with the folder's `query_prefix`): (n, d) float32."""
+        return self.encode(texts, self.folder.query_prefix, **kwargs)
+
+    def encode_passages(self, texts: Sequence[str], **kwargs) -> np.ndarray:
+        """Encode passages / chunks (with the folder's `passage_prefix`): (n, d) float32."""
+        return self.encode(texts, self.folder.passage_prefix, **kwargs)
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        prefix: str = "",
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        progress: Progress | None = None,
+    ) -> np.ndarray:
+        """Encode `prefix + text` for each text.
+
+        Args:
+            texts: n strings.
+            prefix: put before every text (usually use `encode_queries` /
+                `encode_passages`, which pass the folder's prefixes).
+            batch_tokens: padded tokens per onnxruntime batch (batch size x
+                longest sequence); larger uses more memory.
+            progress: progress(done, n) after each batch, in texts.
+
+        Returns:
+            (n, d) float32, row i for texts[i]; unit rows if `normalize`.
+            Texts longer than max_length tokens are cut, flagged in
+            `self.truncated` and counted in `self.n_truncated`.
+
+        Raises:
+            TypeError: `texts` is a single string.
+        """
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of strings, not one string")
+        tok = self.tokenizer.tokenize(texts, prefix)
+        if len(tok) == 0:
+            self.truncated, self.n_truncated = tok.truncated, 0
+            return np.zeros((0, self.dim), dtype=np.float32)
+        pool = _POOLERS[self.folder.pooling]
+
+        def reduce(out: np.ndarray, mask: np.ndarray) -> np.ndarray:
+            return out if self.pooled else pool(out, mask)
+
+        vectors = self.run_batched(tok, self.output, reduce, batch_tokens, progress)
+        if vectors.ndim != 2:
+            raise BadInput(
+                f"{self.folder.onnx_path}: output {self.output!r} gives {vectors.ndim}-d results per text; "
+                "a bi-encoder needs (batch, tokens, d) token vectors or (batch, d) sentence vectors"
+            )
+        return l2_normalize(vectors) if self.folder.normalize else vectors

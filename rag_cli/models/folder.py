@@ -1,0 +1,357 @@
+"""A model folder: the files of an ONNX export of a Hugging Face model.
+
+Layout (what `optimum-cli export onnx` writes, see DESIGN.md "Models"):
+
+    model.onnx  or  onnx/model.onnx     the graph (or any file named with `onnx_file`)
+    tokenizer.json                      HF `tokenizers` file
+    config.json                         HF model config
+    tokenizer_config.json               optional; `model_max_length`
+    rag_model.json                      optional; what the files don't say
+
+`rag_model.json` keys (all optional): `kind` (`embedder` | `cross-encoder`),
+`pooling` (`mean` | `cls`), `normalize` (bool), `query_prefix`,
+`passage_prefix` (str), `max_length` (tokens, special tokens included),
+`name` (str), `dim` (int, the vector size when it differs from
+`config.json` `hidden_size`).
+
+`ModelFolder.fingerprint` identifies what a vector depends on: the ONNX bytes,
+the tokenizer bytes and the pooling/normalize/prefix/max_length settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rag_cli.errors import BadInput
+
+KINDS = ("embedder", "cross-encoder")
+POOLINGS = ("mean", "cls")
+RAG_MODEL_FILE = "rag_model.json"
+DEFAULT_MAX_LENGTH = 512
+# Models whose position ids start after the padding index, so two of
+# `max_position_embeddings` are never usable by a real token.
+_POSITION_OFFSET_2 = {"xlm-roberta", "xlm-roberta-xl", "roberta", "camembert", "bertweet"}
+# tokenizer_config.json `model_max_length` above this is HF's "no limit" sentinel (1e30).
+_SANE_MAX_LENGTH = 1_000_000
+_FINGERPRINT_VERSION = "rag-cli-model-v1"
+
+
+@dataclass
+class ModelFolder:
+    """A loaded model folder. Build one with `ModelFolder.load(path)`.
+
+    Attributes:
+        path: the folder.
+        onnx_path: the ONNX graph file used.
+        tokenizer_path: `tokenizer.json`.
+        config: `config.json` as a dict.
+        kind: `"embedder"` or `"cross-encoder"`.
+        pooling: `"mean"` or `"cls"` (ignored when the graph has a
+            `sentence_embedding` output, and for cross-encoders).
+        normalize: L2-normalise vectors (embedders).
+        query_prefix, passage_prefix: text put before queries / passages
+            (e.g. `"query: "` for E5).
+        max_length: the most tokens, special tokens included, the model sees
+            per text (per pair for a cross-encoder); longer inputs are cut and
+            counted as truncated.
+        name: a short human name (rag_model.json `name`, else the folder name).
+        pad_token_id: id used for padding.
+    """
+
+    path: Path
+    onnx_path: Path
+    tokenizer_path: Path
+    config: dict[str, Any]
+    kind: str = "embedder"
+    pooling: str = "mean"
+    normalize: bool = True
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    max_length: int = DEFAULT_MAX_LENGTH
+    name: str = ""
+    pad_token_id: int = 0
+    declared_dim: int | None = None
+    _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
+    _probed_dim: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    # ------------------------------------------------------------------ load
+    @classmethod
+    def load(cls, path: str | os.PathLike, onnx_file: str | os.PathLike | None = None) -> "ModelFolder":
+        """Read a model folder.
+
+        Args:
+            path: the folder.
+            onnx_file: the ONNX file to use, relative to the folder (or
+                absolute); default `model.onnx`, then `onnx/model.onnx`.
+
+        Raises:
+            BadInput: the folder or a required file is missing, or a JSON file
+                is unreadable or has a wrong value; the message names the file
+                and what would be right.
+        """
+        folder = Path(path).expanduser()
+        if not folder.is_dir():
+            what = "is a file" if folder.exists() else "does not exist"
+            raise BadInput(
+                f"model folder {folder} {what}; --model takes a folder with model.onnx "
+                "(or onnx/model.onnx), tokenizer.json and config.json, or the name of a default model"
+            )
+        onnx_path = _find_onnx(folder, onnx_file)
+        tokenizer_path = _find_file(folder, "tokenizer.json", "the Hugging Face tokenizer file saved with the model")
+        config_path = _find_file(folder, "config.json", "the Hugging Face model config saved with the model")
+        config = _read_json(config_path)
+        tok_config_path = _locate(folder, "tokenizer_config.json")
+        tok_config = _read_json(tok_config_path) if tok_config_path else {}
+        rag_path = _locate(folder, RAG_MODEL_FILE)
+        rag = _read_json(rag_path) if rag_path else {}
+
+        archs = config.get("architectures") or []
+        kind_default = "cross-encoder" if any("ForSequenceClassification" in str(a) for a in archs) else "embedder"
+        kind = _choice(rag, "kind", KINDS, kind_default, rag_path)
+        pooling = _choice(rag, "pooling", POOLINGS, "mean", rag_path)
+        normalize = _typed(rag, "normalize", bool, kind == "embedder", rag_path)
+        query_prefix = _typed(rag, "query_prefix", str, "", rag_path)
+        passage_prefix = _typed(rag, "passage_prefix", str, "", rag_path)
+        max_length = _typed(rag, "max_length", int, None, rag_path)
+        if max_length is None:
+            max_length = _default_max_length(config, tok_config)
+        elif max_length < 2:
+            raise BadInput(f"{rag_path}: max_length is {max_length}; it must be a number of tokens >= 2")
+        name = _typed(rag, "name", str, "", rag_path) or folder.resolve().name
+        dim = _typed(rag, "dim", int, None, rag_path)
+        return cls(
+            path=folder,
+            onnx_path=onnx_path,
+            tokenizer_path=tokenizer_path,
+            config=config,
+            kind=kind,
+            pooling=pooling,
+            normalize=normalize,
+            query_prefix=query_prefix,
+            passage_prefix=passage_prefix,
+            max_length=int(max_length),
+            name=name,
+            pad_token_id=_pad_token_id(config, tokenizer_path),
+            declared_dim=dim,
+        )
+
+    # ----------------------------------------------------------- properties
+    def settings(self) -> dict[str, Any]:
+        """The settings that change a vector or score besides the files."""
+        return {
+            "kind": self.kind,
+            "pooling": self.pooling,
+            "normalize": self.normalize,
+            "query_prefix": self.query_prefix,
+            "passage_prefix": self.passage_prefix,
+            "max_length": self.max_length,
+        }
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 (64 hex) of the ONNX bytes (plus external-data files), the
+        tokenizer.json bytes and `settings()`. The ONNX hash is cached by
+        (path, size, mtime), in memory and in the user cache folder, so
+        repeating it is cheap."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            h.update(_FINGERPRINT_VERSION.encode())
+            for p in [self.onnx_path, *_external_data_files(self.onnx_path)]:
+                h.update(b"\0onnx\0" + file_sha256(p).encode())
+            h.update(b"\0tokenizer\0" + file_sha256(self.tokenizer_path).encode())
+            h.update(b"\0settings\0" + json.dumps(self.settings(), sort_keys=True).encode())
+            self._fingerprint = h.hexdigest()
+        return self._fingerprint
+
+    @property
+    def short_fingerprint(self) -> str:
+        """`name@<first 12 hex of fingerprint>`, e.g. `multilingual-e5-small@3f2a9c1b7d0e`."""
+        return f"{self.name}@{self.fingerprint[:12]}"
+
+    @property
+    def dim(self) -> int:
+        """Vector size: rag_model.json `dim`, else config.json `hidden_size`,
+        else found by encoding one probe text (loads the model once)."""
+        if self.declared_dim:
+            return int(self.declared_dim)
+        for key in ("hidden_size", "d_model", "dim"):
+            if isinstance(self.config.get(key), int):
+                return int(self.config[key])
+        if self._probed_dim is None:
+            from rag_cli.models.encoder import BiEncoder
+
+            self._probed_dim = int(BiEncoder(self, threads=1).encode(["probe"]).shape[1])
+        return self._probed_dim
+
+
+# ------------------------------------------------------------------ helpers
+def _locate(folder: Path, name: str) -> Path | None:
+    for p in (folder / name, folder / "onnx" / name):
+        if p.is_file():
+            return p
+    return None
+
+
+def _find_file(folder: Path, name: str, what: str) -> Path:
+    p = _locate(folder, name)
+    if p is None:
+        raise BadInput(f"model folder {folder} has no {name}; put {what} there (or in {folder / 'onnx'})")
+    return p
+
+
+def _find_onnx(folder: Path, onnx_file: str | os.PathLike | None) -> Path:
+    if onnx_file is not None:
+        p = Path(onnx_file)
+        p = p if p.is_absolute() else folder / p
+        if not p.is_file():
+            others = sorted(str(q.relative_to(folder)) for q in folder.rglob("*.onnx"))
+            raise BadInput(
+                f"model folder {folder} has no ONNX file {onnx_file}; "
+                f"ONNX files there: {', '.join(others) or 'none'}"
+            )
+        return p
+    for p in (folder / "model.onnx", folder / "onnx" / "model.onnx"):
+        if p.is_file():
+            return p
+    others = sorted(str(q.relative_to(folder)) for q in folder.rglob("*.onnx"))
+    hint = f" (found {', '.join(others)}; choose one with onnx_file)" if others else ""
+    raise BadInput(
+        f"model folder {folder} has no model.onnx or onnx/model.onnx{hint}; "
+        "export the model with `optimum-cli export onnx --model NAME FOLDER`"
+    )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadInput(f"{path}: not readable JSON ({e}); it must be a JSON object") from None
+    if not isinstance(obj, dict):
+        raise BadInput(f"{path}: must be a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _choice(obj: dict, key: str, allowed: tuple[str, ...], default: str, path: Path | None) -> str:
+    value = obj.get(key, default)
+    if value not in allowed:
+        raise BadInput(f"{path}: {key} is {value!r}; it must be one of {', '.join(allowed)}")
+    return value
+
+
+def _typed(obj: dict, key: str, typ: type, default: Any, path: Path | None) -> Any:
+    value = obj.get(key, default)
+    if value is default:
+        return value
+    ok = isinstance(value, typ) and not (typ is int and isinstance(value, bool))
+    if not ok:
+        raise BadInput(f"{path}: {key} is {value!r}; it must be a {typ.__name__}")
+    return value
+
+
+def _default_max_length(config: dict, tok_config: dict) -> int:
+    mml = tok_config.get("model_max_length")
+    if isinstance(mml, (int, float)) and 2 <= mml < _SANE_MAX_LENGTH:
+        return int(mml)
+    mpe = config.get("max_position_embeddings")
+    if isinstance(mpe, int) and mpe > 2:
+        return mpe - 2 if config.get("model_type") in _POSITION_OFFSET_2 else mpe
+    return DEFAULT_MAX_LENGTH
+
+
+def _pad_token_id(config: dict, tokenizer_path: Path) -> int:
+    if isinstance(config.get("pad_token_id"), int):
+        return int(config["pad_token_id"])
+    try:
+        tok = json.loads(tokenizer_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    padding = tok.get("padding") or {}
+    if isinstance(padding.get("pad_id"), int):
+        return int(padding["pad_id"])
+    for added in tok.get("added_tokens") or []:
+        if added.get("content") in ("<pad>", "[PAD]", "<|endoftext|>"):
+            return int(added["id"])
+    return 0
+
+
+def _external_data_files(onnx_path: Path) -> list[Path]:
+    """Files that large exports keep their weights in beside the graph."""
+    names = (onnx_path.name + "_data", onnx_path.name + ".data", onnx_path.stem + ".onnx_data")
+    return sorted({onnx_path.with_name(n) for n in names if onnx_path.with_name(n).is_file()})
+
+
+# ------------------------------------------------------------ file hashing
+_MEMO: dict[tuple[str, int, int], str] = {}
+
+
+def _cache_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rag-cli" / "file-sha256.json"
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 hex of a file's bytes, read in 1 MiB blocks.
+
+    Cached by (absolute path, size, mtime_ns) in memory and, best effort, in
+    `$XDG_CACHE_HOME/rag-cli/file-sha256.json` for files of 1 MiB or more, so
+    a large ONNX file is hashed once, not on every command.
+    """
+    p = Path(path).resolve()
+    st = p.stat()
+    key = (str(p), st.st_size, st.st_mtime_ns)
+    if key in _MEMO:
+        return _MEMO[key]
+    disk_key = f"{key[0]}|{key[1]}|{key[2]}"
+    big = st.st_size >= 1 << 20
+    cache: dict[str, str] = {}
+    if big:
+        try:
+            cache = json.loads(_cache_file().read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            cache = {}
+        if isinstance(cache, dict) and isinstance(cache.get(disk_key), str):
+            _MEMO[key] = cache[disk_key]
+            return cache[disk_key]
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    digest = h.hexdigest()
+    _MEMO[key] = digest
+    if big:
+        _store(cache if isinstance(cache, dict) else {}, disk_key, digest)
+    return digest
+
+
+def _store(cache: dict[str, str], key: str, digest: str) -> None:
+    cf = _cache_file()
+    # Drop entries of files that are gone or changed, to keep the cache small.
+    kept = {}
+    for k, v in cache.items():
+        parts = k.rsplit("|", 2)
+        try:
+            st = os.stat(parts[0])
+            if len(parts) == 3 and f"{st.st_size}" == parts[1] and f"{st.st_mtime_ns}" == parts[2]:
+                kept[k] = v
+        except OSError:
+            pass
+    kept[key] = digest
+    tmp = None
+    try:
+        cf.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".file-sha256.", dir=cf.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(kept, f)
+        os.replace(tmp, cf)
+    except OSError:
+        # A read-only home only costs re-hashing next time.
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

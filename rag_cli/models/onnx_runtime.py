@@ -1,0 +1,184 @@
+"""What the bi-encoder and the cross-encoder share: the onnxruntime session,
+batching by a token budget, and feeding padded batches to the graph.
+
+Batching: inputs are sorted by token length (longest first) and cut into
+batches whose padded size, batch size x longest sequence, stays within
+`batch_tokens`, so little compute goes to padding; results are put back in
+input order.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from rag_cli.errors import BadInput
+from rag_cli.models.folder import ModelFolder
+from rag_cli.models.tokens import TextTokenizer, Tokenized
+
+DEFAULT_BATCH_TOKENS = 8192
+KNOWN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+Progress = Callable[[int, int], None]
+"""progress(done, total): called after each batch; counts are inputs (texts or pairs)."""
+
+
+def default_threads() -> int:
+    """The CPU cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def create_session(
+    onnx_path: str | os.PathLike,
+    threads: int | None = None,
+    providers: Sequence[str] | None = None,
+) -> ort.InferenceSession:
+    """An onnxruntime session with all graph optimisations on.
+
+    Args:
+        onnx_path: the ONNX file.
+        threads: intra-op threads; default: the cores this process may use.
+        providers: onnxruntime execution providers; default CPU only.
+
+    Raises:
+        BadInput: the file is not a loadable ONNX graph.
+    """
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = int(threads) if threads else default_threads()
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3  # errors only; ORT's warnings are not for users
+    try:
+        return ort.InferenceSession(
+            str(onnx_path), sess_options=opts, providers=list(providers or ["CPUExecutionProvider"])
+        )
+    except Exception as e:  # onnxruntime raises its own non-exported exception types
+        raise BadInput(
+            f"{onnx_path}: onnxruntime cannot load it ({str(e).strip().splitlines()[0]}); "
+            "it must be an ONNX export of the model, e.g. from `optimum-cli export onnx`"
+        ) from None
+
+
+def plan_batches(lengths: np.ndarray, batch_tokens: int = DEFAULT_BATCH_TOKENS) -> list[np.ndarray]:
+    """Group input indices into batches by a token budget.
+
+    Args:
+        lengths: (n,) int, tokens per input.
+        batch_tokens: most padded tokens (batch size x longest length) per
+            batch; an input longer than this gets a batch of its own.
+
+    Returns:
+        Index arrays (int64), longest inputs first, together covering 0..n-1
+        once each.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    order = np.argsort(-lengths, kind="stable")
+    batches: list[np.ndarray] = []
+    start = 0
+    n = len(order)
+    while start < n:
+        longest = max(int(lengths[order[start]]), 1)
+        size = max(1, batch_tokens // longest)
+        batches.append(order[start : start + size])
+        start += size
+    return batches
+
+
+class OnnxTextModel:
+    """An ONNX transformer over token ids: session, tokenizer, batching.
+
+    Subclasses (`BiEncoder`, `CrossEncoder`) say what to tokenize and how to
+    reduce the graph's output per batch.
+
+    Raises:
+        BadInput: the graph needs an input this runtime cannot feed.
+    """
+
+    def __init__(self, folder: ModelFolder, threads: int | None = None, providers: Sequence[str] | None = None):
+        self.folder = folder
+        self.session = create_session(folder.onnx_path, threads, providers)
+        self.tokenizer = TextTokenizer(folder.tokenizer_path, folder.max_length)
+        self.input_dtypes: dict[str, type] = {}
+        for inp in self.session.get_inputs():
+            if inp.name not in KNOWN_INPUTS:
+                raise BadInput(
+                    f"{folder.onnx_path}: graph input {inp.name!r} is not one of {', '.join(KNOWN_INPUTS)}; "
+                    "export an encoder without past key values or position ids"
+                )
+            self.input_dtypes[inp.name] = np.int32 if inp.type == "tensor(int32)" else np.int64
+        self.outputs = {o.name: o for o in self.session.get_outputs()}
+        self.n_truncated = 0
+        self.truncated = np.zeros(0, dtype=bool)
+
+    def count_tokens(self, texts: Sequence[str], prefix: str = "") -> np.ndarray:
+        """(n,) int64: tokens (special tokens included) per `prefix + text`, no truncation."""
+        return self.tokenizer.count(texts, prefix)
+
+    def pad(self, ids: Sequence[np.ndarray], type_ids: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        """Right-pad a batch to its longest sequence.
+
+        Returns:
+            `input_ids` (padded with the folder's pad_token_id),
+            `attention_mask` (1 on tokens, 0 on padding), `token_type_ids`:
+            each (b, s) int64.
+        """
+        b, s = len(ids), max(len(a) for a in ids)
+        input_ids = np.full((b, s), self.folder.pad_token_id, dtype=np.int64)
+        mask = np.zeros((b, s), dtype=np.int64)
+        types = np.zeros((b, s), dtype=np.int64)
+        for row, (a, t) in enumerate(zip(ids, type_ids)):
+            input_ids[row, : len(a)] = a
+            mask[row, : len(a)] = 1
+            types[row, : len(t)] = t
+        return {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": types}
+
+    def feed(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The padded arrays the graph declares as inputs, in its dtypes
+        (an XLM-R graph has no `token_type_ids`)."""
+        return {name: arrays[name].astype(dtype, copy=False) for name, dtype in self.input_dtypes.items()}
+
+    def run_batched(
+        self,
+        tok: Tokenized,
+        output: str,
+        reduce: Callable[[np.ndarray, np.ndarray], np.ndarray],
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        progress: Progress | None = None,
+    ) -> np.ndarray:
+        """Run the graph over all inputs in token-budget batches.
+
+        Args:
+            tok: the tokenized inputs (n of them).
+            output: the graph output to fetch.
+            reduce: (output batch as float32, attention mask (b, s) float32)
+                -> (b, ...) float32 per-input results.
+            batch_tokens: padded tokens per batch.
+            progress: called as progress(done, n) after each batch.
+
+        Returns:
+            (n, ...) float32 results in input order. Also sets
+            `self.truncated` ((n,) bool) and `self.n_truncated`.
+        """
+        self.truncated = tok.truncated
+        self.n_truncated = tok.n_truncated
+        n = len(tok)
+        result: np.ndarray | None = None
+        done = 0
+        for idx in plan_batches(tok.lengths, batch_tokens):
+            arrays = self.pad([tok.ids[i] for i in idx], [tok.type_ids[i] for i in idx])
+            (out,) = self.session.run([output], self.feed(arrays))
+            mask = arrays["attention_mask"].astype(np.float32)
+            part = np.asarray(reduce(np.asarray(out, dtype=np.float32), mask), dtype=np.float32)
+            if result is None:
+                result = np.empty((n, *part.shape[1:]), dtype=np.float32)
+            result[idx] = part
+            done += len(idx)
+            if progress is not None:
+                progress(done, n)
+        return result if result is not None else np.empty((0,), dtype=np.float32)

@@ -1,0 +1,203 @@
+"""Tokenizing for the ONNX models: single texts, (query, passage) pairs, and
+token counts, with the model folder's `tokenizer.json` (HF `tokenizers`).
+
+Truncation is never silent: every text (or pair) longer than the model's
+`max_length` is flagged in `Tokenized.truncated` so the caller can report it.
+Padding set in tokenizer.json is switched off; batches are padded later, to
+the longest sequence of each batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from rag_cli.errors import BadInput
+
+# Texts are tokenized this many at a time, so the tokenizer's Encoding objects
+# (offsets, overflow...) never pile up for a whole corpus; only ids are kept.
+_SLICE = 4096
+
+
+@dataclass
+class Tokenized:
+    """Token ids of n texts (or pairs), unpadded.
+
+    Attributes:
+        ids: n int64 arrays of token ids, special tokens included.
+        type_ids: n int64 arrays, same lengths (segment ids: 0 query, 1 passage).
+        truncated: (n,) bool, True where the input was longer than max_length
+            and was cut.
+    """
+
+    ids: list[np.ndarray]
+    type_ids: list[np.ndarray]
+    truncated: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """(n,) int64: tokens per text after truncation."""
+        return np.fromiter((len(a) for a in self.ids), dtype=np.int64, count=len(self.ids))
+
+    @property
+    def n_truncated(self) -> int:
+        """How many inputs were cut to max_length."""
+        return int(self.truncated.sum())
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_tokenizer(path: str, _mtime_ns: int) -> str:
+    try:
+        tok = Tokenizer.from_file(path)
+    except Exception as e:  # tokenizers raises plain Exception
+        raise BadInput(f"{path}: not a Hugging Face tokenizers file ({e}); save it with tokenizer.save()") from None
+    return tok.to_str()
+
+
+def load_tokenizer(path: str | os.PathLike, max_length: int | None = None, strategy: str = "longest_first") -> Tokenizer:
+    """A fresh `tokenizers.Tokenizer` from `tokenizer.json`, padding off.
+
+    Args:
+        path: the tokenizer.json file.
+        max_length: cut to this many tokens (special tokens included);
+            None turns truncation off.
+        strategy: truncation strategy (`longest_first`, `only_second`).
+
+    Raises:
+        BadInput: the file is not a tokenizers file.
+    """
+    p = Path(path).resolve()
+    tok = Tokenizer.from_str(_read_tokenizer(str(p), p.stat().st_mtime_ns))
+    tok.no_padding()
+    if max_length is None:
+        tok.no_truncation()
+    else:
+        tok.enable_truncation(max_length, strategy=strategy)
+    return tok
+
+
+def _encoding_arrays(encs) -> tuple[list[np.ndarray], list[np.ndarray], list[bool]]:
+    ids = [np.asarray(e.ids, dtype=np.int64) for e in encs]
+    types = [np.asarray(e.type_ids, dtype=np.int64) for e in encs]
+    cut = [len(e.overflowing) > 0 for e in encs]
+    return ids, types, cut
+
+
+def _slices(items: Sequence, size: int = _SLICE) -> Iterable[Sequence]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class TextTokenizer:
+    """The tokenizer of a model folder, set up for its `max_length`.
+
+    Args:
+        tokenizer_path: the folder's tokenizer.json.
+        max_length: tokens (special tokens included) per text or pair.
+    """
+
+    def __init__(self, tokenizer_path: str | os.PathLike, max_length: int):
+        self.path = Path(tokenizer_path)
+        self.max_length = int(max_length)
+        self._single: Tokenizer | None = None
+        self._pair: Tokenizer | None = None
+        self._pair_fallback: Tokenizer | None = None
+        self._counter: Tokenizer | None = None
+
+    def count(self, texts: Sequence[str], prefix: str = "", add_special_tokens: bool = True) -> np.ndarray:
+        """(n,) int64: tokens per `prefix + text`, without truncation.
+
+        With `add_special_tokens` (default) the count is what the model would
+        need, so `count(texts) > max_length` says which texts get cut.
+        """
+        if self._counter is None:
+            self._counter = load_tokenizer(self.path, None)
+        out = np.empty(len(texts), dtype=np.int64)
+        pos = 0
+        for part in _slices(list(texts)):
+            encs = self._counter.encode_batch([prefix + t for t in part], add_special_tokens=add_special_tokens)
+            out[pos : pos + len(encs)] = [len(e.ids) for e in encs]
+            pos += len(encs)
+        return out
+
+    def tokenize(self, texts: Sequence[str], prefix: str = "") -> Tokenized:
+        """Token ids of `prefix + text` for each text, cut to max_length
+        (flagged in `truncated`)."""
+        if self._single is None:
+            self._single = load_tokenizer(self.path, self.max_length)
+        ids: list[np.ndarray] = []
+        types: list[np.ndarray] = []
+        cut: list[bool] = []
+        for part in _slices(list(texts)):
+            i, t, c = _encoding_arrays(self._single.encode_batch([prefix + s for s in part]))
+            ids += i
+            types += t
+            cut += c
+        return Tokenized(ids, types, np.asarray(cut, dtype=bool))
+
+    def tokenize_pairs(self, pairs: Sequence[tuple[str, str]]) -> Tokenized:
+        """Token ids of (query, passage) pairs, type ids 0 for the query and 1
+        for the passage. Only the passage is cut to fit max_length; if the
+        query alone leaves no room, both are cut (longest first). Either way
+        the pair is flagged in `truncated`."""
+        if self._pair is None:
+            self._pair = load_tokenizer(self.path, self.max_length, strategy="only_second")
+        ids: list[np.ndarray] = []
+        types: list[np.ndarray] = []
+        cut: list[bool] = []
+        for part in _slices([(q, p) for q, p in pairs]):
+            try:
+                encs = self._pair.encode_batch(part)
+            except Exception:  # "Sequence to truncate too short": a query too long
+                encs = [self._encode_pair(q, p) for q, p in part]
+            i, t, c = _encoding_arrays(encs)
+            ids += i
+            types += t
+            cut += c
+        return Tokenized(ids, types, np.asarray(cut, dtype=bool))
+
+    def _encode_pair(self, query: str, passage: str):
+        try:
+            return self._pair.encode(query, passage)
+        except Exception:
+            if self._pair_fallback is None:
+                self._pair_fallback = load_tokenizer(self.path, self.max_length, strategy="longest_first")
+            return self._pair_fallback.encode(query, passage)
+
+
+def count_tokens(model, texts: Sequence[str], prefix: str = "", add_special_tokens: bool = True) -> np.ndarray:
+    """(n,) int64: tokens per `prefix + text` with a model's tokenizer, no truncation.
+
+    Args:
+        model: a `ModelFolder`, a model folder path, or a tokenizer.json path.
+        texts: the texts.
+        prefix: put before each text (e.g. the folder's passage_prefix).
+        add_special_tokens: count [CLS]/[SEP]-like tokens too (default), so
+            the count compares with `max_length`.
+
+    Raises:
+        BadInput: the folder or tokenizer file is missing or unreadable.
+    """
+    from rag_cli.models.folder import ModelFolder
+
+    if isinstance(model, ModelFolder):
+        path = model.tokenizer_path
+    else:
+        p = Path(model)
+        path = p if p.is_file() else ModelFolder.load(p).tokenizer_path
+    resolved = Path(path).resolve()
+    return _counter(str(resolved), resolved.stat().st_mtime_ns).count(texts, prefix, add_special_tokens)
+
+
+@functools.lru_cache(maxsize=4)
+def _counter(path: str, _mtime_ns: int) -> TextTokenizer:
+    return TextTokenizer(path, max_length=1 << 30)
