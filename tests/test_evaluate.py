@@ -315,3 +315,22 @@ def test_perfect_run_on_scifact_scores_one():
     report = evaluate_rows(rows, qrels, ks=(10,))
     assert report["n_queries"] == 300
     assert all(v == pytest.approx(1.0) for v in report["metrics"].values())
+
+
+# ---------------------------------------------------------------- sample corpus
+
+
+def test_sample_corpus_questions_and_qrels():
+    root = Path(__file__).resolve().parent.parent / "sample_corpus"
+    queries = dict(read_queries(root / "questions.jsonl"))
+    qrels = read_qrels(root / "qrels.tsv")
+    assert set(qrels) < set(queries)
+    unanswerable = set(queries) - set(qrels)
+    assert len(unanswerable) == 1  # the refusal demo question
+    docs = sorted(p.name for p in root.iterdir() if p.suffix in (".md", ".txt") and p.name != "README.md")
+    assert 6 <= len(docs) <= 8
+    assert {d for judged in qrels.values() for d in judged} <= set(docs)
+    for name in docs:
+        text = (root / name).read_text(encoding="utf-8")
+        size = len(text.split()) + sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
+        assert 300 <= size <= 1500, (name, size)
