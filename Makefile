@@ -24,7 +24,7 @@ install: $(VENV)/.installed
 dev: $(VENV)/.dev
 
 demo: install
-	$(RAG) chunk sample_corpus -p $(DEMO)
+	$(RAG) chunk sample_corpus/docs -p $(DEMO)
 	$(RAG) embed -p $(DEMO)
 	$(RAG) index -p $(DEMO)
 	$(RAG) search "How does reciprocal rank fusion combine rankings?" -k 3 -p $(DEMO)

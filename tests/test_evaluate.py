@@ -327,10 +327,10 @@ def test_sample_corpus_questions_and_qrels():
     assert set(qrels) < set(queries)
     unanswerable = set(queries) - set(qrels)
     assert len(unanswerable) == 1  # the refusal demo question
-    docs = sorted(p.name for p in root.iterdir() if p.suffix in (".md", ".txt") and p.name != "README.md")
+    docs = sorted(p.name for p in (root / "docs").iterdir() if p.suffix in (".md", ".txt"))
     assert 6 <= len(docs) <= 8
     assert {d for judged in qrels.values() for d in judged} <= set(docs)
     for name in docs:
-        text = (root / name).read_text(encoding="utf-8")
+        text = (root / "docs" / name).read_text(encoding="utf-8")
         size = len(text.split()) + sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
         assert 300 <= size <= 1500, (name, size)
