@@ -59,6 +59,14 @@ def handle_errors(fn):
         except KeyboardInterrupt:
             _stderr().print("interrupted; the previous files are intact")
             raise typer.Exit(130)
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except Exception as exc:  # a bug or an environment problem: say so, exit 1
+            if os.environ.get("RAG_DEBUG"):
+                raise
+            _stderr().print(f"[bold red]error:[/] {type(exc).__name__}: {exc} (set RAG_DEBUG=1 for the traceback)",
+                            highlight=False, markup=True)
+            raise typer.Exit(1)
 
     return wrapper
 
@@ -279,6 +287,11 @@ def _open_searcher(project, mode, k, filter_):
 
     p = Project.open(project)
     cfg = p.config("search", {"mode": mode, "k": k}, save=False)
+    if cfg["mode"] not in ("dense", "sparse", "hybrid"):
+        from rag_cli.errors import BadInput
+
+        raise BadInput(f"--mode {cfg['mode']!r} is unknown; use one of dense, sparse, hybrid")
+    Searcher.require(p)
     embedder = None
     if cfg["mode"] != "sparse":
         embedder = load_embedder(p.load_config()["model"])

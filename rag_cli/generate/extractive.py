@@ -3,8 +3,10 @@ question, each followed by its citation [n]. Needs no LLM and cannot say
 anything the sources do not say.
 
 Sentences are scored by the bi-encoder's cosine between the question (as a
-query) and each sentence (as a passage); the best `max_sentences` whose
-cosine is within `margin` of the best one are kept, best first.
+query) and each sentence (as a passage), plus `lexical_weight` times the
+share of the question's BM25 terms (stemmed words, jieba words) that the
+sentence contains; the best `max_sentences` whose score is within `margin`
+of the best one are kept, best first.
 """
 
 from __future__ import annotations
@@ -15,17 +17,32 @@ from collections.abc import Callable
 import numpy as np
 
 from rag_cli.generate.base import Answer, Evidence, language
+from rag_cli.index.sparse import analyze
 
-# A sentence ends at . ! ? followed by space, at 。！？； or at a line break.
-_SENTENCE = re.compile(r"[^\n。！？；!?.]*(?:[。！？；]|[.!?](?=\s|$)|\n|$)")
+# Blocks: paragraphs, and lines that start a list item, heading or table row.
+_BLOCK = re.compile(r"\n\s*\n|\n(?=\s*(?:[-*+>#|]|\d+[.)]\s))")
+# A sentence ends at 。！？； or at . ! ? followed by white space or the end.
+_END = re.compile(r"[。！？；.!?:：;]$")
+_SENTENCE = re.compile(r".*?(?:[。！？；]|[.!?](?=\s|$)|$)", re.S)
 
 
 def split_sentences(text: str, min_chars: int = 8) -> list[str]:
-    """Split `text` into sentences (str), dropping those under `min_chars` characters."""
+    """Split `text` into sentences (str), dropping those under `min_chars` characters.
+
+    A single line break inside a paragraph (hard-wrapped text) does not end a
+    sentence; a blank line, a list item, a heading or a table row does.
+    Headings, table rows, code fences and short lines without final
+    punctuation are not sentences and are dropped.
+    """
     out = []
-    for m in _SENTENCE.finditer(text):
-        s = m.group(0).strip()
-        if len(s) >= min_chars and not s.startswith("```"):
+    for block in _BLOCK.split(text):
+        block = " ".join(block.split()) if not re.search(r"[\u3400-\u9fff]", block) else block.replace("\n", "")
+        for m in _SENTENCE.finditer(block):
+            s = m.group(0).strip()
+            if len(s) < min_chars or s.startswith(("```", "#", "|")):
+                continue
+            if len(s) < 40 and not _END.search(s):  # a bare heading or label
+                continue
             out.append(s)
     return out
 
@@ -37,18 +54,20 @@ class ExtractiveGenerator:
         encode_query: str -> (d,) float32 unit vector.
         encode_passages: list[str] -> (n, d) float32 unit vectors.
         max_sentences: how many sentences at most.
-        margin: keep sentences whose cosine >= best - margin.
+        margin: keep sentences whose score >= best - margin.
+        lexical_weight: weight of the share of question terms in a sentence.
     """
 
     name = "extractive"
 
     def __init__(self, encode_query: Callable[[str], np.ndarray],
                  encode_passages: Callable[[list[str]], np.ndarray],
-                 max_sentences: int = 3, margin: float = 0.03):
+                 max_sentences: int = 3, margin: float = 0.03, lexical_weight: float = 0.1):
         self.encode_query = encode_query
         self.encode_passages = encode_passages
         self.max_sentences = max_sentences
         self.margin = margin
+        self.lexical_weight = lexical_weight
 
     def generate(self, question: str, evidence: list[Evidence]) -> Answer:
         candidates: list[tuple[str, Evidence]] = []
@@ -62,6 +81,10 @@ class ExtractiveGenerator:
             return Answer(text="", citations=[], refused=True, generator=self.name)
         q = self.encode_query(question)
         cos = self.encode_passages([s for s, _ in candidates]) @ q
+        q_terms = set(analyze(question))
+        if q_terms:
+            cos = cos + self.lexical_weight * np.array(
+                [len(q_terms & set(analyze(s))) / len(q_terms) for s, _ in candidates], dtype=np.float32)
         order = np.argsort(-cos, kind="stable")
         best = float(cos[order[0]])
         chosen = [i for i in order[: self.max_sentences] if cos[i] >= best - self.margin]

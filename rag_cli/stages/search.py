@@ -50,13 +50,18 @@ class Searcher:
     _chunk_ids: list[str] = field(default_factory=list)
     _doc_ids: list[str] = field(default_factory=list)
 
+    @staticmethod
+    def require(project: Project) -> None:
+        """Raise BadInput unless `project` has a built index."""
+        if not (project.index_dir / "meta.json").exists():
+            raise BadInput(f"{project.index_dir} has no index: run `rag index` first (project folder {project.root})")
+
     @classmethod
     def open(cls, project: Project, embedder=None) -> "Searcher":
         """Load `index/`. Raises BadInput if it is missing, or if `embedder`'s
         fingerprint differs from the one the index was built with."""
+        cls.require(project)
         folder = project.index_dir
-        if not (folder / "meta.json").exists():
-            raise BadInput(f"{folder} has no index: run `rag index` first (project folder {project.root})")
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         if embedder is not None and embedder.folder.fingerprint != meta["model_fingerprint"]:
             raise BadInput(
