@@ -26,12 +26,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-ProjectOpt = Annotated[Optional[Path], typer.Option("-p", "--project", help="Project folder [env RAG_PROJECT; default ./.rag]")]
+ProjectOpt = Annotated[Optional[Path], typer.Option("-p", "--project", help="Project folder (env RAG_PROJECT; default ./.rag)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout, nothing else.")]
 QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="No progress or summaries on stderr.")]
-ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Bi-encoder: a model folder or a default name [config model.embedder]")]
-PrecisionOpt = Annotated[Optional[str], typer.Option("--precision", help="int8 or fp32, for a default model [config model.precision]")]
-ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="onnxruntime intra-op threads; 0 = all cores [config model.threads]")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Bi-encoder: a model folder or a default name (config: model.embedder)")]
+PrecisionOpt = Annotated[Optional[str], typer.Option("--precision", help="int8 or fp32, for a default model (config: model.precision)")]
+ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="onnxruntime intra-op threads; 0 = all cores (config: model.threads)")]
 
 
 def _stderr():
@@ -101,7 +101,7 @@ def _model_cfg(project, model, precision, threads) -> dict:
 @app.command()
 @handle_errors
 def init(
-    directory: Annotated[Optional[Path], typer.Argument(help="Project folder [default: -p, RAG_PROJECT or ./.rag]")] = None,
+    directory: Annotated[Optional[Path], typer.Argument(help="Project folder (default: -p, RAG_PROJECT or ./.rag)")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
 ):
@@ -126,10 +126,10 @@ def init(
 def chunk(
     sources: Annotated[list[str], typer.Argument(help="Files, folders (recursive) or globs; or a BEIR corpus.jsonl(.gz) with --format beir")],
     fmt: Annotated[str, typer.Option("--format", help="auto | beir")] = "auto",
-    strategy: Annotated[Optional[str], typer.Option("--strategy", help="recursive | fixed | markdown [config chunk.strategy]")] = None,
-    size: Annotated[Optional[int], typer.Option("--size", help="Chunk size in --unit [config chunk.size]")] = None,
-    overlap: Annotated[Optional[int], typer.Option("--overlap", help="Overlap in --unit, < size [config chunk.overlap]")] = None,
-    unit: Annotated[Optional[str], typer.Option("--unit", help="tokens (of the embedder's tokenizer) | chars [config chunk.unit]")] = None,
+    strategy: Annotated[Optional[str], typer.Option("--strategy", help="recursive | fixed | markdown (config: chunk.strategy)")] = None,
+    size: Annotated[Optional[int], typer.Option("--size", help="Chunk size in --unit (config: chunk.size)")] = None,
+    overlap: Annotated[Optional[int], typer.Option("--overlap", help="Overlap in --unit, < size (config: chunk.overlap)")] = None,
+    unit: Annotated[Optional[str], typer.Option("--unit", help="tokens (of the embedder's tokenizer) | chars (config: chunk.unit)")] = None,
     model: ModelOpt = None,
     precision: PrecisionOpt = None,
     project: ProjectOpt = None,
@@ -211,11 +211,11 @@ def embed(
 @app.command()
 @handle_errors
 def index(
-    hnsw_m: Annotated[Optional[int], typer.Option("--hnsw-m", help="HNSW graph degree M [config index.hnsw_m]")] = None,
-    ef_construction: Annotated[Optional[int], typer.Option("--ef-construction", help="HNSW build beam [config index.hnsw_ef_construction]")] = None,
-    ef: Annotated[Optional[int], typer.Option("--ef", help="HNSW query beam (raised to k) [config index.hnsw_ef]")] = None,
-    k1: Annotated[Optional[float], typer.Option("--k1", help="BM25 k1 [config index.bm25_k1]")] = None,
-    b: Annotated[Optional[float], typer.Option("--b", help="BM25 b [config index.bm25_b]")] = None,
+    hnsw_m: Annotated[Optional[int], typer.Option("--hnsw-m", help="HNSW graph degree M (config: index.hnsw_m)")] = None,
+    ef_construction: Annotated[Optional[int], typer.Option("--ef-construction", help="HNSW build beam (config: index.hnsw_ef_construction)")] = None,
+    ef: Annotated[Optional[int], typer.Option("--ef", help="HNSW query beam (raised to k) (config: index.hnsw_ef)")] = None,
+    k1: Annotated[Optional[float], typer.Option("--k1", help="BM25 k1 (config: index.bm25_k1)")] = None,
+    b: Annotated[Optional[float], typer.Option("--b", help="BM25 b (config: index.bm25_b)")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -247,10 +247,10 @@ def index(
 def search(
     query: Annotated[Optional[str], typer.Argument(help="One query; or use --queries FILE")] = None,
     queries: Annotated[Optional[Path], typer.Option("--queries", help="Query file (JSONL _id/text or query_id/query, or TSV): writes a run")] = None,
-    mode: Annotated[Optional[str], typer.Option("--mode", help="dense | sparse | hybrid [config search.mode]")] = None,
-    k: Annotated[Optional[int], typer.Option("-k", help="Results per query [config search.k]")] = None,
+    mode: Annotated[Optional[str], typer.Option("--mode", help="dense | sparse | hybrid (config: search.mode)")] = None,
+    k: Annotated[Optional[int], typer.Option("-k", help="Results per query (config: search.k)")] = None,
     filter_: Annotated[Optional[str], typer.Option("--filter", help="FIELD=GLOB over chunk columns, e.g. doc_id='guides/*'")] = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet [default: the query file's stem + mode]")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet (default: the query file's stem-mode)")] = None,
     fmt: Annotated[str, typer.Option("--format", help="parquet | trec (for --queries)")] = "parquet",
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the run here instead of runs/NAME")] = None,
     project: ProjectOpt = None,
@@ -326,11 +326,11 @@ def _print_hits(query: str, mode: str, rows: list[dict]) -> None:
 def rerank(
     query: Annotated[Optional[str], typer.Argument(help="One query (retrieved from the index first); or use --run FILE")] = None,
     run: Annotated[Optional[Path], typer.Option("--run", help="A Parquet run to rerank (from `rag search --queries`)")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="Cross-encoder model folder [config model.reranker]")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="Cross-encoder model folder (config: model.reranker)")] = None,
     candidates: Annotated[int, typer.Option("--candidates", help="Top-N of the run to rescore")] = 100,
     top_n: Annotated[int, typer.Option("--top-n", "-k", help="Results kept per query")] = 10,
     mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode for a single QUERY")] = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet [default: <run>-rerank]")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet (default: RUN-rerank)")] = None,
     fmt: Annotated[str, typer.Option("--format", help="parquet | trec")] = "parquet",
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
@@ -385,11 +385,11 @@ def rerank(
 def ask(
     question: Annotated[Optional[str], typer.Argument(help="A question; or use --queries FILE")] = None,
     queries: Annotated[Optional[Path], typer.Option("--queries", help="Query file: writes answers/NAME.parquet")] = None,
-    k: Annotated[Optional[int], typer.Option("-k", help="Evidence chunks given to the generator [config ask.k]")] = None,
-    mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode [config search.mode]")] = None,
-    min_score: Annotated[Optional[float], typer.Option("--min-score", help="Refuse below this bi-encoder cosine of the best evidence [config ask.min_score]")] = None,
+    k: Annotated[Optional[int], typer.Option("-k", help="Evidence chunks given to the generator (config: ask.k)")] = None,
+    mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode (config: search.mode)")] = None,
+    min_score: Annotated[Optional[float], typer.Option("--min-score", help="Refuse below this bi-encoder cosine of the best evidence (config: ask.min_score)")] = None,
     filter_: Annotated[Optional[str], typer.Option("--filter", help="FIELD=GLOB over chunk columns")] = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="Answers name: answers/NAME.parquet [default: the query file's stem]")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Answers name: answers/NAME.parquet (default: the query file's stem)")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -459,9 +459,9 @@ def eval_(
     qrels: Annotated[Path, typer.Option("--qrels", help="Qrels: BEIR TSV (query-id corpus-id score) or TREC 4-column")],
     run: Annotated[Optional[Path], typer.Option("--run", help="A run (Parquet or TREC); or give --queries to search now")] = None,
     queries: Annotated[Optional[Path], typer.Option("--queries", help="Query file: search it first (with --mode, -k 100)")] = None,
-    mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode with --queries [config search.mode]")] = None,
+    mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode with --queries (config: search.mode)")] = None,
     ks: Annotated[str, typer.Option("--ks", help="Cutoffs, comma-separated")] = "1,5,10,20,100",
-    name: Annotated[Optional[str], typer.Option("--name", help="Report name: eval/NAME.json [default: the run's name]")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Report name: eval/NAME.json (default: the run's name)")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
