@@ -22,6 +22,8 @@ from rag_cli.index.sparse import analyze
 # Blocks: paragraphs, and lines that start a list item, heading or table row.
 _BLOCK = re.compile(r"\n\s*\n|\n(?=\s*(?:[-*+>#|]|\d+[.)]\s))")
 # A sentence ends at 。！？； or at . ! ? followed by white space or the end.
+# A line break next to a CJK character joins without a space.
+_CJK_BREAK = re.compile(r"(?<=[\u3400-\u9fff\u3000-\u303f\uff00-\uffef])\s*\n\s*|\s*\n\s*(?=[\u3400-\u9fff])")
 _END = re.compile(r"[。！？；.!?:：;]$")
 _SENTENCE = re.compile(r".*?(?:[。！？；]|[.!?](?=\s|$)|$)", re.S)
 
@@ -36,7 +38,7 @@ def split_sentences(text: str, min_chars: int = 8) -> list[str]:
     """
     out = []
     for block in _BLOCK.split(text):
-        block = " ".join(block.split()) if not re.search(r"[\u3400-\u9fff]", block) else block.replace("\n", "")
+        block = " ".join(_CJK_BREAK.sub("", block).split())
         for m in _SENTENCE.finditer(block):
             s = m.group(0).strip()
             if len(s) < min_chars or s.startswith(("```", "#", "|")):
