@@ -13,11 +13,11 @@ def test_language_and_refusal():
 
 
 def test_split_sentences_joins_hard_wrapped_lines_and_drops_headings():
-    text = "# Title\n\nThe first sentence is\nwrapped over two lines. A second one!\n\n- a list item that is long enough\n\n中文第一句\n在这里。中文第二句！"
+    text = "# Title\n\nThe first sentence is\nwrapped over two lines. A second one!\n\n- a list item that is long enough to be kept here\n\n中文第一句\n在这里。中文第二句！"
     assert split_sentences(text) == [
         "The first sentence is wrapped over two lines.",
         "A second one!",
-        "- a list item that is long enough",
+        "- a list item that is long enough to be kept here",
         "中文第一句在这里。",
         "中文第二句！",
     ]

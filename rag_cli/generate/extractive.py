@@ -28,7 +28,7 @@ _END = re.compile(r"[。！？；.!?:：;]$")
 _SENTENCE = re.compile(r".*?(?:[。！？；]|[.!?](?=\s|$)|$)", re.S)
 
 
-def split_sentences(text: str, min_chars: int = 8) -> list[str]:
+def split_sentences(text: str, min_chars: int = 5) -> list[str]:
     """Split `text` into sentences (str), dropping those under `min_chars` characters.
 
     A single line break inside a paragraph (hard-wrapped text) does not end a
