@@ -33,7 +33,9 @@ def validate(strategy: str, size, overlap, unit: str, tokenizer) -> None:
 def load_tokenizer(tokenizer):
     """A `tokenizers.Tokenizer` from a Tokenizer, or a path to `tokenizer.json`
     or to a model folder holding one. Truncation and padding are switched off
-    (on a copy, the caller's object is not changed). None stays None."""
+    (a Tokenizer object is copied, the caller's object is not changed; a path
+    gives the process-wide shared instance of `rag_cli.models.tokens`).
+    None stays None."""
     if tokenizer is None:
         return None
     from tokenizers import Tokenizer
@@ -44,7 +46,9 @@ def load_tokenizer(tokenizer):
             path = os.path.join(path, "tokenizer.json")
         if not os.path.isfile(path):
             raise BadInput(f"tokenizer {os.fspath(tokenizer)!r} not found; give a tokenizer.json or a model folder with one")
-        return _untruncated(Tokenizer.from_file(path))
+        from rag_cli.models.tokens import load_tokenizer as shared_tokenizer
+
+        return shared_tokenizer(path, None)
     return _untruncated(tokenizer)
 
 

@@ -55,16 +55,23 @@ class Tokenized:
 
 
 @functools.lru_cache(maxsize=8)
-def _read_tokenizer(path: str, _mtime_ns: int) -> str:
+def _shared_tokenizer(path: str, _mtime_ns: int) -> Tokenizer:
     try:
         tok = Tokenizer.from_file(path)
     except Exception as e:  # tokenizers raises plain Exception
         raise BadInput(f"{path}: not a Hugging Face tokenizers file ({e}); save it with tokenizer.save()") from None
-    return tok.to_str()
+    tok.no_padding()
+    return tok
 
 
 def load_tokenizer(path: str | os.PathLike, max_length: int | None = None, strategy: str = "longest_first") -> Tokenizer:
-    """A fresh `tokenizers.Tokenizer` from `tokenizer.json`, padding off.
+    """The process-wide `tokenizers.Tokenizer` of `tokenizer.json`, padding off,
+    truncation set as asked.
+
+    Loading a large tokenizer (e5's 250k pieces) takes seconds, so one instance
+    per file is shared: callers set truncation right before each encode (as
+    `TextTokenizer` does through this function) and never rely on settings
+    made earlier.
 
     Args:
         path: the tokenizer.json file.
@@ -76,12 +83,14 @@ def load_tokenizer(path: str | os.PathLike, max_length: int | None = None, strat
         BadInput: the file is not a tokenizers file.
     """
     p = Path(path).resolve()
-    tok = Tokenizer.from_str(_read_tokenizer(str(p), p.stat().st_mtime_ns))
-    tok.no_padding()
+    tok = _shared_tokenizer(str(p), p.stat().st_mtime_ns)
     if max_length is None:
-        tok.no_truncation()
+        if tok.truncation is not None:
+            tok.no_truncation()
     else:
-        tok.enable_truncation(max_length, strategy=strategy)
+        cur = tok.truncation
+        if cur is None or cur.get("max_length") != max_length or cur.get("strategy") != strategy:
+            tok.enable_truncation(max_length, strategy=strategy)
     return tok
 
 
@@ -108,10 +117,6 @@ class TextTokenizer:
     def __init__(self, tokenizer_path: str | os.PathLike, max_length: int):
         self.path = Path(tokenizer_path)
         self.max_length = int(max_length)
-        self._single: Tokenizer | None = None
-        self._pair: Tokenizer | None = None
-        self._pair_fallback: Tokenizer | None = None
-        self._counter: Tokenizer | None = None
 
     def count(self, texts: Sequence[str], prefix: str = "", add_special_tokens: bool = True) -> np.ndarray:
         """(n,) int64: tokens per `prefix + text`, without truncation.
@@ -119,12 +124,10 @@ class TextTokenizer:
         With `add_special_tokens` (default) the count is what the model would
         need, so `count(texts) > max_length` says which texts get cut.
         """
-        if self._counter is None:
-            self._counter = load_tokenizer(self.path, None)
         out = np.empty(len(texts), dtype=np.int64)
         pos = 0
         for part in _slices(list(texts)):
-            encs = self._counter.encode_batch([prefix + t for t in part], add_special_tokens=add_special_tokens)
+            encs = load_tokenizer(self.path, None).encode_batch([prefix + t for t in part], add_special_tokens=add_special_tokens)
             out[pos : pos + len(encs)] = [len(e.ids) for e in encs]
             pos += len(encs)
         return out
@@ -132,13 +135,11 @@ class TextTokenizer:
     def tokenize(self, texts: Sequence[str], prefix: str = "") -> Tokenized:
         """Token ids of `prefix + text` for each text, cut to max_length
         (flagged in `truncated`)."""
-        if self._single is None:
-            self._single = load_tokenizer(self.path, self.max_length)
         ids: list[np.ndarray] = []
         types: list[np.ndarray] = []
         cut: list[bool] = []
         for part in _slices(list(texts)):
-            i, t, c = _encoding_arrays(self._single.encode_batch([prefix + s for s in part]))
+            i, t, c = _encoding_arrays(load_tokenizer(self.path, self.max_length).encode_batch([prefix + s for s in part]))
             ids += i
             types += t
             cut += c
@@ -149,14 +150,12 @@ class TextTokenizer:
         for the passage. Only the passage is cut to fit max_length; if the
         query alone leaves no room, both are cut (longest first). Either way
         the pair is flagged in `truncated`."""
-        if self._pair is None:
-            self._pair = load_tokenizer(self.path, self.max_length, strategy="only_second")
         ids: list[np.ndarray] = []
         types: list[np.ndarray] = []
         cut: list[bool] = []
         for part in _slices([(q, p) for q, p in pairs]):
             try:
-                encs = self._pair.encode_batch(part)
+                encs = load_tokenizer(self.path, self.max_length, strategy="only_second").encode_batch(part)
             except Exception:  # "Sequence to truncate too short": a query too long
                 encs = [self._encode_pair(q, p) for q, p in part]
             i, t, c = _encoding_arrays(encs)
@@ -167,11 +166,9 @@ class TextTokenizer:
 
     def _encode_pair(self, query: str, passage: str):
         try:
-            return self._pair.encode(query, passage)
+            return load_tokenizer(self.path, self.max_length, strategy="only_second").encode(query, passage)
         except Exception:
-            if self._pair_fallback is None:
-                self._pair_fallback = load_tokenizer(self.path, self.max_length, strategy="longest_first")
-            return self._pair_fallback.encode(query, passage)
+            return load_tokenizer(self.path, self.max_length, strategy="longest_first").encode(query, passage)
 
 
 def count_tokens(model, texts: Sequence[str], prefix: str = "", add_special_tokens: bool = True) -> np.ndarray:
