@@ -360,7 +360,8 @@ def rerank(
         hits = search_one(s, query, {**cfg, "k": candidates}, None)
         rows = [RunRow("q", query, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits]
         texts = {h.chunk_id: s.text(h.row, "embed_text" if "embed_text" in s.chunks.column_names else "text") for h in hits}
-        out = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n)
+        out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n)
+        _report_truncated(n_cut, ce, quiet or json_out)
         shown = [{"rank": r.rank, "chunk_id": r.chunk_id, "doc_id": r.doc_id, "score": round(r.score, 6),
                   "stage": r.stage, "text": s.text(s.row_of(r.chunk_id))} for r in out]
         if json_out:
@@ -370,13 +371,20 @@ def rerank(
         return
     rows = read_run(run)
     texts = chunk_texts(p.require(p.chunks_path, "chunk"), {r.chunk_id for r in rows})
-    out = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, source=str(run))
+    out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, source=str(run))
+    _report_truncated(n_cut, ce, quiet or json_out)
     out_name = name or f"{Path(run).name.split('.')[0]}-rerank"
     path = write_run(p.run_path(out_name, fmt), out, fmt=fmt)
     if json_out:
         _emit_json({"run": str(path), "queries": len({r.query_id for r in out})})
     elif not quiet:
         _stderr().print(f"reranked run written: {path}", highlight=False)
+
+
+def _report_truncated(n: int, model, quiet: bool) -> None:
+    if n and not quiet:
+        _stderr().print(f"[yellow]{n} (query, passage) pair(s) were longer than the cross-encoder's max_length "
+                        f"({model.folder.max_length} tokens); their passages were cut[/]", highlight=False)
 
 
 # --------------------------------------------------------------------------- ask

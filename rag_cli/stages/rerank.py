@@ -25,12 +25,13 @@ def chunk_texts(chunks_path, chunk_ids: set[str]) -> dict[str, str]:
 
 
 def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top_in: int = 100,
-                top_out: int = 10, source: str = "the run") -> list[RunRow]:
+                top_out: int = 10, source: str = "the run") -> tuple[list[RunRow], int]:
     """Rerank each query's best `top_in` rows (by rank) and keep the best `top_out`.
 
     `texts` maps chunk_id -> text. Raises BadInput when a chunk of the run has
     no text (the run was made from another project), naming the chunk id.
     Ties in the cross-encoder score keep the earlier rank first.
+    Returns (rows, number of (query, passage) pairs cut to the model's max_length).
     """
     if top_in < 1 or top_out < 1:
         raise BadInput(f"--top-n/--candidates must be at least 1 (got {top_in}, {top_out})")
@@ -41,6 +42,7 @@ def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top
             order.append(r.query_id)
         by_query[r.query_id].append(r)
     out: list[RunRow] = []
+    n_truncated = 0
     for qid in order:
         cands = sorted(by_query[qid], key=lambda r: r.rank)[:top_in]
         query = cands[0].query
@@ -52,8 +54,9 @@ def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top
             raise BadInput(f"{source}: chunk {missing[0]!r} is not in chunks.parquet of this project; "
                            "rerank a run made from the same project (-p/--project)")
         scores = cross_encoder.score(query, [texts[r.chunk_id] for r in cands])
+        n_truncated += int(cross_encoder.n_truncated)
         idx = np.argsort(-np.asarray(scores), kind="stable")[:top_out]
         for rank, i in enumerate(idx, start=1):
             c = cands[i]
             out.append(RunRow(qid, query, rank, c.chunk_id, c.doc_id, float(scores[i]), "rerank"))
-    return out
+    return out, n_truncated
