@@ -1,0 +1,165 @@
+"""Bad input to the real `rag` CLI: exit code 2, a message on stderr that names
+the input at fault, nothing on stdout, and no new or changed file in the
+project folder (no leftover temporary files either).
+
+A project of the sample corpus is built once with the tiny bi-encoder of
+tests/tiny_models.py (fast); each test works on its own copy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rag_cli.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_DOCS = REPO / "sample_corpus" / "docs"
+SAMPLE_QUESTIONS = REPO / "sample_corpus" / "questions.jsonl"
+SAMPLE_QRELS = REPO / "sample_corpus" / "qrels.tsv"
+
+_runner = CliRunner()
+
+
+def rag(*args):
+    return _runner.invoke(app, [str(a) for a in args])
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]] | None:
+    """{relative path: (size, mtime_ns)} of every file and folder under `folder` (hidden ones too)."""
+    if not folder.exists():
+        return None
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            st = path.stat()
+            out[str(path.relative_to(folder))] = (st.st_size if path.is_file() else -1, st.st_mtime_ns)
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, tiny_bi_encoder) -> Path:
+    """A complete project (chunks, embeddings, index, one run) made with the tiny bi-encoder."""
+    p = tmp_path_factory.mktemp("errors") / "proj"
+    for args in (("chunk", SAMPLE_DOCS, "--model", tiny_bi_encoder), ("embed",), ("index",),
+                 ("search", "--queries", SAMPLE_QUESTIONS, "--name", "base", "-k", 20)):
+        res = rag(*args, "-p", p)
+        assert res.exit_code == 0, (args, res.stdout, res.stderr, res.exception)
+    return p
+
+
+@pytest.fixture
+def project(built, tmp_path) -> Path:
+    p = tmp_path / "proj"
+    shutil.copytree(built, p)
+    return p
+
+
+def assert_bad_input(args, folder: Path, *names: str):
+    """Run `rag ARGS`: exit 2, stderr names every one of `names`, stdout empty, `folder` untouched."""
+    before = snapshot(folder)
+    res = rag(*args)
+    after = snapshot(folder)
+    assert res.exit_code == 2, (res.exit_code, res.stdout, res.stderr, res.exception)
+    message = " ".join(res.stderr.split())
+    flat = "".join(res.stderr.split())  # rich wraps long lines, even inside a path (see test_message_keeps_paths_whole)
+    for name in names:
+        assert "".join(str(name).split()) in flat, f"{name!r} not in: {res.stderr}"
+    assert res.stdout == ""
+    assert after == before, "the project folder changed"
+    return message
+
+
+# ------------------------------------------------------------------ rag chunk
+def test_missing_source_file(project, tmp_path):
+    missing = tmp_path / "no-such-file.md"
+    assert_bad_input(["chunk", missing, "-p", project], project, missing)
+
+
+def test_empty_folder(project, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert_bad_input(["chunk", empty, "-p", project], project, empty)
+
+
+def test_overlap_not_smaller_than_size(project):
+    msg = assert_bad_input(["chunk", SAMPLE_DOCS, "--size", 64, "--overlap", 64, "-p", project], project,
+                           "--overlap 64", "--size 64")
+    assert "smaller" in msg
+
+
+def test_size_zero(project):
+    assert_bad_input(["chunk", SAMPLE_DOCS, "--size", 0, "-p", project], project, "--size 0")
+
+
+def test_unknown_strategy(project):
+    assert_bad_input(["chunk", SAMPLE_DOCS, "--strategy", "bogus", "-p", project], project,
+                     "--strategy", "bogus", "recursive")
+
+
+@pytest.mark.xfail(reason="rag chunk takes the project lock (creating DIR/ and DIR/.lock) before it "
+                          "validates flags and sources", strict=True)
+@pytest.mark.parametrize("bad", [["--size", "0"], ["--strategy", "bogus"], ["/no/such/file.md"]])
+def test_chunk_errors_in_a_new_project_create_nothing(tmp_path, bad):
+    p = tmp_path / "new"
+    args = ["chunk", *bad] if bad[0].startswith("/") else ["chunk", SAMPLE_DOCS, *bad]
+    assert_bad_input([*args, "-p", p], tmp_path, bad[-1])
+    assert not p.exists()
+
+
+# ------------------------------------------------------------------ rag search / eval
+def test_unknown_mode(project):
+    assert_bad_input(["search", "hnsw", "--mode", "bogus", "-p", project], project, "--mode", "bogus", "hybrid")
+
+
+def test_search_without_index(tmp_path):
+    p = tmp_path / "empty-project"
+    p.mkdir()
+    assert_bad_input(["search", "hnsw", "-p", p], p, p / "index", "rag index")
+    assert list(p.iterdir()) == []
+
+
+def test_eval_queries_without_index(tmp_path):
+    p = tmp_path / "empty-project"
+    p.mkdir()
+    assert_bad_input(["eval", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS, "-p", p], p,
+                     p / "index", "rag index")
+    assert list(p.iterdir()) == []
+
+
+def test_eval_missing_qrels(project, tmp_path):
+    missing = tmp_path / "missing-qrels.tsv"
+    assert_bad_input(["eval", "--run", project / "runs" / "base.parquet", "--qrels", missing, "-p", project],
+                     project, missing)
+
+
+def test_eval_malformed_qrels_line(project, tmp_path):
+    bad = tmp_path / "bad-qrels.tsv"
+    bad.write_text("query-id\tcorpus-id\tscore\nq1\tbm25.md\t1\nq2 chunking.md\n", encoding="utf-8")
+    msg = assert_bad_input(["eval", "--run", project / "runs" / "base.parquet", "--qrels", bad, "-p", project],
+                           project, bad)
+    assert "3" in msg.replace(str(bad), ""), f"the line number 3 is not named: {msg}"
+
+
+# ------------------------------------------------------------------ rag rerank / ask
+def test_rerank_without_model(project):
+    assert_bad_input(["rerank", "--run", project / "runs" / "base.parquet", "-p", project], project, "--model")
+
+
+def test_ask_k_zero(project):
+    assert_bad_input(["ask", "what is hnsw", "-k", 0, "-p", project], project, "-k 0")
+
+
+@pytest.mark.xfail(reason="error messages go through rich, which hard-wraps stderr at 80 columns when it is "
+                          "not a terminal, splitting long paths across lines", strict=True)
+def test_message_keeps_paths_whole(tmp_path):
+    p = tmp_path / ("a-project-folder-with-a-rather-long-name-" + "x" * 40)
+    p.mkdir()
+    res = rag("search", "hnsw", "-p", p)
+    assert res.exit_code == 2
+    assert str(p / "index") in res.stderr, res.stderr
