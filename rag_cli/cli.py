@@ -37,7 +37,7 @@ ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="onnxruntim
 def _stderr():
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=True, soft_wrap=True)  # messages never hard-wrapped (paths stay greppable)
 
 
 def _stdout():
@@ -145,8 +145,8 @@ def chunk(
     mcfg = p.load_config()["model"]
     if model or precision:
         mcfg.update({k: v for k, v in (("embedder", model), ("precision", precision)) if v})
+    summary = chunk_sources(p, sources, fmt=fmt, params=cfg, model_cfg=mcfg)  # locks only to write
     with p.lock():
-        summary = chunk_sources(p, sources, fmt=fmt, params=cfg, model_cfg=mcfg)
         p.config("chunk", cfg)
         if model or precision:
             _model_cfg(p, model, precision, None)

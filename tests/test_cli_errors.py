@@ -102,8 +102,6 @@ def test_unknown_strategy(project):
                      "--strategy", "bogus", "recursive")
 
 
-@pytest.mark.xfail(reason="rag chunk takes the project lock (creating DIR/ and DIR/.lock) before it "
-                          "validates flags and sources", strict=True)
 @pytest.mark.parametrize("bad", [["--size", "0"], ["--strategy", "bogus"], ["/no/such/file.md"]])
 def test_chunk_errors_in_a_new_project_create_nothing(tmp_path, bad):
     p = tmp_path / "new"
@@ -155,8 +153,6 @@ def test_ask_k_zero(project):
     assert_bad_input(["ask", "what is hnsw", "-k", 0, "-p", project], project, "-k 0")
 
 
-@pytest.mark.xfail(reason="error messages go through rich, which hard-wraps stderr at 80 columns when it is "
-                          "not a terminal, splitting long paths across lines", strict=True)
 def test_message_keeps_paths_whole(tmp_path):
     p = tmp_path / ("a-project-folder-with-a-rather-long-name-" + "x" * 40)
     p.mkdir()

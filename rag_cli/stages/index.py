@@ -9,6 +9,7 @@ files that may have changed since.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -65,6 +66,7 @@ def build_index(project: Project, params: dict, threads: int = 0) -> dict:
     final = project.index_dir
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".index.", dir=final.parent))
+    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0700; give the usual mode
     try:
         dense.save(tmp / "dense")
         sparse.save(tmp / "sparse")
@@ -86,6 +88,12 @@ def build_index(project: Project, params: dict, threads: int = 0) -> dict:
         seconds=round(seconds, 3),
     )
     return {"n_chunks": len(chunk_ids), "dim": meta["dim"], "seconds": seconds, "fingerprint": emb.fingerprint}
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _swap_dir(tmp: Path, final: Path) -> None:
