@@ -38,8 +38,6 @@ def load_tokenizer(tokenizer):
     None stays None."""
     if tokenizer is None:
         return None
-    from tokenizers import Tokenizer
-
     if isinstance(tokenizer, (str, os.PathLike)):
         path = os.fspath(tokenizer)
         if os.path.isdir(path):

@@ -8,18 +8,18 @@ LLM generator (an OpenAI-compatible server, a local GGUF) implements the same
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+from rag_cli.loaders.normalize import has_cjk
+
 
 REFUSAL = {"en": "Not found in the sources.", "zh": "资料中未提及。"}
 
 
 def language(text: str) -> str:
     """'zh' if `text` contains a CJK ideograph, else 'en'."""
-    return "zh" if _CJK.search(text) else "en"
+    return "zh" if has_cjk(text) else "en"
 
 
 def refusal(question: str) -> str:

@@ -18,12 +18,13 @@ import numpy as np
 
 from rag_cli.generate.base import Answer, Evidence, language
 from rag_cli.index.sparse import analyze
+from rag_cli.loaders.normalize import CJK
 
 # Blocks: paragraphs, and lines that start a list item, heading or table row.
 _BLOCK = re.compile(r"\n\s*\n|\n(?=\s*(?:[-*+>#|]|\d+[.)]\s))")
 # A sentence ends at 。！？； or at . ! ? followed by white space or the end.
-# A line break next to a CJK character joins without a space.
-_CJK_BREAK = re.compile(r"(?<=[\u3400-\u9fff\u3000-\u303f\uff00-\uffef])\s*\n\s*|\s*\n\s*(?=[\u3400-\u9fff])")
+# A line break next to a CJK character (or CJK punctuation) joins without a space.
+_CJK_BREAK = re.compile(rf"(?<=[{CJK}\u3000-\u303f\uff00-\uffef])\s*\n\s*|\s*\n\s*(?=[{CJK}])")
 _END = re.compile(r"[。！？；.!?:：;]$")
 _SENTENCE = re.compile(r".*?(?:[。！？；]|[.!?](?=\s|$)|$)", re.S)
 

@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from rag_cli.errors import BadInput
+from rag_cli.loaders.normalize import CJK
 
-_CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff"
-_SPLIT = re.compile(rf"([{_CJK}]+)")
-_IS_CJK = re.compile(rf"[{_CJK}]")
+_SPLIT = re.compile(rf"([{CJK}]+)")
+_IS_CJK = re.compile(rf"[{CJK}]")
 _WORD = re.compile(r"(?u)\b\w\w+\b")
 
 

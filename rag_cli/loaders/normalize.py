@@ -7,9 +7,20 @@ sides get the same treatment.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
-__all__ = ["normalize_text"]
+__all__ = ["normalize_text", "CJK", "has_cjk"]
+
+#: Character-class body of CJK ideographs (Unified, Extension A, compatibility,
+#: Extensions B+), for building regexes: `re.compile(f"[{CJK}]")`.
+CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff"
+_HAS_CJK = re.compile(f"[{CJK}]")
+
+
+def has_cjk(text: str) -> bool:
+    """True if `text` contains a CJK ideograph (Chinese, also kanji/hanja)."""
+    return _HAS_CJK.search(text) is not None
 
 
 def normalize_text(s: str) -> str:

@@ -9,16 +9,12 @@ files that may have changed since.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rag_cli import atomic
 from rag_cli.errors import BadInput
 from rag_cli.index.dense import DenseIndex
 from rag_cli.index.sparse import SparseIndex
@@ -63,19 +59,11 @@ def build_index(project: Project, params: dict, threads: int = 0) -> dict:
         "dense": dense.params,
         "sparse": sparse.params,
     }
-    final = project.index_dir
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".index.", dir=final.parent))
-    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0700; give the usual mode
-    try:
+    with atomic.atomic_dir(project.index_dir) as tmp:
         dense.save(tmp / "dense")
         sparse.save(tmp / "sparse")
         pq.write_table(chunks, tmp / "chunks.parquet", compression="zstd")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
-        _swap_dir(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     seconds = time.perf_counter() - t0
     project.record(
         "index",
@@ -88,21 +76,3 @@ def build_index(project: Project, params: dict, threads: int = 0) -> dict:
         seconds=round(seconds, 3),
     )
     return {"n_chunks": len(chunk_ids), "dim": meta["dim"], "seconds": seconds, "fingerprint": emb.fingerprint}
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _swap_dir(tmp: Path, final: Path) -> None:
-    """Put the finished folder `tmp` at `final`, replacing what was there."""
-    old = None
-    if final.exists():
-        old = final.with_name(f".{final.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        final.rename(old)
-    tmp.rename(final)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
