@@ -95,13 +95,13 @@ def _folder_ref(folder: Path, value: str, precision: str) -> ModelRef:
 
 def _default_ready(folder: Path) -> bool:
     """True if ``folder`` is a complete conversion from the installed source."""
-    from .e5_convert import ONNX_FP32, ONNX_INT8, SOURCE
+    from .e5_convert import CONVERSION, ONNX_FP32, ONNX_INT8, SOURCE
 
     try:
         meta = json.loads((folder / "rag_model.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return meta.get("source") == SOURCE and all(
+    return meta.get("source") == SOURCE and meta.get("conversion") == CONVERSION and all(
         (folder / f).is_file() for f in (ONNX_FP32, ONNX_INT8, "tokenizer.json", "config.json")
     )
 
