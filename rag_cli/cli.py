@@ -46,6 +46,13 @@ def _stdout():
     return Console(soft_wrap=True)
 
 
+def _error(message: str) -> None:
+    """`error: MESSAGE` on stderr; the message is printed verbatim (no rich markup)."""
+    from rich.text import Text
+
+    _stderr().print(Text.assemble(("error:", "bold red"), " ", message))
+
+
 def handle_errors(fn):
     """Turn RagError into a message on stderr and its exit code (1 or 2)."""
 
@@ -54,7 +61,7 @@ def handle_errors(fn):
         try:
             return fn(*args, **kwargs)
         except RagError as exc:
-            _stderr().print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+            _error(str(exc))
             raise typer.Exit(exc.exit_code)
         except KeyboardInterrupt:
             _stderr().print("interrupted; the previous files are intact")
@@ -64,8 +71,7 @@ def handle_errors(fn):
         except Exception as exc:  # a bug or an environment problem: say so, exit 1
             if os.environ.get("RAG_DEBUG"):
                 raise
-            _stderr().print(f"[bold red]error:[/] {type(exc).__name__}: {exc} (set RAG_DEBUG=1 for the traceback)",
-                            highlight=False, markup=True)
+            _error(f"{type(exc).__name__}: {exc} (set RAG_DEBUG=1 for the traceback)")
             raise typer.Exit(1)
 
     return wrapper
@@ -180,6 +186,8 @@ def embed(
     quiet: QuietOpt = False,
 ):
     """Embed chunks.parquet with an ONNX bi-encoder: embeddings.parquet (only new or changed chunks)."""
+    from rich.markup import escape
+
     from rag_cli.project import Project
     from rag_cli.stages.embed import embed_chunks
     from rag_cli.stages.models import load_embedder
@@ -194,6 +202,9 @@ def embed(
         _emit_json(summary)
     elif not quiet:
         err = _stderr()
+        if summary["rebuilt_unreadable"]:
+            err.print(f"[yellow]the old embeddings could not be read and were rebuilt: "
+                      f"{escape(summary['rebuilt_unreadable'])}[/]", highlight=False)
         err.print(
             f"{summary['n_embedded']} chunks embedded, {summary['n_reused']} reused, in {summary['seconds']:.1f}s "
             f"with {encoder.folder.name} ({summary['fingerprint']}) -> {p.embeddings_path}",
@@ -396,6 +407,7 @@ def ask(
     k: Annotated[Optional[int], typer.Option("-k", help="Evidence chunks given to the generator (config: ask.k)")] = None,
     mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode (config: search.mode)")] = None,
     min_score: Annotated[Optional[float], typer.Option("--min-score", help="Refuse below this bi-encoder cosine of the best evidence (config: ask.min_score)")] = None,
+    min_coverage: Annotated[Optional[float], typer.Option("--min-coverage", help="Refuse below this idf-weighted share of question terms in the evidence, unless the cosine reaches ask.strong_score (config: ask.min_coverage)")] = None,
     filter_: Annotated[Optional[str], typer.Option("--filter", help="FIELD=GLOB over chunk columns")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Answers name: answers/NAME.parquet (default: the query file's stem)")] = None,
     project: ProjectOpt = None,
@@ -414,12 +426,13 @@ def ask(
         from rag_cli.stages.models import load_embedder
 
         s.embedder = load_embedder(p.load_config()["model"])
-    acfg = p.config("ask", {"k": k, "min_score": min_score}, save=False)
+    acfg = p.config("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage}, save=False)
     if acfg["k"] < 1:
         raise BadInput(f"-k {acfg['k']}: must be at least 1")
-    gen = load_generator(acfg, s.embedder)
+    gen = load_generator(acfg, s.embedder, s.sparse)
     if question is not None:
-        res = ask_one(s, gen, question, k=acfg["k"], mode=scfg["mode"], min_score=acfg["min_score"], mask=mask)
+        res = ask_one(s, gen, question, k=acfg["k"], mode=scfg["mode"], min_score=acfg["min_score"],
+                      min_coverage=acfg["min_coverage"], strong_score=acfg["strong_score"], mask=mask)
         if json_out:
             _emit_json(_answer_json(res))
         else:
@@ -439,6 +452,8 @@ def _answer_json(res) -> dict:
         "refused": res.answer.refused,
         "citations": res.answer.citations,
         "best_score": round(res.best_score, 6),
+        "coverage": round(res.coverage, 6),
+        "reason": res.reason,
         "generator": res.answer.generator,
         "latency_ms": round(res.latency_ms, 1),
         "evidence": [{"n": e.number, "chunk_id": e.chunk_id, "doc_id": e.doc_id, "score": round(e.score, 6),
@@ -457,7 +472,7 @@ def _print_answer(res) -> None:
             if e.chunk_id in cited:
                 out.print(f"  [{e.number}] {e.chunk_id}  (cosine {e.score:.3f})", highlight=False, markup=False)
     elif res.answer.refused:
-        out.print(f"(best evidence cosine {res.best_score:.3f} is below the threshold)", highlight=False)
+        out.print(f"({res.reason})", highlight=False)
 
 
 # --------------------------------------------------------------------------- eval
@@ -469,7 +484,7 @@ def eval_(
     queries: Annotated[Optional[Path], typer.Option("--queries", help="Query file: search it first (with --mode, -k 100)")] = None,
     mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode with --queries (config: search.mode)")] = None,
     ks: Annotated[str, typer.Option("--ks", help="Cutoffs, comma-separated")] = "1,5,10,20,100",
-    name: Annotated[Optional[str], typer.Option("--name", help="Report name: eval/NAME.json (default: the run's name)")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Report name: eval/NAME.json (default: RUN-QRELS, the two files' stems)")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -515,8 +530,13 @@ def _print_report(report: dict, path: Path, quiet: bool) -> None:
     for n in names:
         table.add_row(labels[n], *(f"{means[f'{n}@{kk}']:.4f}" if f"{n}@{kk}" in means else "" for kk in ks))
     _stdout().print(table)
-    if not quiet:
-        _stderr().print(f"written: {path}", highlight=False)
+    if quiet:
+        return
+    missing = report.get("n_queries_missing_from_run", 0)
+    if missing:
+        _stderr().print(f"[yellow]{missing} of {report['n_queries']} qrels queries are not in the run and score 0 "
+                        "(is it the run and qrels of the same query set?)[/]", highlight=False)
+    _stderr().print(f"written: {path}", highlight=False)
 
 
 def main() -> None:

@@ -61,9 +61,13 @@ DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
     "ask": {
         "k": 5,
         "generator": "extractive",
-        # Refuse when the best evidence's bi-encoder cosine is below this.
-        # Cosines are per model (e5 sits in about 0.7-1.0), so this is too.
+        # Refuse when the best evidence's bi-encoder cosine is below min_score,
+        # or when the evidence holds less than min_coverage of the question's
+        # idf-weighted terms and the cosine is below strong_score. Cosines are
+        # per model (e5 sits in about 0.7-1.0), so these are too.
         "min_score": 0.82,
+        "min_coverage": 0.3,
+        "strong_score": 0.9,
         "max_sentences": 3,
     },
 }
@@ -164,6 +168,13 @@ class Project:
                     raise BadInput(
                         f"{self.config_path}: unknown key {key!r} in [{section}]; "
                         f"known: {', '.join(config[section])}"
+                    )
+                default = DEFAULT_CONFIG[section][key]
+                want = (int, float) if isinstance(default, float) else type(default)
+                if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, want):
+                    raise BadInput(
+                        f"{self.config_path}: [{section}] {key} = {value!r} should be a "
+                        f"{type(default).__name__} like {default!r}"
                     )
                 config[section][key] = value
         return config

@@ -4,9 +4,9 @@ anything the sources do not say.
 
 Sentences are scored by the bi-encoder's cosine between the question (as a
 query) and each sentence (as a passage), plus `lexical_weight` times the
-share of the question's BM25 terms (stemmed words, jieba words) that the
-sentence contains; the best `max_sentences` whose score is within `margin`
-of the best one are kept, best first.
+idf-weighted share of the question's BM25 terms (stemmed words, jieba words)
+that the sentence contains; the best `max_sentences` whose score is within
+`margin` of the best one are kept, best first.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from collections.abc import Callable
 import numpy as np
 
 from rag_cli.generate.base import Answer, Evidence, language
-from rag_cli.index.sparse import analyze
 from rag_cli.loaders.normalize import CJK
 
 # Blocks: paragraphs, and lines that start a list item, heading or table row.
@@ -34,15 +33,15 @@ def split_sentences(text: str, min_chars: int = 5) -> list[str]:
 
     A single line break inside a paragraph (hard-wrapped text) does not end a
     sentence; a blank line, a list item, a heading or a table row does.
-    Headings, table rows, code fences and short lines without final
-    punctuation are not sentences and are dropped.
+    Headings, table rows, code fences, lead-ins ending in a colon and short
+    lines without final punctuation are not sentences and are dropped.
     """
     out = []
     for block in _BLOCK.split(text):
         block = " ".join(_CJK_BREAK.sub("", block).split())
         for m in _SENTENCE.finditer(block):
             s = m.group(0).strip()
-            if len(s) < min_chars or s.startswith(("```", "#", "|")):
+            if len(s) < min_chars or s.startswith(("```", "#", "|")) or s.endswith((":", "：")):
                 continue
             if len(s) < 40 and not _END.search(s):  # a bare heading or label
                 continue
@@ -56,6 +55,8 @@ class ExtractiveGenerator:
     Args:
         encode_query: str -> (d,) float32 unit vector.
         encode_passages: list[str] -> (n, d) float32 unit vectors.
+        coverage: (question, [sentence]) -> idf-weighted share of the question's
+            terms in the sentence, in [0, 1] (`SparseIndex.coverage`).
         max_sentences: how many sentences at most.
         margin: keep sentences whose score >= best - margin.
         lexical_weight: weight of the share of question terms in a sentence.
@@ -65,9 +66,11 @@ class ExtractiveGenerator:
 
     def __init__(self, encode_query: Callable[[str], np.ndarray],
                  encode_passages: Callable[[list[str]], np.ndarray],
-                 max_sentences: int = 3, margin: float = 0.03, lexical_weight: float = 0.1):
+                 coverage: Callable[[str, list[str]], float],
+                 max_sentences: int = 3, margin: float = 0.03, lexical_weight: float = 0.15):
         self.encode_query = encode_query
         self.encode_passages = encode_passages
+        self.coverage = coverage
         self.max_sentences = max_sentences
         self.margin = margin
         self.lexical_weight = lexical_weight
@@ -84,10 +87,8 @@ class ExtractiveGenerator:
             return Answer(text="", citations=[], refused=True, generator=self.name)
         q = self.encode_query(question)
         cos = self.encode_passages([s for s, _ in candidates]) @ q
-        q_terms = set(analyze(question))
-        if q_terms:
-            cos = cos + self.lexical_weight * np.array(
-                [len(q_terms & set(analyze(s))) / len(q_terms) for s, _ in candidates], dtype=np.float32)
+        cos = cos + self.lexical_weight * np.array(
+            [self.coverage(question, [s]) for s, _ in candidates], dtype=np.float32)
         order = np.argsort(-cos, kind="stable")
         best = float(cos[order[0]])
         chosen = [i for i in order[: self.max_sentences] if cos[i] >= best - self.margin]

@@ -107,6 +107,40 @@ class SparseIndex:
         params = json.loads((folder / "rag_sparse.json").read_text(encoding="utf-8"))
         return cls(retriever, params)
 
+    def idf(self, terms) -> dict[str, float]:
+        """Lucene idf of each analyzed term: ln(1 + (N - df + 0.5) / (df + 0.5)).
+
+        df is the number of indexed chunks containing the term (0 for a term
+        the index has never seen, which gets the highest idf).
+        """
+        r = self.retriever
+        n = int(r.scores["num_docs"])
+        indptr = r.scores["indptr"]
+        out = {}
+        for t in terms:
+            tid = r.vocab_dict.get(t)
+            df = int(indptr[tid + 1] - indptr[tid]) if tid is not None and t else 0
+            out[t] = float(np.log(1.0 + (n - df + 0.5) / (df + 0.5)))
+        return out
+
+    def coverage(self, query: str, texts: list[str]) -> float:
+        """Share of the query's idf mass whose terms occur in `texts`, in [0, 1].
+
+        ``sum(idf(t) for t in Q & T) / sum(idf(t) for t in Q)`` over the sets of
+        analyzed terms of the query (Q) and of the texts (T); 0.0 when the query
+        has no terms. Rare words weigh most, so a question whose rare words are
+        nowhere in the evidence scores low even if "what", "的" or "是" match.
+        """
+        q = set(analyze(query))
+        if not q:
+            return 0.0
+        found = set()
+        for text in texts:
+            found.update(analyze(text))
+        idf = self.idf(q)
+        total = sum(idf.values())
+        return sum(v for t, v in idf.items() if t in found) / total if total > 0 else 0.0
+
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every indexed chunk for `query`: (n,) float32."""
         terms = analyze(query)

@@ -105,6 +105,20 @@ def _expand(source: str) -> list[tuple[str, str]]:
     raise BadInput(f"source {source!r} does not exist; give existing files, folders or globs")
 
 
+def _beir_corpus_of(folder: str) -> str:
+    """The corpus file of a BEIR dataset folder (`corpus.jsonl` or `corpus.jsonl.gz`).
+
+    Only the corpus is read: the queries and qrels beside it are not documents.
+    Raises BadInput when the folder has neither.
+    """
+    for name in ("corpus.jsonl", "corpus.jsonl.gz"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return path
+    raise BadInput(f"--format beir: folder {folder!r} has no corpus.jsonl or corpus.jsonl.gz; "
+                   "give the BEIR dataset folder or its corpus file")
+
+
 def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
     """Load documents from `sources` (files, folders searched recursively, or
     globs such as `docs/**/*.md`).
@@ -113,7 +127,8 @@ def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
     `.txt`/`.text`/`.rst` text, `.html`/`.htm` HTML); a file source named
     `*.jsonl`/`*.jsonl.gz` is read as a BEIR corpus; other files are skipped
     with a reason. `fmt="markdown"|"text"|"html"` forces one reader for every
-    file; `fmt="beir"` reads each source file as a BEIR corpus.
+    file; `fmt="beir"` reads each source file as a BEIR corpus, and a folder
+    source as its `corpus.jsonl(.gz)` only (not its queries or qrels).
 
     Returns a `LoadResult`: documents in source order (files sorted within a
     folder), and skipped files with reasons (unknown format, binary, not
@@ -127,6 +142,8 @@ def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
         raise BadInput(f"--format {fmt!r} is not known; use one of: {', '.join(FORMATS)}")
     if not sources:
         raise BadInput("no sources given; give files, folders or globs to load")
+    if fmt == "beir":
+        sources = [_beir_corpus_of(s) if os.path.isdir(s) else s for s in sources]
     docs: list[Document] = []
     skipped: list[Skipped] = []
     seen_files: dict[str, str] = {}

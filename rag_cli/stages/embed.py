@@ -66,7 +66,8 @@ def embed_chunks(project: Project, encoder, progress=None) -> dict:
     """Embed every chunk of `chunks.parquet` that has no vector yet for this model.
 
     `encoder` is a `rag_cli.models.encoder.BiEncoder`. `progress(done, total)`
-    is called as batches finish. Returns a summary (n_chunks, n_embedded,
+    is called as batches finish. An unreadable old `embeddings.parquet` is
+    rebuilt (its error is in the summary's `rebuilt_unreadable`). Returns a summary (n_chunks, n_embedded,
     n_reused, n_truncated, seconds, fingerprint).
     """
     t0 = time.perf_counter()
@@ -79,9 +80,13 @@ def embed_chunks(project: Project, encoder, progress=None) -> dict:
     fingerprint = folder.fingerprint
 
     cached: dict[str, np.ndarray] = {}
+    unreadable = None
     if project.embeddings_path.exists():
-        old = read_embeddings(project.embeddings_path)
-        if old.fingerprint == fingerprint:
+        try:
+            old = read_embeddings(project.embeddings_path)
+        except BadInput as exc:  # a damaged file is rebuilt, not a dead end
+            unreadable, old = str(exc), None
+        if old is not None and old.fingerprint == fingerprint:
             cached = {s: old.vectors[i] for i, s in enumerate(old.text_sha256) if s}
     todo = [i for i, s in enumerate(shas) if s not in cached]
     dim = encoder.dim
@@ -98,7 +103,7 @@ def embed_chunks(project: Project, encoder, progress=None) -> dict:
     atomic.write_parquet(project.embeddings_path, embeddings_table(emb))
     seconds = time.perf_counter() - t0
     summary = {"n_chunks": len(ids), "n_embedded": len(todo), "n_reused": len(ids) - len(todo),
-               "n_truncated": n_truncated, "max_length": folder.max_length,
+               "n_truncated": n_truncated, "max_length": folder.max_length, "rebuilt_unreadable": unreadable,
                "seconds": seconds, "fingerprint": fingerprint}
     project.record("embed", params={"model": folder.name, "onnx": str(folder.onnx_path), "max_length": folder.max_length},
                    inputs={"chunks.parquet": sha256_file(project.chunks_path)},

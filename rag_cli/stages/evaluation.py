@@ -16,13 +16,14 @@ def evaluate(project: Project, run_path: Path, qrels_path: Path, ks: list[int], 
     """Evaluate the run at `run_path` against `qrels_path` at cutoffs `ks`.
 
     Document level by the best-ranked chunk per document (MaxP) unless the
-    qrels judge chunk ids. Returns (report, path of eval/NAME.json).
+    qrels judge chunk ids. Returns (report, path of eval/NAME.json); NAME
+    defaults to RUN-QRELS (the stems of the two files).
     Raises BadInput for a missing or malformed run or qrels file.
     """
     qrels = read_qrels(qrels_path)
     rows = read_run(run_path)
     report = evaluate_rows(rows, qrels, ks)
     report = {"run": str(run_path), "qrels": str(qrels_path), **report}
-    path = project.eval_path(name or Path(run_path).name.split(".")[0])
+    path = project.eval_path(name or f"{Path(run_path).name.split('.')[0]}-{Path(qrels_path).name.split('.')[0]}")
     atomic.write_json(path, report)
     return report, path

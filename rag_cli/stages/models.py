@@ -27,8 +27,11 @@ def load_cross_encoder(name_or_dir: str, threads: int = 0):
     return CrossEncoder(folder, threads=threads or None)
 
 
-def load_generator(ask_cfg: dict, embedder):
-    """The `[ask]` config's generator. Only `extractive` exists so far."""
+def load_generator(ask_cfg: dict, embedder, sparse):
+    """The `[ask]` config's generator. Only `extractive` exists so far.
+
+    `embedder` is the index's `BiEncoder`, `sparse` its `SparseIndex`.
+    """
     from rag_cli.generate.extractive import ExtractiveGenerator
 
     if ask_cfg["generator"] != "extractive":
@@ -36,5 +39,6 @@ def load_generator(ask_cfg: dict, embedder):
     return ExtractiveGenerator(
         lambda q: embedder.encode_queries([q])[0],
         lambda ps: embedder.encode_passages(ps),
+        sparse.coverage,
         max_sentences=ask_cfg["max_sentences"],
     )

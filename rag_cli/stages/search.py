@@ -62,14 +62,19 @@ class Searcher:
         fingerprint differs from the one the index was built with."""
         cls.require(project)
         folder = project.index_dir
-        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        try:
+            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+            chunks = pq.read_table(folder / "chunks.parquet")
+            dense, sparse = DenseIndex.load(folder / "dense"), SparseIndex.load(folder / "sparse")
+        except Exception as exc:  # hnswlib, bm25s, json and arrow each raise their own
+            raise BadInput(f"{folder} cannot be read ({type(exc).__name__}: {exc}); "
+                           "rebuild it with `rag index`") from exc
         if embedder is not None and embedder.folder.fingerprint != meta["model_fingerprint"]:
             raise BadInput(
                 f"the index in {folder} was built with model {meta['model_fingerprint']} but the "
                 f"embedder is {embedder.folder.fingerprint}; use the same --model, or rerun `rag embed` and `rag index`"
             )
-        chunks = pq.read_table(folder / "chunks.parquet")
-        s = cls(folder, meta, chunks, DenseIndex.load(folder / "dense"), SparseIndex.load(folder / "sparse"), embedder)
+        s = cls(folder, meta, chunks, dense, sparse, embedder)
         s._chunk_ids = chunks.column("chunk_id").to_pylist()
         s._doc_ids = chunks.column("doc_id").to_pylist()
         return s
@@ -139,11 +144,25 @@ class Searcher:
         return self._row_of.get(chunk_id)
 
 
+def check_query(query: str) -> str:
+    """`query`, or BadInput if it is empty or not valid Unicode (e.g. Latin-1 bytes in a UTF-8 shell)."""
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput(f"the query {query!r} is not valid UTF-8 text; check the terminal's encoding") from None
+    if not query.strip():
+        raise BadInput("the query is empty; give some words to search for")
+    return query
+
+
 def search_one(searcher: Searcher, query: str, cfg: dict, mask=None) -> list[Hit]:
-    """One query with the `[search]` config `cfg` (mode, k, candidates, rrf_k)."""
+    """One query with the `[search]` config `cfg` (mode, k, candidates, rrf_k).
+
+    Raises BadInput for an empty query or one that is not valid Unicode.
+    """
     from rag_cli.loaders.normalize import normalize_text
 
-    return searcher.search([normalize_text(query)], mode=cfg["mode"], k=cfg["k"], candidates=cfg["candidates"],
+    return searcher.search([normalize_text(check_query(query))], mode=cfg["mode"], k=cfg["k"], candidates=cfg["candidates"],
                            rrf_k=cfg["rrf_k"], mask=mask)[0]
 
 
