@@ -33,9 +33,15 @@ def _fake_encoders(vocab):
     return (lambda q: vec(q)), (lambda ps: np.stack([vec(p) for p in ps]))
 
 
+def _word_share(question, texts):
+    q = set(question.lower().strip("?").split())
+    t = set(" ".join(texts).lower().split())
+    return len(q & t) / len(q) if q else 0.0
+
+
 def test_extractive_cites_the_best_sentences_with_their_evidence_number():
     eq, ep = _fake_encoders(["hnsw", "ef", "query", "bm25", "stemming"])
-    gen = ExtractiveGenerator(eq, ep, max_sentences=2, margin=0.5)
+    gen = ExtractiveGenerator(eq, ep, _word_share, max_sentences=2, margin=0.5)
     evidence = [
         Evidence(1, "bm25.md#0", "bm25.md", "BM25 uses stemming of words. It is lexical.", 0.9),
         Evidence(2, "hnsw.txt#3", "hnsw.txt", "The ef parameter sets the HNSW query beam. Unrelated words here.", 0.88),
@@ -49,5 +55,5 @@ def test_extractive_cites_the_best_sentences_with_their_evidence_number():
 
 def test_extractive_with_no_sentences_refuses():
     eq, ep = _fake_encoders(["a"])
-    answer = ExtractiveGenerator(eq, ep).generate("q?", [Evidence(1, "d#0", "d", "# only a heading", 0.9)])
+    answer = ExtractiveGenerator(eq, ep, _word_share).generate("q?", [Evidence(1, "d#0", "d", "# only a heading", 0.9)])
     assert answer.refused and answer.citations == []
