@@ -159,3 +159,47 @@ def test_message_keeps_paths_whole(tmp_path):
     res = rag("search", "hnsw", "-p", p)
     assert res.exit_code == 2
     assert str(p / "index") in res.stderr, res.stderr
+
+
+# ------------------------------------------------------------------ damaged files, odd queries
+@pytest.mark.parametrize("damaged", ["index/meta.json", "index/dense/hnsw.bin", "index/chunks.parquet"])
+def test_damaged_index_file_says_rebuild(project, damaged):
+    (project / damaged).write_bytes(b"garbage")
+    message = assert_bad_input(["search", "hnsw", "-p", project], project, "index", "rag index")
+    assert "cannot be read" in message
+
+
+def test_bad_config_value_names_the_key(project):
+    cfg = project / "rag.toml"
+    cfg.write_text(cfg.read_text().replace('mode = "hybrid"', 'mode = 3'))
+    assert_bad_input(["search", "hnsw", "-p", project], project, "rag.toml", "[search] mode", "str")
+
+
+@pytest.mark.parametrize("query", ["", "   "])
+def test_empty_query(project, query):
+    assert_bad_input(["search", query, "-p", project], project, "query is empty")
+    assert_bad_input(["ask", query, "-p", project], project, "query is empty")
+
+
+def test_damaged_embeddings_are_rebuilt(project):
+    (project / "embeddings.parquet").write_bytes(b"garbage")
+    res = rag("embed", "--json", "-p", project)
+    assert res.exit_code == 0, res.stderr
+    import json
+
+    summary = json.loads(res.stdout)
+    assert summary["n_reused"] == 0 and summary["n_embedded"] == summary["n_chunks"] > 0
+    assert "cannot be read as Parquet" in summary["rebuilt_unreadable"]
+
+
+def test_beir_folder_reads_only_its_corpus(tmp_path, tiny_bi_encoder):
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / "corpus.jsonl").write_text('{"_id": "d1", "title": "T", "text": "alpha beta"}\n')
+    (folder / "queries.jsonl").write_text('{"_id": "q1", "text": "alpha?"}\n')
+    res = rag("chunk", folder, "--format", "beir", "--unit", "chars", "--size", 100, "--overlap", 10,
+              "--model", tiny_bi_encoder, "--json", "-p", tmp_path / "p")
+    assert res.exit_code == 0, res.stderr
+    import json
+
+    assert json.loads(res.stdout)["n_docs"] == 1

@@ -91,3 +91,16 @@ def test_dense_index_returns_cosines_and_respects_k_and_mask(tmp_path):
     again = DenseIndex.load(tmp_path / "dense")
     [(rows2, cos2)] = again.search(x[7:8], 5)
     assert rows2.tolist() == idx.search(x[7:8], 5)[0][0].tolist()
+
+
+def test_idf_and_coverage():
+    idx = SparseIndex.build(["apple banana", "apple cherry", "banana durian"])
+    idf = idx.idf(["appl", "durian", "zebra"])
+    assert idf["appl"] == pytest.approx(np.log(1 + (3 - 2 + 0.5) / (2 + 0.5)))
+    assert idf["durian"] == pytest.approx(np.log(1 + (3 - 1 + 0.5) / (1 + 0.5)))
+    assert idf["zebra"] == pytest.approx(np.log(1 + (3 + 0.5) / 0.5))  # unseen: df = 0
+    # "apples" (stem appl) is found, "zebras" is not: coverage is the idf share found
+    cov = idx.coverage("apples and zebras", ["an apple a day"])
+    assert cov == pytest.approx(idf["appl"] / (idf["appl"] + idf["zebra"]))
+    assert idx.coverage("the of", ["anything"]) == 0.0
+    assert idx.coverage("apple", []) == 0.0
