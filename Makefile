@@ -28,8 +28,8 @@ demo: install
 	$(RAG) embed -p $(DEMO)
 	$(RAG) index -p $(DEMO)
 	$(RAG) search "How does reciprocal rank fusion combine rankings?" -k 3 -p $(DEMO)
-	$(RAG) ask "What does the ef parameter of HNSW control?" -p $(DEMO)
-	$(RAG) ask "中文检索为什么需要分词？" -p $(DEMO)
+	$(RAG) ask "What does the b parameter control in BM25, and what is its usual default?" -p $(DEMO)
+	$(RAG) ask "为什么中文文本在 BM25 检索之前需要分词？" -p $(DEMO)
 	$(RAG) ask "What is the boiling point of mercury?" -p $(DEMO)
 
 test: dev

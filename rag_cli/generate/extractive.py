@@ -60,6 +60,10 @@ class ExtractiveGenerator:
         max_sentences: how many sentences at most.
         margin: keep sentences whose score >= best - margin.
         lexical_weight: weight of the share of question terms in a sentence.
+        context: the cosine of a sentence is taken over it and the `context`
+            sentences that follow it (a sentence alone is often too short for
+            its meaning: "ef is the size of the candidate list ... It is the
+            main knob for ..."); only the sentence itself is quoted.
     """
 
     name = "extractive"
@@ -67,26 +71,30 @@ class ExtractiveGenerator:
     def __init__(self, encode_query: Callable[[str], np.ndarray],
                  encode_passages: Callable[[list[str]], np.ndarray],
                  coverage: Callable[[str, list[str]], float],
-                 max_sentences: int = 3, margin: float = 0.03, lexical_weight: float = 0.15):
+                 max_sentences: int = 3, margin: float = 0.03, lexical_weight: float = 0.15, context: int = 1):
         self.encode_query = encode_query
         self.encode_passages = encode_passages
         self.coverage = coverage
         self.max_sentences = max_sentences
         self.margin = margin
         self.lexical_weight = lexical_weight
+        self.context = context
 
     def generate(self, question: str, evidence: list[Evidence]) -> Answer:
         candidates: list[tuple[str, Evidence]] = []
+        windows: list[str] = []
         seen: set[str] = set()
         for ev in evidence:
-            for s in split_sentences(ev.text):
+            sentences = split_sentences(ev.text)
+            for i, s in enumerate(sentences):
                 if s not in seen:
                     seen.add(s)
                     candidates.append((s, ev))
+                    windows.append(" ".join(sentences[i:i + 1 + self.context]))
         if not candidates:
             return Answer(text="", citations=[], refused=True, generator=self.name)
         q = self.encode_query(question)
-        cos = self.encode_passages([s for s, _ in candidates]) @ q
+        cos = self.encode_passages(windows) @ q
         cos = cos + self.lexical_weight * np.array(
             [self.coverage(question, [s]) for s, _ in candidates], dtype=np.float32)
         order = np.argsort(-cos, kind="stable")
