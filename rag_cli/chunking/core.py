@@ -26,6 +26,12 @@ def _chunks_for(doc, count: SpanCounter, tok_count: SpanCounter | None, strategy
         spans = [(a, b, []) for a, b in fixed_spans(text, count, size, overlap)]
     elif strategy == "markdown" or (strategy == "recursive" and fmt in HEADING_AWARE_FORMATS):
         spans = markdown_spans(text, count, size, overlap)
+    elif doc.metadata.get("body_start") and doc.title:
+        # A BEIR record: the title is context for every chunk, like a heading.
+        # Only the body is split, with the title's share of the size left for it.
+        start = doc.metadata["body_start"]
+        body_size = max(size - count(0, start), size // 2, overlap + 1)
+        spans = [(a, b, [doc.title]) for a, b in recursive_spans(text, start, len(text), count, body_size, overlap)]
     else:
         spans = [(a, b, []) for a, b in recursive_spans(text, 0, len(text), count, size, overlap)]
     out = []
@@ -57,6 +63,12 @@ def chunk_documents(docs, *, strategy: str = "recursive", size: int = 256, overl
 
     Chunks larger than `size` occur only for a single unbreakable unit; they
     have `oversized=True` (see `chunk_stats`).
+
+    A BEIR record with a title (`metadata["body_start"]`) is chunked like a
+    section under a heading with `recursive`: only the body is split, each
+    chunk's `title_path` is `[title]` (so `embed_text` starts with the title),
+    and the body gets `size` minus the title's units, so that `embed_text`
+    stays within `size` (a title alone is never a chunk).
 
     Raises `BadInput` naming `--strategy`, `--unit`, `--size` or `--overlap`
     for invalid parameters (and for `unit="tokens"` without a tokenizer).
