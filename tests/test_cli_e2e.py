@@ -262,7 +262,7 @@ def test_scifact_eval_matches_pytrec_eval(scifact, mode):
     report = rag_json("eval", "--run", scifact.runs[mode], "--qrels", scifact.data.qrels, "-p", scifact.project)
     m = report["metrics"]
     assert report["n_queries"] == N_SCIFACT_QUERIES
-    assert (scifact.project / "eval" / f"sf-{mode}.json").exists()
+    assert (scifact.project / "eval" / f"sf-{mode}-qrels.json").exists()  # RUN-QRELS
 
     run = maxp(read_run(scifact.runs[mode]))
     qrels = scifact.data.qrels_dict

