@@ -111,19 +111,22 @@ def init(
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
 ):
-    """Write rag.toml with the default config (every key is also a flag)."""
+    """Write rag.toml with the default config (every key is also a flag).
+
+    An existing rag.toml is kept as it is (and checked).
+    """
     from rag_cli.project import Project
 
     p = Project.open(directory or project)
-    if p.config_path.exists():
-        cfg = p.load_config()
-    else:
-        cfg = p.load_config()
+    existed = p.config_path.exists()
+    cfg = p.load_config()
+    if not existed:
         p.save_config(cfg)
     if json_out:
-        _emit_json({"project": str(p.root), "config": cfg})
+        _emit_json({"project": str(p.root), "config": cfg, "created": not existed})
     else:
-        _stdout().print(f"project {p.root}: {p.config_path} ready", highlight=False)
+        state = "kept (already there)" if existed else "written with the defaults"
+        _stdout().print(f"{p.config_path}: {state}", highlight=False)
 
 
 # --------------------------------------------------------------------------- chunk
