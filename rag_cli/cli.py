@@ -352,7 +352,7 @@ def rerank(
 ):
     """Rescore the top-N of a search with an ONNX cross-encoder (raw logits, higher is better)."""
     from rag_cli.errors import BadInput
-    from rag_cli.project import Project
+    from rag_cli.project import Project, file_stem
     from rag_cli.runs import read_run, write_run
     from rag_cli.stages.models import load_cross_encoder
     from rag_cli.stages.rerank import chunk_texts, rerank_rows
@@ -387,7 +387,7 @@ def rerank(
     texts = chunk_texts(p.require(p.chunks_path, "chunk"), {r.chunk_id for r in rows})
     out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, source=str(run))
     _report_truncated(n_cut, ce, quiet or json_out)
-    out_name = name or f"{Path(run).name.split('.')[0]}-rerank"
+    out_name = name or f"{file_stem(run)}-rerank"
     path = write_run(p.run_path(out_name, fmt), out, fmt=fmt)
     if json_out:
         _emit_json({"run": str(path), "queries": len({r.query_id for r in out})})

@@ -78,6 +78,11 @@ def project_dir(option: str | os.PathLike | None = None) -> Path:
     return Path(option or os.environ.get("RAG_PROJECT") or DEFAULT_PROJECT)
 
 
+def file_stem(path: str | os.PathLike) -> str:
+    """A file's name up to its first dot (`queries.jsonl.gz` -> `queries`), for default output names."""
+    return Path(path).name.split(".")[0]
+
+
 def sha256_file(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
     """Hex sha256 of a file's bytes, read in 1 MiB pieces."""
     h = hashlib.sha256()

@@ -96,13 +96,12 @@ def answer_queries(project, searcher: Searcher, generator, queries_path, cfg: di
 
     Returns (path, n answers, n refused).
     """
-    from pathlib import Path
-
     import pyarrow as pa
 
     from rag_cli import atomic
     from rag_cli.evaluate.datasets import read_queries
     from rag_cli.loaders.normalize import normalize_text
+    from rag_cli.project import file_stem
 
     rows = []
     for qid, text in read_queries(queries_path):
@@ -116,7 +115,7 @@ def answer_queries(project, searcher: Searcher, generator, queries_path, cfg: di
                         ("citations", pa.list_(pa.string())), ("contexts", pa.list_(pa.string())),
                         ("refused", pa.bool_()), ("generator", pa.string()), ("latency_ms", pa.float64()),
                         ("best_score", pa.float64()), ("coverage", pa.float64())])
-    path = project.answers_path(name or Path(queries_path).name.split(".")[0])
+    path = project.answers_path(name or file_stem(queries_path))
     atomic.write_parquet(path, pa.Table.from_pylist(rows, schema=schema))
     project.record(f"ask:{path.name}", params=dict(cfg, mode=mode), inputs={"queries": str(queries_path)},
                    outputs=[str(path)], rows=len(rows))

@@ -7,7 +7,7 @@ from pathlib import Path
 from rag_cli import atomic
 from rag_cli.evaluate.datasets import read_qrels
 from rag_cli.evaluate.report import evaluate_rows
-from rag_cli.project import Project
+from rag_cli.project import Project, file_stem
 from rag_cli.runs import read_run
 
 
@@ -24,6 +24,6 @@ def evaluate(project: Project, run_path: Path, qrels_path: Path, ks: list[int], 
     rows = read_run(run_path)
     report = evaluate_rows(rows, qrels, ks)
     report = {"run": str(run_path), "qrels": str(qrels_path), **report}
-    path = project.eval_path(name or f"{Path(run_path).name.split('.')[0]}-{Path(qrels_path).name.split('.')[0]}")
+    path = project.eval_path(name or f"{file_stem(run_path)}-{file_stem(qrels_path)}")
     atomic.write_json(path, report)
     return report, path

@@ -18,7 +18,7 @@ from rag_cli.errors import BadInput
 from rag_cli.index.dense import DenseIndex
 from rag_cli.index.fusion import rrf
 from rag_cli.index.sparse import SparseIndex
-from rag_cli.project import Project
+from rag_cli.project import Project, file_stem
 
 MODES = ("dense", "sparse", "hybrid")
 
@@ -189,8 +189,7 @@ def run_queries(project: Project, searcher: Searcher, queries_path: Path, cfg: d
                                   candidates=cfg["candidates"], rrf_k=cfg["rrf_k"], mask=mask)
         for (qid, text), hits in zip(part, results):
             rows.extend(RunRow(qid, text, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits)
-    stem = Path(queries_path).name.split(".")[0]
-    path = output or project.run_path(name or f"{stem}-{cfg['mode']}", fmt)
+    path = output or project.run_path(name or f"{file_stem(queries_path)}-{cfg['mode']}", fmt)
     write_run(path, rows, fmt=fmt)
     project.record(f"search:{Path(path).name}", params=dict(cfg), inputs={"queries": str(queries_path)},
                    outputs=[str(path)], rows=len(rows), model_fingerprint=searcher.meta["model_fingerprint"])
