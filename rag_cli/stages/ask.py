@@ -44,10 +44,12 @@ def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=N
                  candidates: int = 100, rrf_k: int = 60) -> tuple[list[Evidence], float]:
     """Top-`k` chunks as numbered evidence, each scored by its bi-encoder cosine
     with the question; returns (evidence, best cosine) (-1.0 when nothing was found)."""
-    hits = searcher.search([question], mode=mode, k=k, candidates=candidates, rrf_k=rrf_k, mask=mask)[0]
+    qv = searcher.embedder.encode_queries([question])  # once, for retrieval and the cosines
+    hits = searcher.search([question], mode=mode, k=k, candidates=candidates, rrf_k=rrf_k, mask=mask,
+                           query_vectors=qv)[0]
     if not hits:
         return [], -1.0
-    q = searcher.embedder.encode_queries([question])[0]
+    q = qv[0]
     vecs = np.asarray(searcher.dense.index.get_items([h.row for h in hits]), dtype=np.float32)
     vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     cos = vecs @ (q / max(np.linalg.norm(q), 1e-12))

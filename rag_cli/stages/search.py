@@ -98,9 +98,12 @@ class Searcher:
         return np.fromiter((fnmatch.fnmatchcase(str(v), pattern.strip()) for v in values), dtype=bool, count=len(values))
 
     def search(self, queries: list[str], *, mode: str = "hybrid", k: int = 10, candidates: int = 100,
-               rrf_k: int = 60, mask: np.ndarray | None = None) -> list[list[Hit]]:
+               rrf_k: int = 60, mask: np.ndarray | None = None,
+               query_vectors: np.ndarray | None = None) -> list[list[Hit]]:
         """Rank chunks for each query; returns per query up to `k` hits, best first.
 
+        `query_vectors` ((q, d) float32) are the queries' bi-encoder vectors
+        when the caller has them already; otherwise they are computed here.
         Raises BadInput for an unknown `mode` or k < 1.
         """
         if mode not in MODES:
@@ -112,7 +115,7 @@ class Searcher:
         if mode in ("dense", "hybrid"):
             if self.embedder is None:
                 raise BadInput("dense search needs the embedder the index was built with")
-            qv = self.embedder.encode_queries(queries)
+            qv = self.embedder.encode_queries(queries) if query_vectors is None else query_vectors
             dense_res = self.dense.search(qv, depth, mask=mask)
         out = []
         for qi, query in enumerate(queries):
