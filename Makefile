@@ -36,7 +36,7 @@ test: dev
 	$(BIN)/python -m pytest -q
 
 bench: install
-	$(BIN)/python bench/scifact.py
+	$(BIN)/python bench/pipeline.py scifact
 
 clean:
 	rm -rf $(DEMO) .pytest_cache
