@@ -181,6 +181,15 @@ def test_pdf_without_info_title_uses_stem_and_lists_pages_without_text(tmp_path)
     assert meta["n_pages"] == 2 and meta["page_starts"] == [0, 0] and meta["pages_without_text"] == [1]
 
 
+def test_pdf_one_column_ruled_box_is_text_not_a_table(tmp_path):
+    path = tmp_path / "box.pdf"
+    box = Table([["Boxed note one."], ["Boxed note two."]])
+    box.setStyle(TableStyle([("GRID", (0, 0), (-1, -1), 0.5, colors.black)]))  # pdfplumber finds a 1-column table
+    SimpleDocTemplate(str(path), invariant=1).build([Paragraph("Before the box.", getSampleStyleSheet()["Normal"]), box])
+    _title, text, _meta = read_pdf(path.read_bytes(), "box")
+    assert text == "Before the box.\nBoxed note one.\nBoxed note two."
+
+
 def test_pdf_chinese_cid_font_is_normalised(tmp_path):
     # No CJK TTF is installed here (fc-list :lang=zh is empty); reportlab's
     # built-in Adobe CID font STSong-Light (not embedded, UniGB-UCS2-H) needs none,
@@ -263,6 +272,18 @@ def test_docx_title_fallbacks_and_outline_level_headings(tmp_path):
     assert title == "第一章 检索"  # no core title, no Title paragraph: the first heading
     assert text == "# 第一章 检索\n\n向量检索,然后回答。"
     assert "title" not in meta
+
+
+def test_docx_vertically_merged_cell_written_once():
+    d = docx.Document()
+    t = d.add_table(rows=3, cols=2)
+    for i, row in enumerate([["k", "v"], ["a", "1"], ["b", "2"]]):
+        for j, v in enumerate(row):
+            t.cell(i, j).text = v
+    t.cell(1, 1).merge(t.cell(2, 1))
+    buf = io.BytesIO()
+    d.save(buf)
+    assert read_docx(buf.getvalue(), "s")[1] == "| k | v |\n| --- | --- |\n| a | 1 2 |\n| b |  |"
 
 
 def test_corrupt_docx_is_skipped_with_reason(tmp_path):

@@ -7,8 +7,8 @@ words left to right within a line; no column detection):
   strategy: tables drawn with ruling lines) become GitHub-flavoured Markdown
   tables (first row = header) placed where the table's top edge is. The
   characters inside a table's box are removed from the running text, so table
-  text appears once. A one-column "table" (usually a framed box) is kept as
-  plain lines instead.
+  text appears once. A one-column "table" (usually a framed box) is not a
+  table: its text stays running text.
 - The other characters become lines (`page.extract_text_lines()`, default
   tolerances); consecutive lines join with `\\n`, and text and tables are
   separated by a blank line.
@@ -72,16 +72,14 @@ def _page_text(page) -> str:
     bboxes = []
     for table in page.find_tables():
         rows = table.extract()
-        width = max((len(r) for r in rows), default=0)
+        if max((len(r) for r in rows), default=0) < 2:
+            continue  # one column: a framed box, not a table; its text stays running text
+        md = markdown_table(rows)
         bboxes.append(table.bbox)
-        if width >= 2:
-            md = markdown_table(rows)
-        else:  # a framed box, not a table: its lines as text
-            md = "\n".join(_WS.sub(" ", c).strip() for r in rows for c in r if c and c.strip())
         if md:
             items.append((table.bbox[1], 1, md))
     text_page = page.filter(_outside(bboxes)) if bboxes else page
-    for line in text_page.extract_text_lines():
+    for line in text_page.extract_text_lines(return_chars=False):
         if line["text"].strip():
             items.append((line["top"], 0, line["text"].rstrip()))
     items.sort(key=lambda it: it[0])  # stable: equal tops keep lines before tables
