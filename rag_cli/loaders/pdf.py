@@ -36,18 +36,9 @@ from .decode import DecodeFailed
 from .mdtable import markdown_table
 from .normalize import normalize_text
 
-__all__ = ["read_pdf", "pdf_available"]
+__all__ = ["read_pdf"]
 
 _WS = re.compile(r"\s+")
-
-
-def pdf_available() -> bool:
-    """True when pdfplumber can be imported."""
-    try:
-        import pdfplumber  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _info_str(info: dict, key: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import importlib.util
 import os
 from pathlib import Path, PurePosixPath
 
@@ -14,8 +15,8 @@ from .document import Document, LoadResult, Skipped
 from .html import html_available, parse_html
 from .markdown import parse_markdown
 from .normalize import normalize_text
-from .pdf import pdf_available, read_pdf
-from .word import docx_available, read_docx
+from .pdf import read_pdf
+from .word import read_docx
 
 __all__ = ["load_sources", "load_file", "FORMATS", "EXTENSIONS"]
 
@@ -30,10 +31,10 @@ EXTENSIONS = {
     ".pdf": "pdf", ".docx": "docx",
 }
 
-#: Readers of binary formats: `fmt` → (reader(raw, stem) -> (title, text, metadata), available(), package).
+#: Readers of binary formats: `fmt` → (reader(raw, stem) -> (title, text, metadata), module, package).
 _BINARY_READERS = {
-    "pdf": (read_pdf, pdf_available, "pdfplumber"),
-    "docx": (read_docx, docx_available, "python-docx"),
+    "pdf": (read_pdf, "pdfplumber", "pdfplumber"),
+    "docx": (read_docx, "docx", "python-docx"),
 }
 
 _GLOB_CHARS = set("*?[")
@@ -59,8 +60,8 @@ def load_file(path: str, doc_id: str, fmt: str) -> Document | Skipped:
     stem = Path(path).stem
     meta: dict = {}
     if fmt in _BINARY_READERS:
-        reader, available, package = _BINARY_READERS[fmt]
-        if not available():
+        reader, module, package = _BINARY_READERS[fmt]
+        if importlib.util.find_spec(module) is None:
             return Skipped(path, f"{fmt.upper()} needs {package} (pip install {package})")
         if not raw:
             return Skipped(path, "empty file (0 bytes)")

@@ -30,19 +30,10 @@ from .markdown import iter_headings
 from .mdtable import markdown_table
 from .normalize import normalize_text
 
-__all__ = ["read_docx", "docx_available", "heading_level"]
+__all__ = ["read_docx", "heading_level"]
 
 _HEADING_STYLE = re.compile(r"^heading\s*(\d+)$", re.IGNORECASE)
 _WS = re.compile(r"\s+")
-
-
-def docx_available() -> bool:
-    """True when python-docx can be imported."""
-    try:
-        import docx  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _outline_level(pPr) -> int | None:
