@@ -134,7 +134,7 @@ def init(
 @handle_errors
 def chunk(
     sources: Annotated[list[str], typer.Argument(help="Files, folders (recursive) or globs; or a BEIR corpus.jsonl(.gz) with --format beir")],
-    fmt: Annotated[str, typer.Option("--format", help="auto | beir")] = "auto",
+    fmt: Annotated[str, typer.Option("--format", help="auto (by extension) | markdown | text | html | pdf | docx | beir")] = "auto",
     strategy: Annotated[Optional[str], typer.Option("--strategy", help="recursive | fixed | markdown (config: chunk.strategy)")] = None,
     size: Annotated[Optional[int], typer.Option("--size", help="Chunk size in --unit (config: chunk.size)")] = None,
     overlap: Annotated[Optional[int], typer.Option("--overlap", help="Overlap in --unit, < size (config: chunk.overlap)")] = None,

@@ -12,10 +12,11 @@ from .units import SpanCounter, char_counter, load_tokenizer, token_counters, va
 
 __all__ = ["chunk_document", "chunk_documents", "ChunkStats", "chunk_stats", "HEADING_AWARE_FORMATS"]
 
-#: Document formats whose text has Markdown headings (HTML is converted to
-#: Markdown-style headings by its loader). `recursive` on these behaves as
-#: `markdown`.
-HEADING_AWARE_FORMATS = ("markdown", "html")
+#: Document formats whose text has Markdown headings (the HTML and DOCX
+#: loaders write their headings as `#` lines). `recursive` on these behaves as
+#: `markdown`. PDF is not among them: its loader emits no headings, and a PDF
+#: line starting with `#` is text.
+HEADING_AWARE_FORMATS = ("markdown", "html", "docx")
 
 
 def _chunks_for(doc, count: SpanCounter, tok_count: SpanCounter | None, strategy: str, size: int,
@@ -50,7 +51,7 @@ def chunk_documents(docs, *, strategy: str = "recursive", size: int = 256, overl
     """Chunk every document of `docs` (a list of `Document`); return all chunks,
     documents in the given order, chunks in document order.
 
-    - `strategy`: `recursive` (default; on Markdown/HTML documents it is
+    - `strategy`: `recursive` (default; on Markdown/HTML/DOCX documents it is
       heading-aware, i.e. the same as `markdown`), `fixed` or `markdown`.
     - `size`, `overlap`: in `unit` — `tokens` (of `tokenizer`, the embedder's;
       no special tokens) or `chars` (characters of the normalised text).

@@ -16,7 +16,9 @@ _BOMS = (
 
 
 class DecodeFailed(Exception):
-    """The bytes are binary or in no encoding we could detect."""
+    """The bytes cannot be turned into text: binary or in no encoding we could
+    detect, or (raised by the PDF/DOCX readers) a corrupt, encrypted or
+    text-less PDF/DOCX. The message is the reason a file is skipped."""
 
 
 def decode_bytes(raw: bytes) -> tuple[str, str]:

@@ -21,13 +21,16 @@ class Document:
     - `mtime`: modification time of the file, float seconds since the epoch.
     - `n_chars`: `len(text)`, in characters of the normalised text.
     - `title`: front-matter `title`, first `#` heading, HTML `<title>`/`<h1>`,
+      PDF info `Title`, DOCX core `title`/`Title` paragraph/first heading,
       BEIR title, else the file stem.
     - `text`: the normalised text (see `normalize_text`); all chunk offsets are
       offsets into this string.
     - `metadata`: Markdown front matter (`key: value`), BEIR `metadata`, and
-      for BEIR `body_start` (where the record's `text` starts in `text`).
-    - `fmt`: the reader used: `markdown`, `text`, `html` or `beir`.
-    - `encoding`: the encoding the bytes were decoded with.
+      for BEIR `body_start` (where the record's `text` starts in `text`);
+      PDF `n_pages`, `page_starts`, `title`, `author`; DOCX `title`, `author`.
+    - `fmt`: the reader used: `markdown`, `text`, `html`, `pdf`, `docx` or `beir`.
+    - `encoding`: the encoding the bytes were decoded with (`pdf`/`docx` for
+      those containers, whose text is not decoded from a byte encoding).
     """
 
     doc_id: str

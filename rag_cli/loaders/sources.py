@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import importlib.util
 import os
 from pathlib import Path, PurePosixPath
 
@@ -14,17 +15,26 @@ from .document import Document, LoadResult, Skipped
 from .html import html_available, parse_html
 from .markdown import parse_markdown
 from .normalize import normalize_text
+from .pdf import read_pdf
+from .word import read_docx
 
 __all__ = ["load_sources", "load_file", "FORMATS", "EXTENSIONS"]
 
 #: `fmt` values accepted by `load_sources`.
-FORMATS = ("auto", "markdown", "text", "html", "beir")
+FORMATS = ("auto", "markdown", "text", "html", "pdf", "docx", "beir")
 
 #: File extension → reader, used when `fmt="auto"`.
 EXTENSIONS = {
     ".md": "markdown", ".markdown": "markdown",
     ".txt": "text", ".text": "text", ".rst": "text",
     ".html": "html", ".htm": "html",
+    ".pdf": "pdf", ".docx": "docx",
+}
+
+#: Readers of binary formats: `fmt` → (reader(raw, stem) -> (title, text, metadata), module, package).
+_BINARY_READERS = {
+    "pdf": (read_pdf, "pdfplumber", "pdfplumber"),
+    "docx": (read_docx, "docx", "python-docx"),
 }
 
 _GLOB_CHARS = set("*?[")
@@ -37,30 +47,43 @@ def _fmt_of(path: str, fmt: str) -> str | None:
 
 
 def load_file(path: str, doc_id: str, fmt: str) -> Document | Skipped:
-    """Load one file with reader `fmt` (`markdown`, `text` or `html`).
+    """Load one file with reader `fmt` (`markdown`, `text`, `html`, `pdf` or `docx`).
 
-    Returns a `Skipped` (never raises) for binary, undecodable or empty files.
+    Returns a `Skipped` (never raises) for binary, undecodable or empty text
+    files, and for corrupt, encrypted or text-less PDF/DOCX files.
     """
     try:
         raw = Path(path).read_bytes()
         mtime = os.stat(path).st_mtime
     except OSError as exc:
         return Skipped(path, f"cannot be read ({exc.strerror or exc})")
-    try:
-        text, encoding = decode_bytes(raw)
-    except DecodeFailed as exc:
-        return Skipped(path, str(exc))
-    text = normalize_text(text)
     stem = Path(path).stem
     meta: dict = {}
-    if fmt == "markdown":
-        title, text, meta = parse_markdown(text, stem)
-    elif fmt == "html":
-        if not html_available():
-            return Skipped(path, "HTML needs beautifulsoup4 (pip install beautifulsoup4)")
-        title, text = parse_html(text, stem)
+    if fmt in _BINARY_READERS:
+        reader, module, package = _BINARY_READERS[fmt]
+        if importlib.util.find_spec(module) is None:
+            return Skipped(path, f"{fmt.upper()} needs {package} (pip install {package})")
+        if not raw:
+            return Skipped(path, "empty file (0 bytes)")
+        try:
+            title, text, meta = reader(raw, stem)  # text already normalised by the reader
+        except DecodeFailed as exc:
+            return Skipped(path, str(exc))
+        encoding = fmt  # no text encoding: the bytes are a PDF/DOCX container
     else:
-        title = stem
+        try:
+            text, encoding = decode_bytes(raw)
+        except DecodeFailed as exc:
+            return Skipped(path, str(exc))
+        text = normalize_text(text)
+        if fmt == "markdown":
+            title, text, meta = parse_markdown(text, stem)
+        elif fmt == "html":
+            if not html_available():
+                return Skipped(path, "HTML needs beautifulsoup4 (pip install beautifulsoup4)")
+            title, text = parse_html(text, stem)
+        else:
+            title = stem
     if not text.strip():
         return Skipped(path, "no text (empty or whitespace only)")
     return Document(
@@ -125,14 +148,16 @@ def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
 
     `fmt="auto"` picks the reader by extension (`.md`/`.markdown` Markdown,
     `.txt`/`.text`/`.rst` text, `.html`/`.htm` HTML); a file source named
-    `*.jsonl`/`*.jsonl.gz` is read as a BEIR corpus; other files are skipped
-    with a reason. `fmt="markdown"|"text"|"html"` forces one reader for every
+    `*.jsonl`/`*.jsonl.gz` is read as a BEIR corpus; `.pdf` PDF, `.docx`
+    Word; other files are skipped with a reason.
+    `fmt="markdown"|"text"|"html"|"pdf"|"docx"` forces one reader for every
     file; `fmt="beir"` reads each source file as a BEIR corpus, and a folder
     source as its `corpus.jsonl(.gz)` only (not its queries or qrels).
 
     Returns a `LoadResult`: documents in source order (files sorted within a
     folder), and skipped files with reasons (unknown format, binary, not
-    decodable, empty, the same file reached twice).
+    decodable, empty, corrupt/encrypted/image-only PDF, corrupt DOCX, the
+    same file reached twice).
 
     Raises `BadInput` when `fmt` is unknown (flag `--format`), a source does
     not exist or a glob matches nothing, two files get the same `doc_id`, a
@@ -191,5 +216,5 @@ def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
     if not docs:
         detail = f" ({len(skipped)} file(s) skipped, e.g. {skipped[0].path}: {skipped[0].reason})" if skipped else ""
         raise BadInput(f"no documents found in {', '.join(map(repr, sources))}{detail}; "
-                       "give Markdown, text or HTML files, or a BEIR corpus with --format beir")
+                       "give Markdown, text, HTML, PDF or DOCX files, or a BEIR corpus with --format beir")
     return LoadResult(docs, skipped)
