@@ -180,8 +180,9 @@ def _kind_source(folder: ModelFolder, outputs: list[dict]) -> tuple[str, str, st
         source = "default (embedder)"
     warning = None
     if by_graph and by_graph != folder.kind:
-        warning = (f"the graph's outputs ({', '.join(sorted(names))}) look like a {by_graph}, but {source} "
-                   f"makes it a {folder.kind}; set \"kind\" in {rag_path}")
+        an = {"embedder": "an embedder", "cross-encoder": "a cross-encoder"}
+        warning = (f"the graph's outputs ({', '.join(sorted(names))}) look like {an[by_graph]}, but {source} "
+                   f"makes it {an[folder.kind]}; set \"kind\" in {rag_path}")
     elif by_graph and source.startswith("default"):
         source = "graph outputs"
     return folder.kind, source, warning
