@@ -458,3 +458,16 @@ def test_default_model_info_verify_list(default_model):
     (d,) = rag_json("models", "list")["defaults"]
     assert (d["converted"], d["installed"], d["precisions"], d["path"]) == (True, True, ["int8", "fp32"],
                                                                             str(default_model))
+
+
+def test_pulled_cross_encoder_is_a_reranker_name(tiny_cross_encoder, tmp_path, monkeypatch):
+    from rag_cli.stages.models import load_cross_encoder
+
+    monkeypatch.setenv("RAG_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(BadInput, match="Org/ce"):
+        load_cross_encoder("Org/ce")
+    shutil.copytree(tiny_cross_encoder, tmp_path / "cache" / "models" / "Org--ce")
+    ce = load_cross_encoder("Org/ce")
+    assert ce.folder.path == tmp_path / "cache" / "models" / "Org--ce"
+    q, p = "what is the capital of france ?", "paris is the capital city of france ."
+    assert ce.score(q, [p])[0] == pytest.approx(tiny_score(tiny_cross_encoder, q, p), abs=1e-5)
