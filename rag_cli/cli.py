@@ -672,7 +672,7 @@ def models_pull(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ):
-    """Download an ONNX export (graphs, tokenizer, config) from the Hugging Face Hub (needs rag-cli[hub], online)."""
+    """Download an ONNX export (graphs, tokenizer, config) from the Hugging Face Hub (needs huggingface_hub, the hub extra; online)."""
     from rag_cli.models.manage import pull_model
 
     res = pull_model(hf_id, revision, out)

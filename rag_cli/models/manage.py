@@ -24,7 +24,7 @@ import numpy as np
 from rag_cli import atomic
 from rag_cli.errors import BadInput, WorkFailed
 from rag_cli.models import defaults
-from rag_cli.models.folder import RAG_MODEL_FILE, ModelFolder
+from rag_cli.models.folder import RAG_MODEL_FILE, ModelFolder, _external_data_files
 
 QUANTIZED_NAME = "model_quantized.onnx"
 #: onnxruntime ops that only an integer-quantised graph has.
@@ -61,8 +61,7 @@ PULL_PATTERNS = (
 # ------------------------------------------------------------------ helpers
 def _onnx_companions(onnx_path: Path) -> list[Path]:
     """The graph file plus its external-data files, if any."""
-    names = (onnx_path.name + "_data", onnx_path.name + ".data", onnx_path.stem + ".onnx_data")
-    return [onnx_path] + sorted({onnx_path.with_name(n) for n in names if onnx_path.with_name(n).is_file()})
+    return [onnx_path, *_external_data_files(onnx_path)]
 
 
 def _tree_bytes(path: Path) -> int:
