@@ -542,6 +542,147 @@ def _print_report(report: dict, path: Path, quiet: bool) -> None:
     _stderr().print(f"written: {path}", highlight=False)
 
 
+# --------------------------------------------------------------------------- models
+models_app = typer.Typer(
+    name="models",
+    help="List, describe, check, quantise and fetch ONNX model folders.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(models_app, name="models")
+NameArg = Annotated[str, typer.Argument(help="A model folder, a default name, or a Hugging Face id fetched by `rag models pull`")]
+
+
+def _size(n: int) -> str:
+    """Bytes as `12.3 MB` (or `4.5 kB` below 1 MB); decimal units."""
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
+@models_app.command("list")
+@handle_errors
+def models_list(project: ProjectOpt = None, json_out: JsonOpt = False):
+    """The default models, the cache folder and its size, pulled models, and the project's models."""
+    from rag_cli.models.manage import list_models
+    from rag_cli.project import project_dir
+
+    res = list_models(project_dir(project))
+    if json_out:
+        return _emit_json(res)
+    out = _stdout()
+    c = res["cache"]
+    out.print(f"cache: {c['path']} ({_size(c['bytes'])})", highlight=False, markup=False)
+    out.print("defaults:", highlight=False)
+    for d in res["defaults"]:
+        state = "converted" if d["converted"] else ("not converted yet" if d["installed"] else "packages missing")
+        out.print(f"  {d['name']}  {d['kind']}  {state}  [{', '.join(d['precisions']) or '-'}]  {d['path']}",
+                  highlight=False, markup=False)
+    if res["cached"]:
+        out.print("pulled:", highlight=False)
+        for m in res["cached"]:
+            out.print(f"  {m['name']}  [{', '.join(m['precisions']) or '-'}]  {_size(m['bytes'])}  {m['path']}",
+                      highlight=False, markup=False)
+    pr = res["project"]
+    if pr:
+        out.print(f"project {pr['path']}:", highlight=False, markup=False)
+        for role in ("embedder", "reranker"):
+            w = pr[role]
+            extra = f" ({pr['precision']})" if role == "embedder" else ""
+            out.print(f"  {role}  {w['value'] or '-'}{extra}  {w['status']}  {w['path'] or ''}",
+                      highlight=False, markup=False)
+
+
+@models_app.command("info")
+@handle_errors
+def models_info(name: NameArg, precision: PrecisionOpt = "int8", json_out: JsonOpt = False):
+    """Kind, dimension, max_length, pooling, prefixes, graph inputs/outputs, fingerprint, files, precision."""
+    from rag_cli.models.manage import model_info
+
+    res = model_info(name, precision or "int8")
+    if json_out:
+        return _emit_json(res)
+    out = _stdout()
+    keys = ["name", "path", "kind", "kind_source", "dim", "n_logits", "max_length", "pooling", "pooled_in_graph",
+            "normalize", "query_prefix", "passage_prefix", "onnx_file", "precision", "fingerprint"]
+    for k in keys:
+        if k in res:
+            out.print(f"{k:15} {res[k]!r}" if isinstance(res[k], str) and k.endswith("prefix") else f"{k:15} {res[k]}",
+                      highlight=False, markup=False)
+    for k in ("inputs", "outputs"):
+        shown = ", ".join(f"{v['name']} {v['type'].lower()} {v['shape']}" for v in res[k])
+        out.print(f"{k:15} {shown}", highlight=False, markup=False)
+    for f in res["onnx_files"]:
+        out.print(f"{'file':15} {f['path']}  {f['precision']}  {_size(f['bytes'])}", highlight=False, markup=False)
+    for w in res["warnings"]:
+        _stderr().print(f"[yellow]warning:[/] {w}", highlight=False)
+
+
+@models_app.command("verify")
+@handle_errors
+def models_verify(name: NameArg, precision: PrecisionOpt = "int8", json_out: JsonOpt = False):
+    """Load a model and check it ranks a relevant passage above an irrelevant one (English, Chinese); exit 1 if not."""
+    from rag_cli.models.manage import verify_model
+
+    res = verify_model(name, precision or "int8")
+    if json_out:
+        _emit_json(res)
+    else:
+        out = _stdout()
+        out.print(f"{res['name']} ({res['kind']}, {res['onnx_file']}, {res['precision']}): {res['score']}s",
+                  highlight=False, markup=False)
+        for c in res["checks"]:
+            mark = "ok" if c["ok"] else "FAIL"
+            out.print(f"  {c['lang']}  relevant {c['relevant_score']:.4f}  irrelevant {c['irrelevant_score']:.4f}  "
+                      f"{mark}  ({c['query']})", highlight=False, markup=False)
+    if not res["ok"]:
+        if not json_out:
+            _error("sanity check failed: a relevant passage did not score above an irrelevant one")
+        raise typer.Exit(1)
+
+
+@models_app.command("quantize")
+@handle_errors
+def models_quantize(
+    directory: Annotated[Path, typer.Argument(help="A model folder with a float32 model.onnx or onnx/model.onnx")],
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write a complete int8 model folder here (default: add model_quantized.onnx to DIRECTORY)")] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+):
+    """Dynamic int8 quantisation (per channel): writes model_quantized.onnx beside the float32 graph."""
+    from rag_cli.models.manage import quantize_model
+
+    res = quantize_model(directory, out)
+    if json_out:
+        _emit_json(res)
+    elif not quiet:
+        a = res["agreement"]
+        _stderr().print(
+            f"{res['onnx_file']}: {_size(res['bytes_fp32'])} -> {_size(res['bytes_int8'])} "
+            f"({len(res['fp32_matmuls'])} MatMuls kept in float32); {a['metric']}: {a['value']:.4f} -> {res['path']}",
+            highlight=False, markup=False,
+        )
+
+
+@models_app.command("pull")
+@handle_errors
+def models_pull(
+    hf_id: Annotated[str, typer.Argument(help="Hugging Face model id with an ONNX export, e.g. Xenova/ms-marco-MiniLM-L-6-v2")],
+    revision: Annotated[Optional[str], typer.Option("--revision", help="Branch, tag or commit")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Folder to write (default: the cache, where --model HF_ID finds it)")] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+):
+    """Download an ONNX export (graphs, tokenizer, config) from the Hugging Face Hub (needs huggingface_hub, the hub extra; online)."""
+    from rag_cli.models.manage import pull_model
+
+    res = pull_model(hf_id, revision, out)
+    if json_out:
+        _emit_json(res)
+    elif not quiet:
+        _stderr().print(f"{res['id']}: {len(res['files'])} files, {_size(res['bytes'])}, "
+                        f"[{', '.join(res['precisions'])}] -> {res['path']}", highlight=False, markup=False)
+
+
 def main() -> None:
     """Entry point of `rag` and `python -m rag_cli`."""
     app()

@@ -30,10 +30,11 @@ PRECISIONS = ("int8", "fp32")
 
 # ONNX file names, in order of preference, per precision. Ours first, then
 # the ones optimum writes (``model_quantized.onnx`` from ``optimum-cli onnxruntime quantize``).
-_ONNX_CANDIDATES = {
+ONNX_CANDIDATES = {
     "int8": ("model_int8.onnx", "model_quantized.onnx", "onnx/model_int8.onnx", "onnx/model_quantized.onnx"),
     "fp32": ("model.onnx", "onnx/model.onnx"),
 }
+_ONNX_CANDIDATES = ONNX_CANDIDATES
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,18 @@ def models_dir() -> Path:
     return cache_dir() / "models"
 
 
+def pulled_model_dir(name: str) -> Path | None:
+    """The cache folder of a model fetched by ``rag models pull NAME``
+    (``models_dir() / NAME`` with ``/`` replaced by ``--``), or None if absent.
+
+    ``NAME`` is a Hugging Face id such as ``Xenova/ms-marco-MiniLM-L-6-v2``.
+    """
+    if not name or name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name:
+        return None
+    folder = models_dir() / name.replace("/", "--")
+    return folder if folder.is_dir() else None
+
+
 def _pick_onnx(folder: Path, precision: str) -> ModelRef | None:
     order = ("int8", "fp32") if precision == "int8" else ("fp32",)
     for p in order:
@@ -93,7 +106,7 @@ def _folder_ref(folder: Path, value: str, precision: str) -> ModelRef:
     return ref
 
 
-def _default_ready(folder: Path) -> bool:
+def default_ready(folder: Path) -> bool:
     """True if ``folder`` is a complete conversion from the installed source."""
     from .e5_convert import CONVERSION, ONNX_FP32, ONNX_INT8, SOURCE
 
@@ -137,7 +150,7 @@ def ensure_default_model() -> Path:
     from . import e5_convert
 
     folder = models_dir() / DEFAULT_MODEL
-    if _default_ready(folder):
+    if default_ready(folder):
         return folder
     try:
         e5_convert.find_e5_bin()
@@ -146,7 +159,7 @@ def ensure_default_model() -> Path:
         raise BadInput(_missing_default_message(DEFAULT_MODEL, err)) from None
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder.parent / f".{DEFAULT_MODEL}.lock")):
-        if not _default_ready(folder):  # another process may have finished meanwhile
+        if not default_ready(folder):  # another process may have finished meanwhile
             print(
                 f"rag: first use of {DEFAULT_MODEL}: converting it to ONNX in {folder} "
                 "(once, under a minute)",
@@ -165,9 +178,11 @@ def resolve_model(name_or_dir: str | os.PathLike, *, precision: str = "int8") ->
     """Turn a ``--model`` value into the ONNX file to run.
 
     Args:
-        name_or_dir: a model folder, or a default name
-            (``multilingual-e5-small``, alias ``intfloat/multilingual-e5-small``).
-            An existing folder wins over a default name.
+        name_or_dir: a model folder, a default name
+            (``multilingual-e5-small``, alias ``intfloat/multilingual-e5-small``),
+            or the Hugging Face id of a model fetched by ``rag models pull``.
+            An existing folder wins over a default name, which wins over a
+            pulled model.
         precision: ``"int8"`` (default) picks ``model_int8.onnx`` or
             ``model_quantized.onnx`` (also under ``onnx/``) and falls back to
             the float32 model if the folder has none; ``"fp32"`` picks
@@ -190,10 +205,13 @@ def resolve_model(name_or_dir: str | os.PathLike, *, precision: str = "int8") ->
         return _folder_ref(path, value, precision)
     if value in _DEFAULT_ALIASES:
         return _folder_ref(ensure_default_model(), value, precision)
+    pulled = pulled_model_dir(value)
+    if pulled is not None:
+        return _folder_ref(pulled, value, precision)
     if path.exists():
         raise BadInput(f"--model {value!r}: is a file; pass the model folder that contains it")
     raise BadInput(
         f"--model {value!r}: no such folder and not a default model name; pass a folder "
         "with model.onnx and tokenizer.json (e.g. from `optimum-cli export onnx`) "
-        f"or the default name {DEFAULT_MODEL!r}"
+        f"or the default name {DEFAULT_MODEL!r} (or a Hugging Face id fetched with `rag models pull`)"
     )

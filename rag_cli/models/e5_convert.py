@@ -554,46 +554,19 @@ def check_tokenizer(header: dict, tokenizer_json: Path) -> None:
 
 
 def quantize_int8(src: Path, dst: Path) -> None:
-    """Dynamic int8 quantisation: weight MatMuls and embedding Gathers, per channel,
-    except each layer's FFN down-projection (``output.dense``), which stays float32.
-
-    Weights become signed int8 (``reduce_range``: 7 bits, which avoids the
-    u8 x s8 saturation of AVX2 CPUs without VNNI); activations are quantised
-    to uint8 at run time, with one scale per batch. The attention MatMuls
-    (activation x activation) stay float32. The FFN down-projection's input
-    (after GELU) has outliers that make a per-batch uint8 scale coarse;
-    keeping those 12 MatMuls in float32 is what brings int8 close to float32.
-    Measured on multilingual-e5-small (60 SciFact abstracts, 100 queries,
-    2-core AVX2): cosine to float32 0.9992 mean / 0.998 min for passages
-    (0.9960 / 0.993 when those MatMuls are quantised too), top-5 agreement
-    with float32 0.92 (0.84), and no slower. Quantising the Gathers keeps that
-    quality and shrinks the 250037 x 384 word table 4x.
+    """Dynamic int8 quantisation of the float32 model ``src`` into ``dst``:
+    :func:`rag_cli.models.quantize.quantize_int8` (weight MatMuls and
+    embedding Gathers per channel, 7-bit signed weights, each layer's FFN
+    down-projection kept in float32), the recipe ``rag models quantize`` also
+    uses. Measured on multilingual-e5-small (60 SciFact abstracts, 100
+    queries, 2-core AVX2): cosine to float32 0.9992 mean / 0.998 min for
+    passages (0.9960 / 0.993 when the FFN down-projections are quantised too),
+    top-5 agreement with float32 0.92 (0.84), and no slower. Quantising the
+    Gathers keeps that quality and shrinks the 250037 x 384 word table 4x.
     """
-    import logging
+    from .quantize import quantize_int8 as _quantize
 
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    model = onnx.load(str(src), load_external_data=False)
-    consts = {i.name for i in model.graph.initializer}
-    skip = [n.name for n in model.graph.node if n.op_type == "MatMul"
-            and (n.input[1] not in consts or _is_ffn_down(n.name))]
-    del model
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # quiet "consider pre-processing" advice on stderr
-    try:
-        quantize_dynamic(
-            src, dst, op_types_to_quantize=["MatMul", "Gather"], per_channel=True,
-            reduce_range=True, weight_type=QuantType.QInt8, nodes_to_exclude=skip,
-        )
-    finally:
-        root.setLevel(level)
-
-
-def _is_ffn_down(node_name: str) -> bool:
-    """The FFN down-projection MatMul of a layer (``/encoder.layer.N.output.dense/MatMul``)."""
-    return node_name.endswith("output.dense/MatMul") and "attention" not in node_name
+    _quantize(src, dst)
 
 
 def _log(msg: str) -> None:

@@ -89,7 +89,9 @@ class ModelFolder:
         Args:
             path: the folder.
             onnx_file: the ONNX file to use, relative to the folder (or
-                absolute); default `model.onnx`, then `onnx/model.onnx`.
+                absolute); default `model.onnx`, then `onnx/model.onnx`, then
+                an int8 file (`model_int8.onnx`, `model_quantized.onnx`, also
+                under `onnx/`) for a folder that holds only an int8 graph.
 
         Raises:
             BadInput: the folder or a required file is missing, or a JSON file
@@ -217,9 +219,12 @@ def _find_onnx(folder: Path, onnx_file: str | os.PathLike | None) -> Path:
                 f"ONNX files there: {', '.join(others) or 'none'}"
             )
         return p
-    for p in (folder / "model.onnx", folder / "onnx" / "model.onnx"):
-        if p.is_file():
-            return p
+    from rag_cli.models.defaults import ONNX_CANDIDATES
+
+    # float32 first; a folder holding only an int8 graph (`rag models quantize --out`) uses that
+    for name in ONNX_CANDIDATES["fp32"] + ONNX_CANDIDATES["int8"]:
+        if (folder / name).is_file():
+            return folder / name
     others = sorted(str(q.relative_to(folder)) for q in folder.rglob("*.onnx"))
     hint = f" (found {', '.join(others)}; choose one with onnx_file)" if others else ""
     raise BadInput(

@@ -19,11 +19,16 @@ def load_embedder(model_cfg: dict):
 
 
 def load_cross_encoder(name_or_dir: str, threads: int = 0):
-    """A cross-encoder model folder as a `CrossEncoder`. Raises BadInput for a missing folder."""
+    """A cross-encoder model folder, or the Hugging Face id of one fetched by
+    `rag models pull`, as a `CrossEncoder`. Raises BadInput for a missing folder."""
+    from pathlib import Path
+
     from rag_cli.models.cross_encoder import CrossEncoder
+    from rag_cli.models.defaults import pulled_model_dir
     from rag_cli.models.folder import ModelFolder
 
-    folder = ModelFolder.load(name_or_dir)
+    pulled = None if Path(name_or_dir).expanduser().is_dir() else pulled_model_dir(str(name_or_dir))
+    folder = ModelFolder.load(pulled or name_or_dir)
     return CrossEncoder(folder, threads=threads or None)
 
 

@@ -1,0 +1,97 @@
+"""Dynamic int8 quantisation of a transformer encoder's ONNX graph.
+
+One function, :func:`quantize_int8`, used both for the default model
+(``e5_convert``) and by ``rag models quantize`` for any export, so both get
+the same recipe (onnxruntime's ``quantize_dynamic``, see
+https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html):
+
+- weight MatMuls and embedding Gathers are quantised **per channel** to
+  signed int8 with ``reduce_range`` (7 bits: avoids the u8 x s8 saturation of
+  AVX2 CPUs without VNNI); activations are quantised to uint8 at run time,
+  one scale per batch;
+- MatMuls of two activations (attention scores, attention x values) stay
+  float32;
+- each layer's FFN down-projection (``.../output/dense/MatMul``, not under
+  ``attention``) stays float32: its input, after GELU, has outliers that make
+  a per-batch uint8 scale coarse. Measured on multilingual-e5-small (60
+  SciFact abstracts, 100 queries): cosine to float32 0.9992 mean / 0.998 min
+  with these kept in float32, 0.9960 / 0.993 without.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+QUANTIZED_OPS = ("MatMul", "Gather")
+
+
+def is_ffn_down(node_name: str) -> bool:
+    """True for a layer's FFN down-projection MatMul.
+
+    Matches both the names ``torch.onnx`` / ``optimum`` exports give
+    (``/encoder/layer.3/output/dense/MatMul``, also under ``/bert/`` or
+    ``/roberta/``) and the ones ``e5_convert`` gives
+    (``/encoder.layer.3.output.dense/MatMul``); the attention output
+    projection (``.../attention/output/dense/MatMul``) does not match.
+    """
+    dotted = node_name.replace("/", ".")
+    return dotted.endswith("output.dense.MatMul") and "attention" not in dotted
+
+
+def float_matmuls(model) -> list[str]:
+    """Names of the MatMul nodes that :func:`quantize_int8` keeps in float32.
+
+    Args:
+        model: an ``onnx.ModelProto`` (external data need not be loaded).
+
+    Returns:
+        The MatMuls whose second input is not a constant weight (activation
+        x activation) plus the FFN down-projections (:func:`is_ffn_down`), in
+        graph order.
+    """
+    consts = {i.name for i in model.graph.initializer}
+    return [
+        n.name for n in model.graph.node
+        if n.op_type == "MatMul" and (n.input[1] not in consts or is_ffn_down(n.name))
+    ]
+
+
+def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike) -> list[str]:
+    """Write the dynamic int8 version of the ONNX graph ``src`` to ``dst``.
+
+    The recipe is in the module docstring. ``dst`` is written in place (the
+    caller makes it atomic by writing into a temporary folder). A graph with
+    its weights in an external-data file (> 2 GB) is written the same way.
+
+    Args:
+        src: a float32 ONNX file.
+        dst: the int8 ONNX file to write.
+
+    Returns:
+        The names of the MatMul nodes left in float32.
+
+    Raises:
+        onnx / onnxruntime errors if ``src`` is not a readable ONNX graph.
+    """
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src, dst = Path(src), Path(dst)
+    model = onnx.load(str(src), load_external_data=False)
+    skip = float_matmuls(model)
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    del model
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # quiet "consider pre-processing" advice on stderr
+    try:
+        kwargs = {"use_external_data_format": True} if external else {}
+        quantize_dynamic(
+            src, dst, op_types_to_quantize=list(QUANTIZED_OPS), per_channel=True,
+            reduce_range=True, weight_type=QuantType.QInt8, nodes_to_exclude=skip, **kwargs,
+        )
+    finally:
+        root.setLevel(level)
+    return skip
