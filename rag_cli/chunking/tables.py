@@ -17,6 +17,7 @@ CHUNKS_SCHEMA = pa.schema([
     ("chunk_id", pa.string()), ("doc_id", pa.string()), ("ordinal", pa.int32()), ("text", pa.string()),
     ("title_path", pa.list_(pa.string())), ("start_char", pa.int64()), ("end_char", pa.int64()),
     ("n_tokens", pa.int32()), ("parent_id", pa.string()), ("sha256", pa.string()), ("embed_text", pa.string()),
+    ("context_start", pa.int64()), ("context_end", pa.int64()), ("context", pa.string()),
 ])
 
 
@@ -46,7 +47,10 @@ def chunks_table(chunks) -> pa.Table:
     """One row per `Chunk`: chunk_id, doc_id, ordinal (int32), text,
     title_path (list<string>), start_char, end_char (int64, character offsets
     in the normalised document text), n_tokens (int32, null without a
-    tokenizer), parent_id (string, null), sha256, embed_text.
+    tokenizer), parent_id (string, null unless `parent-child`), sha256,
+    embed_text, context_start, context_end (int64) and context (string): the
+    span and text `rag ask` gives the generator (null unless `sentence` or
+    `parent-child`). Parents (`parent-child`) use the same schema.
     Row order = input order; same input → identical table."""
     chunks = list(chunks)
     cols = {
@@ -61,5 +65,8 @@ def chunks_table(chunks) -> pa.Table:
         "parent_id": [c.parent_id for c in chunks],
         "sha256": [c.sha256 for c in chunks],
         "embed_text": [c.embed_text for c in chunks],
+        "context_start": [c.context_start for c in chunks],
+        "context_end": [c.context_end for c in chunks],
+        "context": [c.context for c in chunks],
     }
     return pa.table(cols, schema=CHUNKS_SCHEMA)

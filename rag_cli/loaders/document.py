@@ -26,7 +26,8 @@ class Document:
       offsets into this string.
     - `metadata`: Markdown front matter (`key: value`), BEIR `metadata`, and
       for BEIR `body_start` (where the record's `text` starts in `text`).
-    - `fmt`: the reader used: `markdown`, `text`, `html` or `beir`.
+    - `fmt`: the reader used: `markdown`, `text`, `html`, `code` (source code,
+      read as text) or `beir`.
     - `encoding`: the encoding the bytes were decoded with.
     """
 

@@ -15,16 +15,24 @@ from .html import html_available, parse_html
 from .markdown import parse_markdown
 from .normalize import normalize_text
 
-__all__ = ["load_sources", "load_file", "FORMATS", "EXTENSIONS"]
+__all__ = ["load_sources", "load_file", "FORMATS", "EXTENSIONS", "CODE_EXTENSIONS"]
 
 #: `fmt` values accepted by `load_sources`.
-FORMATS = ("auto", "markdown", "text", "html", "beir")
+FORMATS = ("auto", "markdown", "text", "html", "code", "beir")
+
+#: Source-code file extensions, read as text documents with `fmt="code"`
+#: (the `code` chunking strategy splits them at definitions).
+CODE_EXTENSIONS = (
+    ".py", ".pyi", ".js", ".mjs", ".jsx", ".ts", ".tsx", ".java", ".kt", ".scala", ".go", ".rs", ".c", ".h",
+    ".cc", ".cpp", ".hpp", ".cs", ".swift", ".rb", ".php", ".lua", ".r", ".jl", ".sh", ".bash", ".sql",
+)
 
 #: File extension → reader, used when `fmt="auto"`.
 EXTENSIONS = {
     ".md": "markdown", ".markdown": "markdown",
     ".txt": "text", ".text": "text", ".rst": "text",
     ".html": "html", ".htm": "html",
+    **{ext: "code" for ext in CODE_EXTENSIONS},
 }
 
 _GLOB_CHARS = set("*?[")
@@ -37,7 +45,8 @@ def _fmt_of(path: str, fmt: str) -> str | None:
 
 
 def load_file(path: str, doc_id: str, fmt: str) -> Document | Skipped:
-    """Load one file with reader `fmt` (`markdown`, `text` or `html`).
+    """Load one file with reader `fmt` (`markdown`, `text`, `html` or `code`;
+    `code` is read as plain text, title = file stem).
 
     Returns a `Skipped` (never raises) for binary, undecodable or empty files.
     """
@@ -124,9 +133,10 @@ def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
     globs such as `docs/**/*.md`).
 
     `fmt="auto"` picks the reader by extension (`.md`/`.markdown` Markdown,
-    `.txt`/`.text`/`.rst` text, `.html`/`.htm` HTML); a file source named
+    `.txt`/`.text`/`.rst` text, `.html`/`.htm` HTML, `CODE_EXTENSIONS`
+    source code as text with `fmt="code"`); a file source named
     `*.jsonl`/`*.jsonl.gz` is read as a BEIR corpus; other files are skipped
-    with a reason. `fmt="markdown"|"text"|"html"` forces one reader for every
+    with a reason. `fmt="markdown"|"text"|"html"|"code"` forces one reader for every
     file; `fmt="beir"` reads each source file as a BEIR corpus, and a folder
     source as its `corpus.jsonl(.gz)` only (not its queries or qrels).
 
@@ -191,5 +201,5 @@ def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
     if not docs:
         detail = f" ({len(skipped)} file(s) skipped, e.g. {skipped[0].path}: {skipped[0].reason})" if skipped else ""
         raise BadInput(f"no documents found in {', '.join(map(repr, sources))}{detail}; "
-                       "give Markdown, text or HTML files, or a BEIR corpus with --format beir")
+                       "give Markdown, text, HTML or source-code files, or a BEIR corpus with --format beir")
     return LoadResult(docs, skipped)
