@@ -13,8 +13,10 @@ Refusal: the answer is the refusal sentence in the question's language
 Small-to-big: when a retrieved chunk has a `context` (the `sentence`
 strategy's sentence window, the `parent-child` strategy's parent), the
 generator reads that text in the chunk's place; the chunk keeps its number
-[n], citations and `contexts` name the retrieved chunk ids, and refusal is
-decided on the retrieved chunks themselves.
+[n], and citations and `contexts` name the retrieved chunk ids. The refusal
+rules are unchanged: the cosine is the retrieved chunk's, and the coverage is
+measured on the text the generator reads (a single sentence rarely holds
+every term of a question; its window or parent does).
 
 Measured on sample_corpus (multilingual-e5-small, int8): the 8 answerable
 questions have cosine 0.86-0.92 and coverage 0.49-1.0; off-topic questions
@@ -81,7 +83,8 @@ def ask(searcher: Searcher, generator, question: str, *, k: int = 5, mode: str =
     check_query(question)
     t0 = time.perf_counter()
     evidence, best = evidence_for(searcher, question, k=k, mode=mode, mask=mask)
-    coverage = searcher.sparse.coverage(question, [make_embed_text(e.title_path, e.text) for e in evidence]) if evidence else 0.0
+    coverage = searcher.sparse.coverage(question, [make_embed_text(e.title_path, e.context or e.text)
+                                                   for e in evidence]) if evidence else 0.0
     reason = ""
     if not evidence:
         reason = "no evidence was retrieved"
