@@ -17,8 +17,10 @@ CHUNKS_SCHEMA = pa.schema([
     ("chunk_id", pa.string()), ("doc_id", pa.string()), ("ordinal", pa.int32()), ("text", pa.string()),
     ("title_path", pa.list_(pa.string())), ("start_char", pa.int64()), ("end_char", pa.int64()),
     ("n_tokens", pa.int32()), ("parent_id", pa.string()), ("sha256", pa.string()), ("embed_text", pa.string()),
-    ("context_start", pa.int64()), ("context_end", pa.int64()), ("context", pa.string()),
 ])
+
+#: Appended to CHUNKS_SCHEMA when a chunk has a context (`sentence`, `parent-child`).
+CONTEXT_FIELDS = [("context_start", pa.int64()), ("context_end", pa.int64()), ("context", pa.string())]
 
 
 def docs_table(docs, *, include_text: bool = False) -> pa.Table:
@@ -48,9 +50,10 @@ def chunks_table(chunks) -> pa.Table:
     title_path (list<string>), start_char, end_char (int64, character offsets
     in the normalised document text), n_tokens (int32, null without a
     tokenizer), parent_id (string, null unless `parent-child`), sha256,
-    embed_text, context_start, context_end (int64) and context (string): the
-    span and text `rag ask` gives the generator (null unless `sentence` or
-    `parent-child`). Parents (`parent-child`) use the same schema.
+    embed_text; when any chunk has a context (`sentence`, `parent-child`) also
+    context_start, context_end (int64) and context (string): the span and
+    text `rag ask` gives the generator. Parents (`parent-child`) use the same
+    columns.
     Row order = input order; same input → identical table."""
     chunks = list(chunks)
     cols = {
@@ -65,8 +68,10 @@ def chunks_table(chunks) -> pa.Table:
         "parent_id": [c.parent_id for c in chunks],
         "sha256": [c.sha256 for c in chunks],
         "embed_text": [c.embed_text for c in chunks],
-        "context_start": [c.context_start for c in chunks],
-        "context_end": [c.context_end for c in chunks],
-        "context": [c.context for c in chunks],
     }
-    return pa.table(cols, schema=CHUNKS_SCHEMA)
+    schema = CHUNKS_SCHEMA
+    if any(c.context is not None for c in chunks):
+        for name, type_ in CONTEXT_FIELDS:
+            cols[name] = [getattr(c, name) for c in chunks]
+            schema = schema.append(pa.field(name, type_))
+    return pa.table(cols, schema=schema)
