@@ -33,16 +33,10 @@ def sentence_units(text: str, a: int, b: int, count: SpanCounter, size: int, ove
     bounds = [a, *cuts, b]
     out: list[tuple[int, int]] = []
     for s, e in zip(bounds, bounds[1:]):
-        while s < e and text[s].isspace():
-            s += 1
-        while e > s and text[e - 1].isspace():
-            e -= 1
-        if s >= e:
-            continue
-        if count(s, e) <= size:
-            out.append((s, e))
-        else:
-            out.extend(recursive_spans(text, s, e, count, size, overlap))
+        piece = text[s:e]
+        start, end = s + len(piece) - len(piece.lstrip()), s + len(piece.rstrip())
+        if start < end:  # the trimmed sentence; split only when it exceeds `size`
+            out.extend(recursive_spans(text, start, end, count, size, overlap))
     return out
 
 
