@@ -134,11 +134,14 @@ def init(
 @handle_errors
 def chunk(
     sources: Annotated[list[str], typer.Argument(help="Files, folders (recursive) or globs; or a BEIR corpus.jsonl(.gz) with --format beir")],
-    fmt: Annotated[str, typer.Option("--format", help="auto (by extension) | markdown | text | html | pdf | docx | beir")] = "auto",
-    strategy: Annotated[Optional[str], typer.Option("--strategy", help="recursive | fixed | markdown (config: chunk.strategy)")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="auto (by extension) | markdown | text | html | pdf | docx | code | beir")] = "auto",
+    strategy: Annotated[Optional[str], typer.Option("--strategy", help="recursive | fixed | markdown | code | sentence | parent-child | semantic (config: chunk.strategy)")] = None,
     size: Annotated[Optional[int], typer.Option("--size", help="Chunk size in --unit (config: chunk.size)")] = None,
     overlap: Annotated[Optional[int], typer.Option("--overlap", help="Overlap in --unit, < size (config: chunk.overlap)")] = None,
     unit: Annotated[Optional[str], typer.Option("--unit", help="tokens (of the embedder's tokenizer) | chars (config: chunk.unit)")] = None,
+    context_sentences: Annotated[Optional[int], typer.Option("--context-sentences", help="sentence: sentences on each side given to `ask` as context (config: chunk.context_sentences)")] = None,
+    parent_size: Annotated[Optional[int], typer.Option("--parent-size", help="parent-child: parent size in --unit, > --size (config: chunk.parent_size)")] = None,
+    breakpoint_percentile: Annotated[Optional[float], typer.Option("--breakpoint-percentile", help="semantic: break where the sentence distance exceeds this percentile, 0-100 (config: chunk.breakpoint_percentile)")] = None,
     model: ModelOpt = None,
     precision: PrecisionOpt = None,
     project: ProjectOpt = None,
@@ -150,7 +153,9 @@ def chunk(
     from rag_cli.stages.chunk import chunk_sources
 
     p = Project.open(project)
-    cfg = p.config("chunk", {"strategy": strategy, "size": size, "overlap": overlap, "unit": unit}, save=False)
+    cfg = p.config("chunk", {"strategy": strategy, "size": size, "overlap": overlap, "unit": unit,
+                             "context_sentences": context_sentences, "parent_size": parent_size,
+                             "breakpoint_percentile": breakpoint_percentile}, save=False)
     mcfg = p.load_config()["model"]
     if model or precision:
         mcfg.update({k: v for k, v in (("embedder", model), ("precision", precision)) if v})
@@ -163,8 +168,9 @@ def chunk(
         _emit_json(summary)
     elif not quiet:
         err = _stderr()
+        parents = f" (+ {summary['n_parents']} parents -> {p.parents_path})" if summary["n_parents"] else ""
         err.print(
-            f"{summary['n_docs']} documents -> {summary['n_chunks']} chunks "
+            f"{summary['n_docs']} documents -> {summary['n_chunks']} chunks{parents} "
             f"({cfg['strategy']}, size {cfg['size']}, overlap {cfg['overlap']} {cfg['unit']}) "
             f"in {summary['seconds']:.1f}s -> {p.chunks_path}",
             highlight=False,
@@ -460,7 +466,7 @@ def _answer_json(res) -> dict:
         "generator": res.answer.generator,
         "latency_ms": round(res.latency_ms, 1),
         "evidence": [{"n": e.number, "chunk_id": e.chunk_id, "doc_id": e.doc_id, "score": round(e.score, 6),
-                      "text": e.text} for e in res.evidence],
+                      "text": e.text, **({"context": e.context} if e.context else {})} for e in res.evidence],
     }
 
 

@@ -4,6 +4,7 @@ Layout (see DESIGN.md)::
 
     .rag/
       rag.toml  manifest.json  docs.parquet  chunks.parquet
+      parents.parquet (parent-child only)
       embeddings.parquet  index/  runs/  answers/  eval/
 
 `rag.toml` is the config actually used: a stage reads it, applies the flags
@@ -43,6 +44,9 @@ DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
         "size": 256,
         "overlap": 32,
         "unit": "tokens",  # tokens (of the embedder's tokenizer) | chars
+        "context_sentences": 2,  # sentence: sentences of context on each side, for ask
+        "parent_size": 512,  # parent-child: parent size in `unit` (> size, the child size)
+        "breakpoint_percentile": 95.0,  # semantic: break above this percentile of sentence distances
     },
     "index": {
         "hnsw_m": 32,
@@ -123,6 +127,10 @@ class Project:
     @property
     def chunks_path(self) -> Path:
         return self.root / "chunks.parquet"
+
+    @property
+    def parents_path(self) -> Path:
+        return self.root / "parents.parquet"
 
     @property
     def embeddings_path(self) -> Path:

@@ -37,7 +37,14 @@ class Chunk:
     - `n_units`: the size in the chunking unit (tokens or chars);
       `oversized` is True when `n_units > size` because the chunk is one
       unbreakable unit (a single character/token run with no separator).
-    - `parent_id`: None (set only by small-to-big strategies).
+    - `parent_id`: None, except for `parent-child` children: the chunk id
+      (`doc_id + "#p" + parent ordinal`) of the parent chunk, a row of
+      `parents.parquet` whose span contains this chunk's span.
+    - `context_start`, `context_end`, `context`: the span and text that
+      `rag ask` gives the generator instead of `text` (`sentence`: the
+      sentence with its neighbours; `parent-child`: the parent);
+      `context == doc.text[context_start:context_end]`; all None for the
+      other strategies (the chunk is its own context).
     - `sha256`: hex SHA-256 of `text` encoded as UTF-8.
     - `embed_text`: see `make_embed_text`.
     """
@@ -55,15 +62,24 @@ class Chunk:
     embed_text: str = ""
     n_units: int = 0
     oversized: bool = False
+    context_start: int | None = None
+    context_end: int | None = None
+    context: str | None = None
     extra: dict = field(default_factory=dict)
 
     @classmethod
     def build(cls, doc_id: str, ordinal: int, doc_text: str, start: int, end: int, title_path: list[str],
-              n_tokens: int | None, n_units: int, oversized: bool, parent_id: str | None = None) -> "Chunk":
+              n_tokens: int | None, n_units: int, oversized: bool, parent_id: str | None = None,
+              context_span: tuple[int, int] | None = None, id_prefix: str = "") -> "Chunk":
+        """The chunk `doc_text[start:end]`; `context_span` (start, end) sets
+        the context fields; `id_prefix` goes between `#` and the ordinal
+        (`"p"` for parents)."""
         text = doc_text[start:end]
+        cs, ce = context_span if context_span is not None else (None, None)
         return cls(
-            chunk_id=f"{doc_id}#{ordinal}", doc_id=doc_id, ordinal=ordinal, text=text,
+            chunk_id=f"{doc_id}#{id_prefix}{ordinal}", doc_id=doc_id, ordinal=ordinal, text=text,
             title_path=list(title_path), start_char=start, end_char=end, n_tokens=n_tokens,
             parent_id=parent_id, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
             embed_text=make_embed_text(title_path, text), n_units=n_units, oversized=oversized,
+            context_start=cs, context_end=ce, context=doc_text[cs:ce] if context_span is not None else None,
         )

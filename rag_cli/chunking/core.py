@@ -1,16 +1,25 @@
-"""`chunk_document` / `chunk_documents`: the entry points."""
+"""`chunk_with_parents` / `chunk_documents` / `chunk_document`: the entry points."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
+from ..errors import BadInput
 from .chunk import Chunk
+from .code import code_spans
 from .fixed import fixed_spans
 from .markdown import markdown_spans
 from .recursive import recursive_spans
+from .semantic import semantic_spans
+from .sentence import sentence_units, sentence_windows
 from .units import SpanCounter, char_counter, load_tokenizer, token_counters, validate
 
-__all__ = ["chunk_document", "chunk_documents", "ChunkStats", "chunk_stats", "HEADING_AWARE_FORMATS"]
+__all__ = ["chunk_document", "chunk_documents", "chunk_with_parents", "ChunkStats", "chunk_stats",
+           "HEADING_AWARE_FORMATS"]
 
 #: Document formats whose text has Markdown headings (the HTML and DOCX
 #: loaders write their headings as `#` lines). `recursive` on these behaves as
@@ -18,23 +27,70 @@ __all__ = ["chunk_document", "chunk_documents", "ChunkStats", "chunk_stats", "HE
 #: line starting with `#` is text.
 HEADING_AWARE_FORMATS = ("markdown", "html", "docx")
 
+#: A size no section reaches: `_base_spans` with it gives whole sections.
+_WHOLE = sys.maxsize
 
-def _chunks_for(doc, count: SpanCounter, tok_count: SpanCounter | None, strategy: str, size: int,
-                overlap: int) -> list[Chunk]:
+
+@dataclass(slots=True)
+class _Options:
+    context_sentences: int
+    parent_size: int
+    breakpoint_percentile: float
+    embed: Callable[[list[str]], np.ndarray] | None
+
+
+def _base_spans(doc, count: SpanCounter, size: int, overlap: int) -> list[tuple[int, int, list[str]]]:
+    """`recursive` (heading-aware on Markdown/HTML, title-aware on BEIR
+    records) spans `(start, end, title_path)` of `doc`; with `size=_WHOLE`
+    the sections themselves."""
     text = doc.text
-    fmt = getattr(doc, "fmt", "text")
-    if strategy == "fixed":
-        spans = [(a, b, []) for a, b in fixed_spans(text, count, size, overlap)]
-    elif strategy == "markdown" or (strategy == "recursive" and fmt in HEADING_AWARE_FORMATS):
-        spans = markdown_spans(text, count, size, overlap)
-    elif doc.metadata.get("body_start") and doc.title:
+    if getattr(doc, "fmt", "text") in HEADING_AWARE_FORMATS:
+        return markdown_spans(text, count, size, overlap)
+    if doc.metadata.get("body_start") and doc.title:
         # A BEIR record: the title is context for every chunk, like a heading.
         # Only the body is split, with the title's share of the size left for it.
         start = doc.metadata["body_start"]
         body_size = max(size - count(0, start), size // 2, overlap + 1)
-        spans = [(a, b, [doc.title]) for a, b in recursive_spans(text, start, len(text), count, body_size, overlap)]
-    else:
-        spans = [(a, b, []) for a, b in recursive_spans(text, 0, len(text), count, size, overlap)]
+        return [(a, b, [doc.title]) for a, b in recursive_spans(text, start, len(text), count, body_size, overlap)]
+    return [(a, b, []) for a, b in recursive_spans(text, 0, len(text), count, size, overlap)]
+
+
+def _chunks_for(doc, count: SpanCounter, tok_count: SpanCounter | None, strategy: str, size: int,
+                overlap: int, opts: _Options) -> tuple[list[Chunk], list[Chunk]]:
+    """(chunks, parents) of one document; parents only for `parent-child`."""
+    text = doc.text
+    fmt = getattr(doc, "fmt", "text")
+    contexts: list[tuple[int, int] | None] | None = None
+    parent_of: list[int] | None = None
+    parents: list[Chunk] = []
+    if strategy == "fixed":
+        spans = [(a, b, []) for a, b in fixed_spans(text, count, size, overlap)]
+    elif strategy == "markdown":
+        spans = markdown_spans(text, count, size, overlap)
+    elif strategy == "code" and fmt == "code":
+        spans = [(a, b, []) for a, b in code_spans(text, doc.path, count, size, overlap)]
+    elif strategy == "sentence":
+        spans, contexts = [], []
+        for sa, sb, path in _base_spans(doc, count, _WHOLE, 0):
+            units = sentence_units(text, sa, sb, count, size, overlap)
+            spans.extend((a, b, path) for a, b in units)
+            contexts.extend(sentence_windows(units, opts.context_sentences))
+    elif strategy == "semantic":
+        spans = semantic_spans(text, _base_spans(doc, count, _WHOLE, 0), count, size, overlap, opts.embed,
+                               opts.breakpoint_percentile)
+    elif strategy == "parent-child":
+        spans, contexts, parent_of = [], [], []
+        for j, (pa, pb, path) in enumerate(_base_spans(doc, count, opts.parent_size, 0)):
+            n_units = count(pa, pb)
+            parents.append(Chunk.build(doc.doc_id, j, text, pa, pb, path,
+                                       n_tokens=tok_count(pa, pb) if tok_count is not None else None,
+                                       n_units=n_units, oversized=n_units > opts.parent_size, id_prefix="p"))
+            for a, b in recursive_spans(text, pa, pb, count, size, overlap):
+                spans.append((a, b, path))
+                contexts.append((pa, pb))
+                parent_of.append(j)
+    else:  # recursive, and `code` on documents that are not code
+        spans = _base_spans(doc, count, size, overlap)
     out = []
     for ordinal, (a, b, path) in enumerate(spans):
         n_units = count(a, b)
@@ -42,28 +98,47 @@ def _chunks_for(doc, count: SpanCounter, tok_count: SpanCounter | None, strategy
             doc.doc_id, ordinal, text, a, b, path,
             n_tokens=tok_count(a, b) if tok_count is not None else None,
             n_units=n_units, oversized=n_units > size,
+            parent_id=parents[parent_of[ordinal]].chunk_id if parent_of is not None else None,
+            context_span=contexts[ordinal] if contexts is not None else None,
         ))
-    return out
+    return out, parents
 
 
-def chunk_documents(docs, *, strategy: str = "recursive", size: int = 256, overlap: int = 32,
-                    unit: str = "tokens", tokenizer=None) -> list[Chunk]:
-    """Chunk every document of `docs` (a list of `Document`); return all chunks,
-    documents in the given order, chunks in document order.
+def chunk_with_parents(docs, *, strategy: str = "recursive", size: int = 256, overlap: int = 32,
+                       unit: str = "tokens", tokenizer=None, context_sentences: int = 2, parent_size: int = 512,
+                       breakpoint_percentile: float = 95.0,
+                       embed: Callable[[list[str]], np.ndarray] | None = None) -> tuple[list[Chunk], list[Chunk]]:
+    """Chunk every document of `docs` (a list of `Document`); return
+    `(chunks, parents)`: all chunks (documents in the given order, chunks in
+    document order) and, for `parent-child`, the parent chunks (else `[]`).
 
-    - `strategy`: `recursive` (default; on Markdown/HTML/DOCX documents it is
-      heading-aware, i.e. the same as `markdown`), `fixed` or `markdown`.
-    - `size`, `overlap`: in `unit` — `tokens` (of `tokenizer`, the embedder's;
-      no special tokens) or `chars` (characters of the normalised text).
-      `recursive`/`markdown` emit chunks of at most `size` units with up to
-      `overlap` units carried over at separator boundaries; `fixed` emits
-      windows of exactly `size` units overlapping by exactly `overlap`.
-    - `tokenizer`: a `tokenizers.Tokenizer`, a path to `tokenizer.json`, or a
-      model folder. Required for `unit="tokens"`; with `unit="chars"` it is
-      optional and only fills `n_tokens`.
+    Strategies (sizes in `unit`):
+
+    - `recursive` (default; on Markdown/HTML/DOCX documents heading-aware, i.e.
+      the same as `markdown`), `fixed`, `markdown`: see their modules.
+    - `code`: documents loaded as code (`fmt == "code"`) split at top-level
+      definitions (Python, by `ast`) or blank-line blocks (other languages);
+      other documents as `recursive`. See `code.py`.
+    - `sentence`: one chunk per sentence, its `context` the
+      `context_sentences` sentences on each side (within a section).
+    - `parent-child`: parents of at most `parent_size` units (the recursive
+      splitter, no overlap; in `parents`, ids `doc_id#p<j>`), each split into
+      children of at most `size` units with `overlap`; each child's
+      `parent_id` is its parent's id and its `context` the parent's text.
+    - `semantic`: sentences grouped by where the bi-encoder's cosine between
+      neighbouring sentences drops (`breakpoint_percentile`), groups capped at
+      `size`; needs `embed` (list of n texts -> (n, d) float32 vectors).
+
+    `size`, `overlap`: in `unit` — `tokens` (of `tokenizer`, the embedder's;
+    no special tokens) or `chars` (characters of the normalised text).
+    `tokenizer`: a `tokenizers.Tokenizer`, a path to `tokenizer.json`, or a
+    model folder. Required for `unit="tokens"`; with `unit="chars"` it is
+    optional and only fills `n_tokens`.
 
     Chunks larger than `size` occur only for a single unbreakable unit; they
-    have `oversized=True` (see `chunk_stats`).
+    have `oversized=True` (see `chunk_stats`). `doc.text[c.start_char:c.end_char]
+    == c.text` for every chunk and parent; a child's span lies within its
+    parent's.
 
     A BEIR record with a title (`metadata["body_start"]`) is chunked like a
     section under a heading with `recursive`: only the body is split, each
@@ -71,25 +146,44 @@ def chunk_documents(docs, *, strategy: str = "recursive", size: int = 256, overl
     and the body gets `size` minus the title's units, so that `embed_text`
     stays within `size` (a title alone is never a chunk).
 
-    Raises `BadInput` naming `--strategy`, `--unit`, `--size` or `--overlap`
-    for invalid parameters (and for `unit="tokens"` without a tokenizer).
+    Raises `BadInput` naming `--strategy`, `--unit`, `--size`, `--overlap`,
+    `--context-sentences`, `--parent-size` or `--breakpoint-percentile` for
+    invalid parameters (and for `unit="tokens"` without a tokenizer, or
+    `semantic` without `embed`).
     """
-    validate(strategy, size, overlap, unit, tokenizer)
+    validate(strategy, size, overlap, unit, tokenizer, context_sentences=context_sentences,
+             parent_size=parent_size, breakpoint_percentile=breakpoint_percentile)
+    if strategy == "semantic" and embed is None:
+        raise BadInput("--strategy semantic needs the bi-encoder (--model) to embed sentences")
+    opts = _Options(context_sentences, parent_size, float(breakpoint_percentile), embed)
     tok = load_tokenizer(tokenizer)
     docs = list(docs)
     tok_counts = token_counters([d.text for d in docs], tok) if tok is not None else [None] * len(docs)
-    out: list[Chunk] = []
+    chunks: list[Chunk] = []
+    parents: list[Chunk] = []
     for doc, tc in zip(docs, tok_counts):
         count = tc if unit == "tokens" else char_counter
-        out.extend(_chunks_for(doc, count, tc, strategy, size, overlap))
-    return out
+        c, p = _chunks_for(doc, count, tc, strategy, size, overlap, opts)
+        chunks.extend(c)
+        parents.extend(p)
+    return chunks, parents
+
+
+def chunk_documents(docs, *, strategy: str = "recursive", size: int = 256, overlap: int = 32,
+                    unit: str = "tokens", tokenizer=None, **options) -> list[Chunk]:
+    """The chunks of `chunk_with_parents` (same parameters, units and errors;
+    `options`: `context_sentences`, `parent_size`, `breakpoint_percentile`,
+    `embed`), without the parents."""
+    return chunk_with_parents(docs, strategy=strategy, size=size, overlap=overlap, unit=unit,
+                              tokenizer=tokenizer, **options)[0]
 
 
 def chunk_document(doc, *, strategy: str = "recursive", size: int = 256, overlap: int = 32,
-                   unit: str = "tokens", tokenizer=None) -> list[Chunk]:
-    """Chunk one `Document`; see `chunk_documents` for the parameters, units
+                   unit: str = "tokens", tokenizer=None, **options) -> list[Chunk]:
+    """Chunk one `Document`; see `chunk_with_parents` for the parameters, units
     and errors. `doc.text[c.start_char:c.end_char] == c.text` for every chunk."""
-    return chunk_documents([doc], strategy=strategy, size=size, overlap=overlap, unit=unit, tokenizer=tokenizer)
+    return chunk_documents([doc], strategy=strategy, size=size, overlap=overlap, unit=unit, tokenizer=tokenizer,
+                           **options)
 
 
 @dataclass(slots=True)

@@ -19,6 +19,9 @@ CHUNKS_SCHEMA = pa.schema([
     ("n_tokens", pa.int32()), ("parent_id", pa.string()), ("sha256", pa.string()), ("embed_text", pa.string()),
 ])
 
+#: Appended to CHUNKS_SCHEMA when a chunk has a context (`sentence`, `parent-child`).
+CONTEXT_FIELDS = [("context_start", pa.int64()), ("context_end", pa.int64()), ("context", pa.string())]
+
 
 def docs_table(docs, *, include_text: bool = False) -> pa.Table:
     """One row per `Document`: doc_id, path, sha256, mtime (float64 seconds),
@@ -46,7 +49,11 @@ def chunks_table(chunks) -> pa.Table:
     """One row per `Chunk`: chunk_id, doc_id, ordinal (int32), text,
     title_path (list<string>), start_char, end_char (int64, character offsets
     in the normalised document text), n_tokens (int32, null without a
-    tokenizer), parent_id (string, null), sha256, embed_text.
+    tokenizer), parent_id (string, null unless `parent-child`), sha256,
+    embed_text; when any chunk has a context (`sentence`, `parent-child`) also
+    context_start, context_end (int64) and context (string): the span and
+    text `rag ask` gives the generator. Parents (`parent-child`) use the same
+    columns.
     Row order = input order; same input → identical table."""
     chunks = list(chunks)
     cols = {
@@ -62,4 +69,9 @@ def chunks_table(chunks) -> pa.Table:
         "sha256": [c.sha256 for c in chunks],
         "embed_text": [c.embed_text for c in chunks],
     }
-    return pa.table(cols, schema=CHUNKS_SCHEMA)
+    schema = CHUNKS_SCHEMA
+    if any(c.context is not None for c in chunks):
+        for name, type_ in CONTEXT_FIELDS:
+            cols[name] = [getattr(c, name) for c in chunks]
+            schema = schema.append(pa.field(name, type_))
+    return pa.table(cols, schema=schema)

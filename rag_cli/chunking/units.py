@@ -9,25 +9,47 @@ from ..errors import BadInput
 
 __all__ = ["STRATEGIES", "UNITS", "validate", "load_tokenizer", "SpanCounter", "char_counter", "token_counters"]
 
-STRATEGIES = ("recursive", "fixed", "markdown")
+STRATEGIES = ("recursive", "fixed", "markdown", "code", "sentence", "parent-child", "semantic")
 UNITS = ("tokens", "chars")
 
 
-def validate(strategy: str, size, overlap, unit: str, tokenizer) -> None:
+def validate(strategy: str, size, overlap, unit: str, tokenizer, *, context_sentences=2, parent_size=512,
+             breakpoint_percentile=95.0) -> None:
     """Raise `BadInput` naming the flag (`--strategy`, `--size`, `--overlap`,
-    `--unit`) when a chunking parameter is not valid."""
+    `--unit`, `--context-sentences`, `--parent-size`,
+    `--breakpoint-percentile`) when a chunking parameter is not valid.
+
+    `context_sentences` (a whole number ≥ 0), `parent_size` (a whole number of
+    `unit`) and `breakpoint_percentile` (a number in [0, 100]) are checked
+    whatever the strategy; `parent_size > size` only for `parent-child`.
+    """
     if strategy not in STRATEGIES:
         raise BadInput(f"--strategy {strategy!r} is not known; use one of: {', '.join(STRATEGIES)}")
     if unit not in UNITS:
         raise BadInput(f"--unit {unit!r} is not known; use one of: {', '.join(UNITS)}")
-    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+    if not _whole(size) or size <= 0:
         raise BadInput(f"--size {size!r} is not valid; give a whole number of {unit} greater than 0 (e.g. 256)")
-    if isinstance(overlap, bool) or not isinstance(overlap, int) or overlap < 0:
+    if not _whole(overlap) or overlap < 0:
         raise BadInput(f"--overlap {overlap!r} is not valid; give a whole number of {unit} ≥ 0 and smaller than --size")
     if overlap >= size:
         raise BadInput(f"--overlap {overlap} must be smaller than --size {size}; e.g. --overlap {size // 8}")
+    if not _whole(context_sentences) or context_sentences < 0:
+        raise BadInput(f"--context-sentences {context_sentences!r} is not valid; give a whole number ≥ 0 "
+                       "of sentences on each side (e.g. 2)")
+    if not _whole(parent_size) or parent_size <= 0:
+        raise BadInput(f"--parent-size {parent_size!r} is not valid; give a whole number of {unit} greater than 0 (e.g. 512)")
+    if strategy == "parent-child" and parent_size <= size:
+        raise BadInput(f"--parent-size {parent_size} must be larger than --size {size} (the child size); "
+                       f"e.g. --parent-size {size * 4}")
+    if (isinstance(breakpoint_percentile, bool) or not isinstance(breakpoint_percentile, (int, float))
+            or not 0 <= breakpoint_percentile <= 100):
+        raise BadInput(f"--breakpoint-percentile {breakpoint_percentile!r} is not valid; give a number from 0 to 100 (e.g. 95)")
     if unit == "tokens" and tokenizer is None:
         raise BadInput("--unit tokens needs the embedder's tokenizer (tokenizer.json); give a model, or use --unit chars")
+
+
+def _whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def load_tokenizer(tokenizer):

@@ -29,7 +29,12 @@ def refusal(question: str) -> str:
 
 @dataclass
 class Evidence:
-    """One numbered piece of evidence; `number` is the n of a citation `[n]` (1-based)."""
+    """One numbered piece of evidence; `number` is the n of a citation `[n]` (1-based).
+
+    `text` is the retrieved chunk's text; `context` is the text around it
+    that the generator should read instead (a sentence window, a parent
+    chunk), or None when the chunk is its own context.
+    """
 
     number: int
     chunk_id: str
@@ -37,6 +42,7 @@ class Evidence:
     text: str
     score: float
     title_path: list[str] = field(default_factory=list)
+    context: str | None = None
 
 
 @dataclass

@@ -28,7 +28,8 @@ class Document:
     - `metadata`: Markdown front matter (`key: value`), BEIR `metadata`, and
       for BEIR `body_start` (where the record's `text` starts in `text`);
       PDF `n_pages`, `page_starts`, `title`, `author`; DOCX `title`, `author`.
-    - `fmt`: the reader used: `markdown`, `text`, `html`, `pdf`, `docx` or `beir`.
+    - `fmt`: the reader used: `markdown`, `text`, `html`, `pdf`, `docx`,
+      `code` (source code, read as text) or `beir`.
     - `encoding`: the encoding the bytes were decoded with (`pdf`/`docx` for
       those containers, whose text is not decoded from a byte encoding).
     """

@@ -18,10 +18,17 @@ from .normalize import normalize_text
 from .pdf import read_pdf
 from .word import read_docx
 
-__all__ = ["load_sources", "load_file", "FORMATS", "EXTENSIONS"]
+__all__ = ["load_sources", "load_file", "FORMATS", "EXTENSIONS", "CODE_EXTENSIONS"]
 
 #: `fmt` values accepted by `load_sources`.
-FORMATS = ("auto", "markdown", "text", "html", "pdf", "docx", "beir")
+FORMATS = ("auto", "markdown", "text", "html", "pdf", "docx", "code", "beir")
+
+#: Source-code file extensions, read as text documents with `fmt="code"`
+#: (the `code` chunking strategy splits them at definitions).
+CODE_EXTENSIONS = (
+    ".py", ".pyi", ".js", ".mjs", ".jsx", ".ts", ".tsx", ".java", ".kt", ".scala", ".go", ".rs", ".c", ".h",
+    ".cc", ".cpp", ".hpp", ".cs", ".swift", ".rb", ".php", ".lua", ".r", ".jl", ".sh", ".bash", ".sql",
+)
 
 #: File extension → reader, used when `fmt="auto"`.
 EXTENSIONS = {
@@ -29,6 +36,7 @@ EXTENSIONS = {
     ".txt": "text", ".text": "text", ".rst": "text",
     ".html": "html", ".htm": "html",
     ".pdf": "pdf", ".docx": "docx",
+    **{ext: "code" for ext in CODE_EXTENSIONS},
 }
 
 #: Readers of binary formats: `fmt` → (reader(raw, stem) -> (title, text, metadata), module, package).
@@ -47,7 +55,8 @@ def _fmt_of(path: str, fmt: str) -> str | None:
 
 
 def load_file(path: str, doc_id: str, fmt: str) -> Document | Skipped:
-    """Load one file with reader `fmt` (`markdown`, `text`, `html`, `pdf` or `docx`).
+    """Load one file with reader `fmt` (`markdown`, `text`, `html`, `pdf`, `docx`
+    or `code`; `code` is read as plain text, title = file stem).
 
     Returns a `Skipped` (never raises) for binary, undecodable or empty text
     files, and for corrupt, encrypted or text-less PDF/DOCX files.
@@ -147,10 +156,11 @@ def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
     globs such as `docs/**/*.md`).
 
     `fmt="auto"` picks the reader by extension (`.md`/`.markdown` Markdown,
-    `.txt`/`.text`/`.rst` text, `.html`/`.htm` HTML); a file source named
-    `*.jsonl`/`*.jsonl.gz` is read as a BEIR corpus; `.pdf` PDF, `.docx`
-    Word; other files are skipped with a reason.
-    `fmt="markdown"|"text"|"html"|"pdf"|"docx"` forces one reader for every
+    `.txt`/`.text`/`.rst` text, `.html`/`.htm` HTML, `.pdf` PDF, `.docx`
+    Word, `CODE_EXTENSIONS` source code as text with `fmt="code"`); a file
+    source named `*.jsonl`/`*.jsonl.gz` is read as a BEIR corpus; other files
+    are skipped with a reason.
+    `fmt="markdown"|"text"|"html"|"pdf"|"docx"|"code"` forces one reader for every
     file; `fmt="beir"` reads each source file as a BEIR corpus, and a folder
     source as its `corpus.jsonl(.gz)` only (not its queries or qrels).
 
@@ -216,5 +226,5 @@ def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
     if not docs:
         detail = f" ({len(skipped)} file(s) skipped, e.g. {skipped[0].path}: {skipped[0].reason})" if skipped else ""
         raise BadInput(f"no documents found in {', '.join(map(repr, sources))}{detail}; "
-                       "give Markdown, text, HTML, PDF or DOCX files, or a BEIR corpus with --format beir")
+                       "give Markdown, text, HTML, PDF, DOCX or source-code files, or a BEIR corpus with --format beir")
     return LoadResult(docs, skipped)

@@ -10,6 +10,14 @@ Refusal: the answer is the refusal sentence in the question's language
   `strong_score` (a strong semantic match, e.g. across languages, needs no
   shared words).
 
+Small-to-big: when a retrieved chunk has a `context` (the `sentence`
+strategy's sentence window, the `parent-child` strategy's parent), the
+generator reads that text in the chunk's place; the chunk keeps its number
+[n], and citations and `contexts` name the retrieved chunk ids. The refusal
+rules are unchanged: the cosine is the retrieved chunk's, and the coverage is
+measured on the text the generator reads (a single sentence rarely holds
+every term of a question; its window or parent does).
+
 Measured on sample_corpus (multilingual-e5-small, int8): the 8 answerable
 questions have cosine 0.86-0.92 and coverage 0.49-1.0; off-topic questions
 ("今天天气怎么样？", "hello", "?", "Who won the FIFA World Cup in 1998?")
@@ -20,7 +28,7 @@ have cosine 0.76-0.84 and coverage 0.0-0.21. Only evidence at or above
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -53,10 +61,12 @@ def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=N
     vecs = np.asarray(searcher.dense.index.get_items([h.row for h in hits]), dtype=np.float32)
     vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     cos = vecs @ (q / max(np.linalg.norm(q), 1e-12))
+    columns = searcher.chunks.column_names
     evidence = [
         Evidence(number=i + 1, chunk_id=h.chunk_id, doc_id=h.doc_id, text=searcher.text(h.row),
                  score=float(cos[i]), title_path=list(searcher.chunks.column("title_path")[h.row].as_py() or [])
-                 if "title_path" in searcher.chunks.column_names else [])
+                 if "title_path" in columns else [],
+                 context=searcher.text(h.row, "context") if "context" in columns else None)
         for i, h in enumerate(hits)
     ]
     return evidence, float(cos.max())
@@ -73,7 +83,8 @@ def ask(searcher: Searcher, generator, question: str, *, k: int = 5, mode: str =
     check_query(question)
     t0 = time.perf_counter()
     evidence, best = evidence_for(searcher, question, k=k, mode=mode, mask=mask)
-    coverage = searcher.sparse.coverage(question, [make_embed_text(e.title_path, e.text) for e in evidence]) if evidence else 0.0
+    coverage = searcher.sparse.coverage(question, [make_embed_text(e.title_path, e.context or e.text)
+                                                   for e in evidence]) if evidence else 0.0
     reason = ""
     if not evidence:
         reason = "no evidence was retrieved"
@@ -85,7 +96,8 @@ def ask(searcher: Searcher, generator, question: str, *, k: int = 5, mode: str =
     if reason:
         answer = Answer(text=refusal(question), citations=[], refused=True, generator=generator.name)
     else:
-        answer = generator.generate(question, [e for e in evidence if e.score >= min_score])
+        answer = generator.generate(question, [replace(e, text=e.context) if e.context else e
+                                               for e in evidence if e.score >= min_score])
         if answer.refused:
             answer.text = refusal(question)
             reason = "the generator found no sentence to quote"

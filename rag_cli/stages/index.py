@@ -21,7 +21,10 @@ from rag_cli.index.sparse import SparseIndex
 from rag_cli.project import Project, sha256_file
 from rag_cli.stages.embed import read_embeddings
 
-INDEX_COLUMNS = ["chunk_id", "doc_id", "text", "embed_text", "title_path", "parent_id"]
+#: Columns of chunks.parquet kept in index/chunks.parquet; `context` is the
+#: text `rag ask` gives the generator for `sentence` and `parent-child` chunks.
+INDEX_COLUMNS = ["chunk_id", "doc_id", "text", "embed_text", "title_path", "parent_id", "context_start",
+                 "context_end", "context"]
 
 
 def build_index(project: Project, params: dict, threads: int = 0) -> dict:

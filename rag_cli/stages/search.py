@@ -92,7 +92,7 @@ class Searcher:
         if not sep or field_ not in self.chunks.column_names:
             raise BadInput(
                 f"--filter {expr!r}: expected FIELD=GLOB with FIELD one of "
-                f"{', '.join(c for c in self.chunks.column_names if c not in ('text', 'embed_text'))}"
+                f"{', '.join(c for c in self.chunks.column_names if c not in ('text', 'embed_text', 'context'))}"
             )
         values = self.chunks.column(field_).to_pylist()
         return np.fromiter((fnmatch.fnmatchcase(str(v), pattern.strip()) for v in values), dtype=bool, count=len(values))
