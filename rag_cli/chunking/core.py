@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from .chunk import Chunk
 from .fixed import fixed_spans
 from .markdown import markdown_spans
-from .recursive import recursive_spans
+from ..errors import BadInput
+from .recursive import compile_separators, recursive_spans
 from .units import SpanCounter, char_counter, load_tokenizer, token_counters, validate
 
 __all__ = ["chunk_document", "chunk_documents", "ChunkStats", "chunk_stats", "HEADING_AWARE_FORMATS"]
@@ -19,21 +20,22 @@ HEADING_AWARE_FORMATS = ("markdown", "html")
 
 
 def _chunks_for(doc, count: SpanCounter, tok_count: SpanCounter | None, strategy: str, size: int,
-                overlap: int) -> list[Chunk]:
+                overlap: int, split: dict) -> list[Chunk]:
     text = doc.text
     fmt = getattr(doc, "fmt", "text")
     if strategy == "fixed":
         spans = [(a, b, []) for a, b in fixed_spans(text, count, size, overlap)]
     elif strategy == "markdown" or (strategy == "recursive" and fmt in HEADING_AWARE_FORMATS):
-        spans = markdown_spans(text, count, size, overlap)
+        spans = markdown_spans(text, count, size, overlap, **split)
     elif doc.metadata.get("body_start") and doc.title:
         # A BEIR record: the title is context for every chunk, like a heading.
         # Only the body is split, with the title's share of the size left for it.
         start = doc.metadata["body_start"]
         body_size = max(size - count(0, start), size // 2, overlap + 1)
-        spans = [(a, b, [doc.title]) for a, b in recursive_spans(text, start, len(text), count, body_size, overlap)]
+        spans = [(a, b, [doc.title]) for a, b in recursive_spans(text, start, len(text), count, body_size, overlap,
+                                                                    **split)]
     else:
-        spans = [(a, b, []) for a, b in recursive_spans(text, 0, len(text), count, size, overlap)]
+        spans = [(a, b, []) for a, b in recursive_spans(text, 0, len(text), count, size, overlap, **split)]
     out = []
     for ordinal, (a, b, path) in enumerate(spans):
         n_units = count(a, b)
@@ -46,7 +48,8 @@ def _chunks_for(doc, count: SpanCounter, tok_count: SpanCounter | None, strategy
 
 
 def chunk_documents(docs, *, strategy: str = "recursive", size: int = 256, overlap: int = 32,
-                    unit: str = "tokens", tokenizer=None) -> list[Chunk]:
+                    unit: str = "tokens", tokenizer=None, separators=None,
+                    keep_separator: str = "end") -> list[Chunk]:
     """Chunk every document of `docs` (a list of `Document`); return all chunks,
     documents in the given order, chunks in document order.
 
@@ -60,6 +63,15 @@ def chunk_documents(docs, *, strategy: str = "recursive", size: int = 256, overl
     - `tokenizer`: a `tokenizers.Tokenizer`, a path to `tokenizer.json`, or a
       model folder. Required for `unit="tokens"`; with `unit="chars"` it is
       optional and only fills `n_tokens`.
+    - `separators`, `keep_separator`: where `recursive`/`markdown` may cut
+      (library only, no CLI flag): None = the default levels
+      (`recursive.SEPARATORS`: paragraph, line, sentence incl. CJK
+      punctuation, comma, space, character), or a list of literal strings /
+      compiled patterns, highest priority first (`""` = single characters);
+      `keep_separator="end"` (default) attaches a separator to the piece
+      before it, `"start"` to the piece after it. LangChain's
+      RecursiveCharacterTextSplitter defaults are
+      `separators=["\\n\\n", "\\n", " ", ""], keep_separator="start"`.
 
     Chunks larger than `size` occur only for a single unbreakable unit; they
     have `oversized=True` (see `chunk_stats`).
@@ -71,24 +83,31 @@ def chunk_documents(docs, *, strategy: str = "recursive", size: int = 256, overl
     stays within `size` (a title alone is never a chunk).
 
     Raises `BadInput` naming `--strategy`, `--unit`, `--size` or `--overlap`
-    for invalid parameters (and for `unit="tokens"` without a tokenizer).
+    for invalid parameters (and for `unit="tokens"` without a tokenizer), and
+    naming `separators`/`keep_separator` when those are invalid or given with
+    `strategy="fixed"`.
     """
     validate(strategy, size, overlap, unit, tokenizer)
+    split = {"separators": separators, "keep_separator": keep_separator}
+    if strategy == "fixed" and (separators is not None or keep_separator != "end"):
+        raise BadInput("separators/keep_separator apply to the recursive and markdown strategies, not to fixed windows")
+    compile_separators(separators, keep_separator)  # raises BadInput before any work
     tok = load_tokenizer(tokenizer)
     docs = list(docs)
     tok_counts = token_counters([d.text for d in docs], tok) if tok is not None else [None] * len(docs)
     out: list[Chunk] = []
     for doc, tc in zip(docs, tok_counts):
         count = tc if unit == "tokens" else char_counter
-        out.extend(_chunks_for(doc, count, tc, strategy, size, overlap))
+        out.extend(_chunks_for(doc, count, tc, strategy, size, overlap, split))
     return out
 
 
 def chunk_document(doc, *, strategy: str = "recursive", size: int = 256, overlap: int = 32,
-                   unit: str = "tokens", tokenizer=None) -> list[Chunk]:
+                   unit: str = "tokens", tokenizer=None, separators=None, keep_separator: str = "end") -> list[Chunk]:
     """Chunk one `Document`; see `chunk_documents` for the parameters, units
     and errors. `doc.text[c.start_char:c.end_char] == c.text` for every chunk."""
-    return chunk_documents([doc], strategy=strategy, size=size, overlap=overlap, unit=unit, tokenizer=tokenizer)
+    return chunk_documents([doc], strategy=strategy, size=size, overlap=overlap, unit=unit, tokenizer=tokenizer,
+                           separators=separators, keep_separator=keep_separator)
 
 
 @dataclass(slots=True)
