@@ -24,7 +24,9 @@ README ("Chunking: LangChain parity").
 from __future__ import annotations
 
 import re
-from collections import deque
+import operator
+from bisect import bisect_left, bisect_right
+from functools import lru_cache
 
 from ..errors import BadInput
 from .units import SpanCounter
@@ -37,12 +39,21 @@ _CLOSE = r"[\"'”’」』）)\]]*"
 #: Separator levels, highest priority first (the default `separators`).
 SEPARATORS: list[tuple[str, re.Pattern]] = [
     ("paragraph", re.compile(r"\n[ \t]*\n\s*")),
-    ("line", re.compile(r"\n")),
+    ("line", re.compile(re.escape("\n"))),
     ("sentence", re.compile(
         rf"[.!?]+{_CLOSE}\s+|[。！？；]+{_CLOSE}\s*|(?<=[{_CJK}])[!?;]+{_CLOSE}\s*")),
     ("comma", re.compile(r",(?![0-9])\s*|[，、]\s*|;\s+")),
     ("space", re.compile(r"\s+")),
 ]
+
+_START = re.Match.start
+_END = re.Match.end
+_FAR = 1 << 62
+
+
+def _sub_rev(a: int, b: int) -> int:
+    return b - a
+
 
 #: Where a separator goes: `end` of the piece before it, or `start` of the
 #: piece after it (LangChain's `keep_separator=True`).
@@ -84,72 +95,172 @@ def compile_separators(separators, keep_separator: str = "end") -> list[re.Patte
     return levels
 
 
+class _CharCuts:
+    """Cuts at a one-character literal separator inside `(a, b)`, found
+    lazily with `str.find`/`str.rfind` (no list of every match)."""
+
+    __slots__ = ("text", "ch", "b", "end_keep")
+
+    def __init__(self, text: str, ch: str, b: int, end_keep: bool):
+        self.text, self.ch, self.b, self.end_keep = text, ch, b, end_keep
+
+    def next(self, p: int) -> int:
+        """The first cut after `p`, else `b`."""
+        if self.end_keep:
+            i = self.text.find(self.ch, p, self.b - 1)
+            return i + 1 if i >= 0 else self.b
+        i = self.text.find(self.ch, p + 1, self.b)
+        return i if i >= 0 else self.b
+
+    def prev(self, q: int, lo: int) -> int:
+        """The last cut `c` with `lo < c <= q`, else -1."""
+        if self.end_keep:
+            i = self.text.rfind(self.ch, lo, q)
+            return i + 1 if i >= 0 else -1
+        return self.text.rfind(self.ch, lo + 1, q + 1)
+
+
+class _ListCuts:
+    """Cuts from a sorted list (a pattern's matches inside `(a, b)`)."""
+
+    __slots__ = ("cuts", "b")
+
+    def __init__(self, cuts: list[int], b: int):
+        self.cuts, self.b = cuts, b
+
+    def next(self, p: int) -> int:
+        k = bisect_right(self.cuts, p)
+        return self.cuts[k] if k < len(self.cuts) else self.b
+
+    def prev(self, q: int, lo: int) -> int:
+        k = bisect_right(self.cuts, q) - 1
+        return self.cuts[k] if k >= 0 and self.cuts[k] > lo else -1
+
+
+class _EveryChar:
+    """Cuts between every two characters (the last resort)."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def next(p: int) -> int:
+        return p + 1
+
+    @staticmethod
+    def prev(q: int, lo: int) -> int:
+        return q if q > lo else -1
+
+
+def _literal_char(pattern: re.Pattern) -> str | None:
+    """The character a pattern matches literally, if it is one escaped character."""
+    ch = pattern.pattern[-1:]
+    return ch if ch and pattern.pattern == re.escape(ch) and not pattern.flags & ~re.UNICODE else None
+
+
+@lru_cache(maxsize=64)
+def _levels(separators: tuple | None, keep_separator: str) -> tuple[tuple[re.Pattern, str | None], ...]:
+    """`compile_separators`, each pattern with its literal character (or None), cached."""
+    return tuple((p, _literal_char(p)) for p in compile_separators(separators, keep_separator))
+
+
 class _Splitter:
-    """One document's recursive split; spans go to `self.out`."""
+    """One document's recursive split; spans go to `self.out`.
 
-    __slots__ = ("text", "count", "size", "overlap", "levels", "start_keep", "out")
+    Pieces are merged greedily without listing them: from a window start,
+    the chunk ends at the last cut within `size` units (`reach`), and after
+    an emitted chunk the next window starts at the first cut from which the
+    carried text is at most `overlap` units and the next piece still fits
+    (`back`). This is the same greedy merge as LangChain's `_merge_splits`
+    with an empty separator, in O(chunks) steps instead of O(pieces).
+    """
 
-    def __init__(self, text, count, size, overlap, levels, start_keep):
+    __slots__ = ("text", "count", "reach", "back", "size", "overlap", "levels", "end_keep", "out")
+
+    def __init__(self, text: str, count: SpanCounter, size: int, overlap: int,
+                 levels: tuple[tuple[re.Pattern, str | None], ...], start_keep: bool):
         self.text = text
-        self.count = (lambda a, b: b - a) if count.is_chars else count
-        self.size, self.overlap, self.levels, self.start_keep = size, overlap, levels, start_keep
+        self.size, self.overlap, self.end_keep = size, overlap, not start_keep
+        self.levels = levels
         self.out: list[tuple[int, int]] = []
+        if count.is_chars:
+            self.count = _sub_rev
+            self.reach = operator.add   # last position q with count(p, q) <= n
+            self.back = operator.sub    # first position q with count(q, p) <= n
+        else:
+            starts, n_tok = count.starts, len(count.starts)
 
-    def cuts(self, a: int, b: int, pattern: re.Pattern) -> list[int]:
-        if self.start_keep:
-            return [p for m in pattern.finditer(self.text, a, b) if a < (p := m.start()) < b]
-        return [p for m in pattern.finditer(self.text, a, b) if a < (p := m.end()) < b]
+            def reach(p: int, n: int) -> int:
+                k = bisect_left(starts, p) + n
+                return starts[k] if k < n_tok else _FAR
+
+            def back(p: int, n: int) -> int:
+                m = bisect_left(starts, p) - n
+                return starts[m - 1] + 1 if m > 0 else -_FAR
+
+            self.count, self.reach, self.back = count, reach, back
+
+    def cuts_at(self, a: int, b: int, level: int):
+        """The cuts of separator `level` strictly inside `(a, b)`, or None when there are none."""
+        pattern, ch = self.levels[level]
+        if ch is not None:
+            cuts = _CharCuts(self.text, ch, b, self.end_keep)
+            return cuts if cuts.next(a) < b else None
+        if self.end_keep:
+            found = list(map(_END, pattern.finditer(self.text, a, b)))
+            if found and found[-1] >= b:
+                found.pop()
+        else:
+            found = list(map(_START, pattern.finditer(self.text, a, b)))
+            if found and found[0] <= a:
+                found.pop(0)
+        return _ListCuts(found, b) if found else None
 
     def split(self, a: int, b: int, level: int) -> None:
-        count, size = self.count, self.size
-        if count(a, b) <= size:
+        if self.count(a, b) <= self.size:
             self.out.append((a, b))
             return
-        levels = self.levels
-        cuts: list[int] = []
-        while level < len(levels):
-            cuts = self.cuts(a, b, levels[level])
-            if cuts:
+        cuts = None
+        while level < len(self.levels):
+            cuts = self.cuts_at(a, b, level)
+            if cuts is not None:
                 break
             level += 1
-        if cuts:
-            bounds = [a, *cuts, b]
-        elif b - a <= 1:
-            self.out.append((a, b))  # one unbreakable unit
-            return
-        else:  # character level
-            bounds = list(range(a, b + 1))
-            level = len(levels)
-        good: list[tuple[int, int, int]] = []
-        for i in range(len(bounds) - 1):
-            pa, pb = bounds[i], bounds[i + 1]
-            if pa >= pb:
-                continue
-            c = count(pa, pb)
-            if c <= size:
-                good.append((pa, pb, c))
-                continue
-            if good:
-                self.merge(good)
-                good = []
-            self.split(pa, pb, level + 1)
-        if good:
-            self.merge(good)
+        if cuts is None:
+            if b - a <= 1:
+                self.out.append((a, b))  # one unbreakable unit
+                return
+            cuts = _EveryChar
+            level = len(self.levels)
+        self.merge(a, b, cuts, level + 1)
 
-    def merge(self, pieces: list[tuple[int, int, int]]) -> None:
-        size, overlap, out = self.size, self.overlap, self.out
-        window: deque = deque()
-        total = 0
-        for piece in pieces:
-            c = piece[2]
-            if window and total + c > size:
-                out.append((window[0][0], window[-1][1]))
-                while window and (total > overlap or total + c > size):
-                    total -= window.popleft()[2]
-            window.append(piece)
-            total += c
-        if window:
-            out.append((window[0][0], window[-1][1]))
+    def merge(self, a: int, b: int, cuts, next_level: int) -> None:
+        """Merge the pieces between `cuts` of `(a, b)`; split pieces over the size at `next_level`."""
+        count, reach, back, size, overlap, out = self.count, self.reach, self.back, self.size, self.overlap, self.out
+        ws = a  # window start
+        while True:
+            lim = reach(ws, size)
+            if lim >= b:
+                out.append((ws, b))
+                return
+            j = cuts.prev(lim, ws)
+            if j < 0:  # the piece at ws is over the size
+                nc = cuts.next(ws)
+                self.split(ws, nc, next_level)
+                if nc >= b:
+                    return
+                ws = nc
+                continue
+            out.append((ws, j))
+            nc = cuts.next(j)
+            if count(j, nc) > size:  # the next piece is over the size: no overlap into or out of it
+                self.split(j, nc, next_level)
+                if nc >= b:
+                    return
+                ws = nc
+                continue
+            lo = max(back(j, overlap), back(nc, size))
+            if lo > ws:
+                ws = cuts.next(lo - 1)
 
 
 def _trim(text: str, spans) -> list[tuple[int, int]]:
@@ -180,7 +291,10 @@ def recursive_spans(text: str, a: int, b: int, count: SpanCounter, size: int, ov
     `start`, see `KEEP_SEPARATOR`) choose where text may be cut. Raises
     `BadInput` for invalid `separators` or `keep_separator`.
     """
-    levels = compile_separators(separators, keep_separator)
+    try:
+        levels = _levels(tuple(separators) if isinstance(separators, list) else separators, keep_separator)
+    except TypeError:  # unhashable: not a list of strings/patterns
+        levels = tuple((p, _literal_char(p)) for p in compile_separators(separators, keep_separator))
     if a >= b:
         return []
     splitter = _Splitter(text, count, size, overlap, levels, keep_separator == "start")
