@@ -263,7 +263,7 @@ class _Splitter:
                 ws = cuts.next(lo - 1)
 
 
-def _trim(text: str, spans) -> list[tuple[int, int]]:
+def _trim(text: str, spans, drop_repeats: bool) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for a, b in spans:
         if text[a].isspace() or text[b - 1].isspace():
@@ -273,14 +273,15 @@ def _trim(text: str, spans) -> list[tuple[int, int]]:
                 b -= 1
             if a >= b:
                 continue
-        if out and out[-1][0] <= a and b <= out[-1][1]:
+        if drop_repeats and out and out[-1][0] <= a and b <= out[-1][1]:
             continue  # contained in the previous chunk (overlap only)
         out.append((a, b))
     return out
 
 
 def recursive_spans(text: str, a: int, b: int, count: SpanCounter, size: int, overlap: int, *,
-                    separators=None, keep_separator: str = "end") -> list[tuple[int, int]]:
+                    separators=None, keep_separator: str = "end",
+                    drop_overlap_repeats: bool = True) -> list[tuple[int, int]]:
     """Chunk `text[a:b]`; return trimmed, non-empty `(start, end)` character
     offsets into `text`, in order (end exclusive).
 
@@ -288,7 +289,9 @@ def recursive_spans(text: str, a: int, b: int, count: SpanCounter, size: int, ov
     at most `size` units unless it is one character worth more than `size`
     tokens, and neighbours share at most `overlap` units. `separators` (see
     `compile_separators`; None = `SEPARATORS`) and `keep_separator` (`end` or
-    `start`, see `KEEP_SEPARATOR`) choose where text may be cut. Raises
+    `start`, see `KEEP_SEPARATOR`) choose where text may be cut.
+    `drop_overlap_repeats=False` keeps a chunk that trimming leaves inside the
+    previous one (LangChain emits it; it repeats only overlap). Raises
     `BadInput` for invalid `separators` or `keep_separator`.
     """
     try:
@@ -299,4 +302,4 @@ def recursive_spans(text: str, a: int, b: int, count: SpanCounter, size: int, ov
         return []
     splitter = _Splitter(text, count, size, overlap, levels, keep_separator == "start")
     splitter.split(a, b, 0)
-    return _trim(text, splitter.out)
+    return _trim(text, splitter.out, drop_overlap_repeats)
