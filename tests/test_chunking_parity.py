@@ -4,9 +4,10 @@
 With LangChain's separators `["\\n\\n", "\\n", " ", ""]` and its
 `keep_separator=True` (a separator starts the piece after it:
 `keep_separator="start"` here) our chunk texts equal LangChain's
-`split_text` on real texts (50 SciFact abstracts and the 14 others with runs of spaces,
-20 CMRC 2018 passages, the sample corpus). The differences that remain on purpose are each shown by a
-test below with exact outputs (README: "Chunking: LangChain parity"):
+`split_text` on real texts (50 SciFact abstracts and the 15 others with runs
+of spaces, 20 CMRC 2018 passages, the sample corpus). The differences that
+remain on purpose are each shown by a test below with exact outputs (README:
+"Chunking: guarantees and LangChain parity"):
 
 1. default separators: ours add sentence ends (incl. `。！？；`) and commas
    (incl. `，、`) and keep a separator with the piece before it;
@@ -14,7 +15,9 @@ test below with exact outputs (README: "Chunking: LangChain parity"):
    only repeat overlap) is dropped; LangChain emits it again;
 3. at `size=1` LangChain emits single whitespace characters as chunks;
 4. offsets are exact; LangChain's `add_start_index` searches for the chunk
-   text and can find an earlier copy.
+   text and can find an earlier copy;
+5. (not tested here) tokens are counted on the whole-document encoding;
+   parity is for characters only.
 """
 
 from __future__ import annotations

@@ -59,7 +59,8 @@ def chunk_documents(docs, *, strategy: str = "recursive", size: int = 256, overl
       no special tokens) or `chars` (characters of the normalised text).
       `recursive`/`markdown` emit chunks of at most `size` units with up to
       `overlap` units carried over at separator boundaries; `fixed` emits
-      windows of exactly `size` units overlapping by exactly `overlap`.
+      windows of exactly `size` units overlapping by exactly `overlap`
+      (in tokens, fewer where tokens share a start character; fixed.py).
     - `tokenizer`: a `tokenizers.Tokenizer`, a path to `tokenizer.json`, or a
       model folder. Required for `unit="tokens"`; with `unit="chars"` it is
       optional and only fills `n_tokens`.
