@@ -102,7 +102,35 @@ def test_unknown_strategy(project):
                      "--strategy", "bogus", "recursive")
 
 
-@pytest.mark.parametrize("bad", [["--size", "0"], ["--strategy", "bogus"], ["/no/such/file.md"]])
+@pytest.mark.parametrize("flags,names", [
+    (["--size", "64", "--overlap", "100"], ["--overlap 100", "--size 64", "smaller"]),
+    (["--size", "-5"], ["--size -5", "greater than 0"]),
+    (["--overlap", "-1"], ["--overlap -1", "≥ 0"]),
+    (["--unit", "words"], ["--unit", "words", "tokens", "chars"]),
+    (["--strategy", "Recursive"], ["--strategy", "Recursive", "recursive, fixed, markdown"]),
+])
+def test_chunk_bad_sizes_and_names(project, flags, names):
+    assert_bad_input(["chunk", SAMPLE_DOCS, *flags, "-p", project], project, *names)
+
+
+@pytest.mark.parametrize("key,value,names", [
+    ("overlap", 256, ["--overlap 256", "--size 256"]),
+    ("size", 0, ["--size 0"]),
+    ("strategy", '"bogus"', ["--strategy", "bogus"]),
+])
+def test_chunk_bad_config_values(project, key, value, names):
+    # the same checks apply to values that come from rag.toml (defaults: size 256, overlap 32)
+    import re
+    config = project / "rag.toml"
+    text = config.read_text()
+    new_text = re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", text, count=1)
+    assert new_text != text
+    config.write_text(new_text)
+    assert_bad_input(["chunk", SAMPLE_DOCS, "-p", project], project, *names)
+
+
+@pytest.mark.parametrize("bad", [["--size", "0"], ["--strategy", "bogus"], ["/no/such/file.md"],
+                                 ["--overlap", "300"], ["--size", "10", "--overlap", "10"], ["--unit", "lines"]])
 def test_chunk_errors_in_a_new_project_create_nothing(tmp_path, bad):
     p = tmp_path / "new"
     args = ["chunk", *bad] if bad[0].startswith("/") else ["chunk", SAMPLE_DOCS, *bad]

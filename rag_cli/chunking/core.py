@@ -13,7 +13,7 @@ from .chunk import Chunk
 from .code import code_spans
 from .fixed import fixed_spans
 from .markdown import markdown_spans
-from .recursive import recursive_spans
+from .recursive import compile_separators, recursive_spans
 from .semantic import semantic_spans
 from .sentence import sentence_units, sentence_windows
 from .units import SpanCounter, char_counter, load_tokenizer, token_counters, validate
@@ -37,22 +37,24 @@ class _Options:
     parent_size: int
     breakpoint_percentile: float
     embed: Callable[[list[str]], np.ndarray] | None
+    split: dict  # `separators` and `keep_separator` for recursive_spans/markdown_spans
 
 
-def _base_spans(doc, count: SpanCounter, size: int, overlap: int) -> list[tuple[int, int, list[str]]]:
+def _base_spans(doc, count: SpanCounter, size: int, overlap: int, split: dict) -> list[tuple[int, int, list[str]]]:
     """`recursive` (heading-aware on Markdown/HTML, title-aware on BEIR
     records) spans `(start, end, title_path)` of `doc`; with `size=_WHOLE`
     the sections themselves."""
     text = doc.text
     if getattr(doc, "fmt", "text") in HEADING_AWARE_FORMATS:
-        return markdown_spans(text, count, size, overlap)
+        return markdown_spans(text, count, size, overlap, **split)
     if doc.metadata.get("body_start") and doc.title:
         # A BEIR record: the title is context for every chunk, like a heading.
         # Only the body is split, with the title's share of the size left for it.
         start = doc.metadata["body_start"]
         body_size = max(size - count(0, start), size // 2, overlap + 1)
-        return [(a, b, [doc.title]) for a, b in recursive_spans(text, start, len(text), count, body_size, overlap)]
-    return [(a, b, []) for a, b in recursive_spans(text, 0, len(text), count, size, overlap)]
+        return [(a, b, [doc.title]) for a, b in recursive_spans(text, start, len(text), count, body_size, overlap,
+                                                                   **split)]
+    return [(a, b, []) for a, b in recursive_spans(text, 0, len(text), count, size, overlap, **split)]
 
 
 def _chunks_for(doc, count: SpanCounter, tok_count: SpanCounter | None, strategy: str, size: int,
@@ -66,31 +68,31 @@ def _chunks_for(doc, count: SpanCounter, tok_count: SpanCounter | None, strategy
     if strategy == "fixed":
         spans = [(a, b, []) for a, b in fixed_spans(text, count, size, overlap)]
     elif strategy == "markdown":
-        spans = markdown_spans(text, count, size, overlap)
+        spans = markdown_spans(text, count, size, overlap, **opts.split)
     elif strategy == "code" and fmt == "code":
         spans = [(a, b, []) for a, b in code_spans(text, doc.path, count, size, overlap)]
     elif strategy == "sentence":
         spans, contexts = [], []
-        for sa, sb, path in _base_spans(doc, count, _WHOLE, 0):
+        for sa, sb, path in _base_spans(doc, count, _WHOLE, 0, opts.split):
             units = sentence_units(text, sa, sb, count, size, overlap)
             spans.extend((a, b, path) for a, b in units)
             contexts.extend(sentence_windows(units, opts.context_sentences))
     elif strategy == "semantic":
-        spans = semantic_spans(text, _base_spans(doc, count, _WHOLE, 0), count, size, overlap, opts.embed,
+        spans = semantic_spans(text, _base_spans(doc, count, _WHOLE, 0, opts.split), count, size, overlap, opts.embed,
                                opts.breakpoint_percentile)
     elif strategy == "parent-child":
         spans, contexts, parent_of = [], [], []
-        for j, (pa, pb, path) in enumerate(_base_spans(doc, count, opts.parent_size, 0)):
+        for j, (pa, pb, path) in enumerate(_base_spans(doc, count, opts.parent_size, 0, opts.split)):
             n_units = count(pa, pb)
             parents.append(Chunk.build(doc.doc_id, j, text, pa, pb, path,
                                        n_tokens=tok_count(pa, pb) if tok_count is not None else None,
                                        n_units=n_units, oversized=n_units > opts.parent_size, id_prefix="p"))
-            for a, b in recursive_spans(text, pa, pb, count, size, overlap):
+            for a, b in recursive_spans(text, pa, pb, count, size, overlap, **opts.split):
                 spans.append((a, b, path))
                 contexts.append((pa, pb))
                 parent_of.append(j)
     else:  # recursive, and `code` on documents that are not code
-        spans = _base_spans(doc, count, size, overlap)
+        spans = _base_spans(doc, count, size, overlap, opts.split)
     out = []
     for ordinal, (a, b, path) in enumerate(spans):
         n_units = count(a, b)
@@ -107,7 +109,8 @@ def _chunks_for(doc, count: SpanCounter, tok_count: SpanCounter | None, strategy
 def chunk_with_parents(docs, *, strategy: str = "recursive", size: int = 256, overlap: int = 32,
                        unit: str = "tokens", tokenizer=None, context_sentences: int = 2, parent_size: int = 512,
                        breakpoint_percentile: float = 95.0,
-                       embed: Callable[[list[str]], np.ndarray] | None = None) -> tuple[list[Chunk], list[Chunk]]:
+                       embed: Callable[[list[str]], np.ndarray] | None = None, separators=None,
+                       keep_separator: str = "end") -> tuple[list[Chunk], list[Chunk]]:
     """Chunk every document of `docs` (a list of `Document`); return
     `(chunks, parents)`: all chunks (documents in the given order, chunks in
     document order) and, for `parent-child`, the parent chunks (else `[]`).
@@ -134,6 +137,19 @@ def chunk_with_parents(docs, *, strategy: str = "recursive", size: int = 256, ov
     `tokenizer`: a `tokenizers.Tokenizer`, a path to `tokenizer.json`, or a
     model folder. Required for `unit="tokens"`; with `unit="chars"` it is
     optional and only fills `n_tokens`.
+    `recursive`/`markdown` emit chunks of at most `size` units with up to
+    `overlap` units carried over at separator boundaries; `fixed` emits
+    windows of exactly `size` units overlapping by exactly `overlap` (in
+    tokens, fewer where tokens share a start character; fixed.py).
+    `separators`, `keep_separator`: where the recursive splitter may cut
+    (library only, no CLI flag): None = the default levels
+    (`recursive.SEPARATORS`: paragraph, line, sentence incl. CJK
+    punctuation, comma, space, character), or a list of literal strings /
+    compiled patterns, highest priority first (`""` = single characters);
+    `keep_separator="end"` (default) attaches a separator to the piece
+    before it, `"start"` to the piece after it. LangChain's
+    RecursiveCharacterTextSplitter defaults are
+    `separators=["\\n\\n", "\\n", " ", ""], keep_separator="start"`.
 
     Chunks larger than `size` occur only for a single unbreakable unit; they
     have `oversized=True` (see `chunk_stats`). `doc.text[c.start_char:c.end_char]
@@ -149,13 +165,18 @@ def chunk_with_parents(docs, *, strategy: str = "recursive", size: int = 256, ov
     Raises `BadInput` naming `--strategy`, `--unit`, `--size`, `--overlap`,
     `--context-sentences`, `--parent-size` or `--breakpoint-percentile` for
     invalid parameters (and for `unit="tokens"` without a tokenizer, or
-    `semantic` without `embed`).
+    `semantic` without `embed`), and naming `separators`/`keep_separator`
+    when those are invalid or given with `strategy="fixed"`.
     """
     validate(strategy, size, overlap, unit, tokenizer, context_sentences=context_sentences,
              parent_size=parent_size, breakpoint_percentile=breakpoint_percentile)
     if strategy == "semantic" and embed is None:
         raise BadInput("--strategy semantic needs the bi-encoder (--model) to embed sentences")
-    opts = _Options(context_sentences, parent_size, float(breakpoint_percentile), embed)
+    if strategy == "fixed" and (separators is not None or keep_separator != "end"):
+        raise BadInput("separators/keep_separator apply to the recursive and markdown strategies, not to fixed windows")
+    compile_separators(separators, keep_separator)  # raises BadInput before any work
+    opts = _Options(context_sentences, parent_size, float(breakpoint_percentile), embed,
+                    {"separators": separators, "keep_separator": keep_separator})
     tok = load_tokenizer(tokenizer)
     docs = list(docs)
     tok_counts = token_counters([d.text for d in docs], tok) if tok is not None else [None] * len(docs)
@@ -173,7 +194,7 @@ def chunk_documents(docs, *, strategy: str = "recursive", size: int = 256, overl
                     unit: str = "tokens", tokenizer=None, **options) -> list[Chunk]:
     """The chunks of `chunk_with_parents` (same parameters, units and errors;
     `options`: `context_sentences`, `parent_size`, `breakpoint_percentile`,
-    `embed`), without the parents."""
+    `embed`, `separators`, `keep_separator`), without the parents."""
     return chunk_with_parents(docs, strategy=strategy, size=size, overlap=overlap, unit=unit,
                               tokenizer=tokenizer, **options)[0]
 

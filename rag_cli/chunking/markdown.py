@@ -17,8 +17,12 @@ from .units import SpanCounter
 __all__ = ["markdown_spans"]
 
 
-def markdown_spans(text: str, count: SpanCounter, size: int, overlap: int) -> list[tuple[int, int, list[str]]]:
-    """Return `(start, end, title_path)` per chunk, in document order."""
+def markdown_spans(text: str, count: SpanCounter, size: int, overlap: int, *, separators=None,
+                   keep_separator: str = "end") -> list[tuple[int, int, list[str]]]:
+    """Return `(start, end, title_path)` per chunk (character offsets into
+    `text`, end exclusive), in document order. Sections are split by
+    `recursive_spans` with `separators` and `keep_separator`; no chunk crosses
+    a heading."""
     sections: list[tuple[int, int, list[str]]] = []
     stack: list[tuple[int, str]] = []
     body_start = 0
@@ -36,6 +40,7 @@ def markdown_spans(text: str, count: SpanCounter, size: int, overlap: int) -> li
     for a, b, p in sections:
         if a >= b or not text[a:b].strip():
             continue
-        for s, e in recursive_spans(text, a, b, count, size, overlap):
+        for s, e in recursive_spans(text, a, b, count, size, overlap, separators=separators,
+                                      keep_separator=keep_separator):
             out.append((s, e, p))
     return out
