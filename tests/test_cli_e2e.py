@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 import shutil
 import subprocess

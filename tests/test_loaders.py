@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rag_cli.errors import BadInput
-from rag_cli.loaders import Document, decode_bytes, load_sources, normalize_text
+from rag_cli.loaders import decode_bytes, load_sources, normalize_text
 from rag_cli.loaders.html import html_available
 
 DATA = Path("/work/shared/data")

@@ -236,7 +236,7 @@ def test_bad_pdfs_are_skipped_with_reasons(tmp_path):
 # --------------------------------------------------------------------------- DOCX
 
 def test_docx_headings_table_order_and_metadata(tmp_path):
-    path = make_docx(tmp_path / "guide.docx")
+    make_docx(tmp_path / "guide.docx")
     (doc,) = load_sources([str(tmp_path)]).documents
     assert doc.text == DOCX_TEXT
     assert doc.fmt == "docx" and doc.title == "Index Guide"

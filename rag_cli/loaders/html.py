@@ -35,7 +35,7 @@ def html_available() -> bool:
 def parse_html(text: str, stem: str) -> tuple[str, str]:
     """Normalised HTML source → `(title, text)`. Needs beautifulsoup4."""
     from bs4 import BeautifulSoup, Comment, NavigableString, Tag
-    from bs4.element import Declaration, Doctype, ProcessingInstruction, CData
+    from bs4.element import Declaration, Doctype, ProcessingInstruction
 
     soup = BeautifulSoup(text, "html.parser")
     title_tag = soup.find("title")
