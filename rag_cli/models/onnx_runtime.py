@@ -10,7 +10,7 @@ input order.
 from __future__ import annotations
 
 import os
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -143,6 +143,34 @@ class OnnxTextModel:
         (an XLM-R graph has no `token_type_ids`)."""
         return {name: arrays[name].astype(dtype, copy=False) for name, dtype in self.input_dtypes.items()}
 
+    def iter_batched(
+        self,
+        tok: Tokenized,
+        output: str,
+        reduce: Callable[[np.ndarray, np.ndarray], np.ndarray],
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Run the graph over token-budget batches (`plan_batches`), one at a time.
+
+        Args:
+            tok: the tokenized inputs (n of them).
+            output: the graph output to fetch.
+            reduce: (output batch as float32, attention mask (b, s) float32)
+                -> (b, ...) float32 per-input results.
+            batch_tokens: padded tokens per batch.
+
+        Yields:
+            `(idx, results)`: idx (b,) int64 positions in `tok`, results
+            (b, ...) float32, longest inputs first. The batches depend only on
+            the inputs' lengths, so a suffix of the inputs (in plan order) is
+            batched exactly as it was in the whole plan.
+        """
+        for idx in plan_batches(tok.lengths, batch_tokens):
+            arrays = self.pad([tok.ids[i] for i in idx], [tok.type_ids[i] for i in idx])
+            (out,) = self.session.run([output], self.feed(arrays))
+            mask = arrays["attention_mask"].astype(np.float32)
+            yield idx, np.asarray(reduce(np.asarray(out, dtype=np.float32), mask), dtype=np.float32)
+
     def run_batched(
         self,
         tok: Tokenized,
@@ -151,7 +179,7 @@ class OnnxTextModel:
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         progress: Progress | None = None,
     ) -> np.ndarray:
-        """Run the graph over all inputs in token-budget batches.
+        """Run the graph over all inputs in token-budget batches (`iter_batched`).
 
         Args:
             tok: the tokenized inputs (n of them).
@@ -170,11 +198,7 @@ class OnnxTextModel:
         n = len(tok)
         result: np.ndarray | None = None
         done = 0
-        for idx in plan_batches(tok.lengths, batch_tokens):
-            arrays = self.pad([tok.ids[i] for i in idx], [tok.type_ids[i] for i in idx])
-            (out,) = self.session.run([output], self.feed(arrays))
-            mask = arrays["attention_mask"].astype(np.float32)
-            part = np.asarray(reduce(np.asarray(out, dtype=np.float32), mask), dtype=np.float32)
+        for idx, part in self.iter_batched(tok, output, reduce, batch_tokens):
             if result is None:
                 result = np.empty((n, *part.shape[1:]), dtype=np.float32)
             result[idx] = part
