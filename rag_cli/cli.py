@@ -32,6 +32,7 @@ QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="No progress or su
 ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Bi-encoder: a model folder or a default name (config: model.embedder)")]
 PrecisionOpt = Annotated[Optional[str], typer.Option("--precision", help="int8 or fp32, for a default model (config: model.precision)")]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="onnxruntime intra-op threads; 0 = all cores (config: model.threads)")]
+ProviderOpt = Annotated[Optional[str], typer.Option("--provider", help="onnxruntime execution provider: cpu, cuda or coreml, if onnxruntime has it (config: model.provider)")]
 
 
 def _stderr():
@@ -99,8 +100,9 @@ def _progress(quiet: bool, description: str):
     return progress, update
 
 
-def _model_cfg(project, model, precision, threads) -> dict:
-    return project.config("model", {"embedder": model, "precision": precision, "threads": threads})
+def _model_cfg(project, model, precision, threads, provider=None) -> dict:
+    return project.config("model", {"embedder": model, "precision": precision, "threads": threads,
+                                    "provider": provider})
 
 
 # --------------------------------------------------------------------------- init
@@ -184,6 +186,7 @@ def embed(
     model: ModelOpt = None,
     precision: PrecisionOpt = None,
     threads: ThreadsOpt = None,
+    provider: ProviderOpt = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -197,7 +200,11 @@ def embed(
 
     p = Project.open(project)
     p.require(p.chunks_path, "chunk")
-    encoder = load_embedder(_model_cfg(p, model, precision, threads))
+    if provider is not None:
+        from rag_cli.models.onnx_runtime import execution_providers
+
+        execution_providers(provider)  # a bad value is an error before rag.toml records it
+    encoder = load_embedder(_model_cfg(p, model, precision, threads, provider))
     ctx, update = _progress(quiet or json_out, "embedding")
     with p.lock(), ctx:
         summary = embed_chunks(p, encoder, progress=update)
@@ -363,7 +370,8 @@ def rerank(
     ce_name = p.config("model", {"reranker": model}, save=False)["reranker"]
     if not ce_name:
         raise BadInput("no cross-encoder: pass --model DIR (an ONNX cross-encoder folder) or set model.reranker in rag.toml")
-    ce = load_cross_encoder(ce_name, threads=p.load_config()["model"]["threads"])
+    mcfg = p.load_config()["model"]
+    ce = load_cross_encoder(ce_name, threads=mcfg["threads"], provider=mcfg["provider"])
     if model:
         p.config("model", {"reranker": model})
     if query is not None:

@@ -183,6 +183,16 @@ def test_empty_query(project, query):
     assert_bad_input(["ask", query, "-p", project], project, "query is empty")
 
 
+def test_missing_execution_provider(project):
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has CUDA")
+    assert_bad_input(["embed", "--provider", "cuda", "-p", project], project, "--provider 'cuda'",
+                     "CUDAExecutionProvider", "available here: cpu")
+    assert_bad_input(["embed", "--provider", "tpu", "-p", project], project, "--provider 'tpu'", "cpu, cuda, coreml")
+
+
 def test_damaged_embeddings_are_rebuilt(project):
     (project / "embeddings.parquet").write_bytes(b"garbage")
     res = rag("embed", "--json", "-p", project)

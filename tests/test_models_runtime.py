@@ -317,3 +317,18 @@ def test_file_hash_cache_is_keyed_by_size_and_mtime(tmp_path):
     big.write_bytes(b"b" * (1 << 20))
     os.utime(big, ns=(1, 2))
     assert file_sha256(big) != first
+
+
+def test_execution_providers(monkeypatch):
+    import onnxruntime as ort
+
+    from rag_cli.models.onnx_runtime import execution_providers
+
+    assert execution_providers() == execution_providers("cpu") == ["CPUExecutionProvider"]
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    with pytest.raises(BadInput, match=r"--provider 'cuda'.*CUDAExecutionProvider.*available here: cpu"):
+        execution_providers("cuda")
+    with pytest.raises(BadInput, match=r"--provider 'gpu': expected one of cpu, cuda, coreml"):
+        execution_providers("gpu")
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert execution_providers("CUDA") == ["CUDAExecutionProvider", "CPUExecutionProvider"]

@@ -26,6 +26,38 @@ Progress = Callable[[int, int], None]
 """progress(done, total): called after each batch; counts are inputs (texts or pairs)."""
 
 
+#: `--provider` values and the onnxruntime execution providers they select.
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "coreml": "CoreMLExecutionProvider"}
+
+
+def execution_providers(provider: str = "cpu") -> list[str]:
+    """The onnxruntime providers for a `--provider` value (config `model.provider`).
+
+    Args:
+        provider: `cpu` (default), `cuda` or `coreml`.
+
+    Returns:
+        Provider names for `InferenceSession`, best first; the CPU provider
+        is always last, so operators another provider lacks still run.
+
+    Raises:
+        BadInput: an unknown value, or a provider this onnxruntime build does
+            not have (the message lists the ones it has).
+    """
+    name = str(provider).lower()
+    if name not in PROVIDERS:
+        raise BadInput(f"--provider {provider!r}: expected one of {', '.join(PROVIDERS)}")
+    available = ort.get_available_providers()
+    if PROVIDERS[name] not in available:
+        have = [k for k, v in PROVIDERS.items() if v in available]
+        raise BadInput(
+            f"--provider {provider!r}: this onnxruntime ({ort.__version__}) has no {PROVIDERS[name]}; "
+            f"available here: {', '.join(have) or 'none'} (all providers: {', '.join(available)}). "
+            "Install onnxruntime-gpu for cuda, or use --provider cpu"
+        )
+    return [PROVIDERS[name]] + ([PROVIDERS["cpu"]] if name != "cpu" else [])
+
+
 def default_threads() -> int:
     """The CPU cores this process may use."""
     try:
