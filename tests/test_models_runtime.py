@@ -209,6 +209,15 @@ def test_plan_batches_covers_all_within_budget():
     assert plan_batches(np.array([5000, 3]), batch_tokens=100)[0].tolist() == [0]
 
 
+def test_plan_batches_plain_keeps_input_order():
+    lengths = np.array([10, 30, 5, 40, 40, 1, 100])
+    batches = plan_batches(lengths, batch_tokens=100, length_sorted=False)
+    # [10, 30, 5] pads to 3 x 30 = 90; adding 40 would pad to 4 x 40; [40, 40, 1] = 120 > 100
+    assert [b.tolist() for b in batches] == [[0, 1, 2], [3, 4], [5], [6]]
+    sorted_ = plan_batches(lengths, batch_tokens=100)
+    assert [b.tolist() for b in sorted_] == [[6], [3, 4], [1, 0, 2], [5]]
+
+
 # ---------------------------------------------------------- model folders
 def test_defaults_without_rag_model_json(tmp_path):
     bi = ModelFolder.load(make_bi_encoder(tmp_path / "bi", rag_model=False, max_length=40))

@@ -147,12 +147,14 @@ class BiEncoder(OnnxTextModel):
         texts: Sequence[str],
         prefix: str = "",
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        length_sorted: bool = True,
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Encode `prefix + text` batch by batch, for callers that store
         vectors as they come (`rag embed`).
 
         The texts are tokenized first (setting `truncated` / `n_truncated` as
-        `encode` does), then run in length-sorted token-budget batches.
+        `encode` does), then run in length-sorted token-budget batches
+        (in input order if not `length_sorted`; see `plan_batches`).
 
         Yields:
             `(idx, vectors)`: idx (b,) int64 positions in `texts`, vectors
@@ -171,7 +173,7 @@ class BiEncoder(OnnxTextModel):
         def reduce(out: np.ndarray, mask: np.ndarray) -> np.ndarray:
             return out if self.pooled else pool(out, mask)
 
-        for idx, part in self.iter_batched(tok, self.output, reduce, batch_tokens):
+        for idx, part in self.iter_batched(tok, self.output, reduce, batch_tokens, length_sorted):
             if part.ndim != 2:
                 raise BadInput(
                     f"{self.folder.onnx_path}: output {self.output!r} gives {part.ndim}-d results per text; "

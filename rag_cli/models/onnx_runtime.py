@@ -97,26 +97,40 @@ def create_session(
         ) from None
 
 
-def plan_batches(lengths: np.ndarray, batch_tokens: int = DEFAULT_BATCH_TOKENS) -> list[np.ndarray]:
+def plan_batches(
+    lengths: np.ndarray, batch_tokens: int = DEFAULT_BATCH_TOKENS, length_sorted: bool = True
+) -> list[np.ndarray]:
     """Group input indices into batches by a token budget.
 
     Args:
         lengths: (n,) int, tokens per input.
         batch_tokens: most padded tokens (batch size x longest length) per
             batch; an input longer than this gets a batch of its own.
+        length_sorted: sort by length, longest first (the default: little
+            padding); False keeps the input order ("plain" batching, for
+            benchmarks).
 
     Returns:
-        Index arrays (int64), longest inputs first, together covering 0..n-1
-        once each.
+        Index arrays (int64), together covering 0..n-1 once each.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
-    order = np.argsort(-lengths, kind="stable")
+    if length_sorted:
+        order = np.argsort(-lengths, kind="stable")
+    else:
+        order = np.arange(len(lengths), dtype=np.int64)
     batches: list[np.ndarray] = []
     start = 0
     n = len(order)
     while start < n:
-        longest = max(int(lengths[order[start]]), 1)
-        size = max(1, batch_tokens // longest)
+        if length_sorted:
+            size = max(1, batch_tokens // max(int(lengths[order[start]]), 1))
+        else:  # grow while the padded size of the batch fits
+            size, longest = 1, max(int(lengths[order[start]]), 1)
+            while start + size < n:
+                longest_next = max(longest, int(lengths[order[start + size]]))
+                if longest_next * (size + 1) > batch_tokens:
+                    break
+                longest, size = longest_next, size + 1
         batches.append(order[start : start + size])
         start += size
     return batches
@@ -181,6 +195,7 @@ class OnnxTextModel:
         output: str,
         reduce: Callable[[np.ndarray, np.ndarray], np.ndarray],
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        length_sorted: bool = True,
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Run the graph over token-budget batches (`plan_batches`), one at a time.
 
@@ -190,6 +205,7 @@ class OnnxTextModel:
             reduce: (output batch as float32, attention mask (b, s) float32)
                 -> (b, ...) float32 per-input results.
             batch_tokens: padded tokens per batch.
+            length_sorted: False batches in input order (see `plan_batches`).
 
         Yields:
             `(idx, results)`: idx (b,) int64 positions in `tok`, results
@@ -197,7 +213,7 @@ class OnnxTextModel:
             the inputs' lengths, so a suffix of the inputs (in plan order) is
             batched exactly as it was in the whole plan.
         """
-        for idx in plan_batches(tok.lengths, batch_tokens):
+        for idx in plan_batches(tok.lengths, batch_tokens, length_sorted):
             arrays = self.pad([tok.ids[i] for i in idx], [tok.type_ids[i] for i in idx])
             (out,) = self.session.run([output], self.feed(arrays))
             mask = arrays["attention_mask"].astype(np.float32)
