@@ -353,6 +353,7 @@ def rerank(
     mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode for a single QUERY")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet (default: RUN-rerank)")] = None,
     fmt: Annotated[str, typer.Option("--format", help="parquet | trec")] = "parquet",
+    probability: Annotated[bool, typer.Option("--sigmoid", help="Scores as sigmoid(logit), a probability in [0, 1] (same order)")] = False,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -382,7 +383,7 @@ def rerank(
         hits = search_one(s, query, {**cfg, "k": candidates}, None)
         rows = [RunRow("q", query, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits]
         texts = {h.chunk_id: s.text(h.row, "embed_text" if "embed_text" in s.chunks.column_names else "text") for h in hits}
-        out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n)
+        out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, probability=probability)
         _report_truncated(n_cut, ce, quiet or json_out)
         shown = [{"rank": r.rank, "chunk_id": r.chunk_id, "doc_id": r.doc_id, "score": round(r.score, 6),
                   "stage": r.stage, "text": s.text(s.row_of(r.chunk_id))} for r in out]
@@ -393,7 +394,8 @@ def rerank(
         return
     rows = read_run(run)
     texts = chunk_texts(p.require(p.chunks_path, "chunk"), {r.chunk_id for r in rows})
-    out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, source=str(run))
+    out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, source=str(run),
+                             probability=probability)
     _report_truncated(n_cut, ce, quiet or json_out)
     out_name = name or f"{file_stem(run)}-rerank"
     path = write_run(p.run_path(out_name, fmt), out, fmt=fmt)
