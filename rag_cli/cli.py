@@ -32,6 +32,7 @@ QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="No progress or su
 ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Bi-encoder: a model folder or a default name (config: model.embedder)")]
 PrecisionOpt = Annotated[Optional[str], typer.Option("--precision", help="int8 or fp32, for a default model (config: model.precision)")]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="onnxruntime intra-op threads; 0 = all cores (config: model.threads)")]
+ProviderOpt = Annotated[Optional[str], typer.Option("--provider", help="onnxruntime execution provider: cpu, cuda or coreml, if onnxruntime has it (config: model.provider)")]
 
 
 def _stderr():
@@ -99,8 +100,9 @@ def _progress(quiet: bool, description: str):
     return progress, update
 
 
-def _model_cfg(project, model, precision, threads) -> dict:
-    return project.config("model", {"embedder": model, "precision": precision, "threads": threads})
+def _model_cfg(project, model, precision, threads, provider=None) -> dict:
+    return project.config("model", {"embedder": model, "precision": precision, "threads": threads,
+                                    "provider": provider})
 
 
 # --------------------------------------------------------------------------- init
@@ -190,6 +192,7 @@ def embed(
     model: ModelOpt = None,
     precision: PrecisionOpt = None,
     threads: ThreadsOpt = None,
+    provider: ProviderOpt = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -203,7 +206,11 @@ def embed(
 
     p = Project.open(project)
     p.require(p.chunks_path, "chunk")
-    encoder = load_embedder(_model_cfg(p, model, precision, threads))
+    if provider is not None:
+        from rag_cli.models.onnx_runtime import execution_providers
+
+        execution_providers(provider)  # a bad value is an error before rag.toml records it
+    encoder = load_embedder(_model_cfg(p, model, precision, threads, provider))
     ctx, update = _progress(quiet or json_out, "embedding")
     with p.lock(), ctx:
         summary = embed_chunks(p, encoder, progress=update)
@@ -352,6 +359,7 @@ def rerank(
     mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode for a single QUERY")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet (default: RUN-rerank)")] = None,
     fmt: Annotated[str, typer.Option("--format", help="parquet | trec")] = "parquet",
+    probability: Annotated[bool, typer.Option("--sigmoid", help="Scores as sigmoid(logit), a probability in [0, 1] (same order)")] = False,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -369,7 +377,8 @@ def rerank(
     ce_name = p.config("model", {"reranker": model}, save=False)["reranker"]
     if not ce_name:
         raise BadInput("no cross-encoder: pass --model DIR (an ONNX cross-encoder folder) or set model.reranker in rag.toml")
-    ce = load_cross_encoder(ce_name, threads=p.load_config()["model"]["threads"])
+    mcfg = p.load_config()["model"]
+    ce = load_cross_encoder(ce_name, threads=mcfg["threads"], provider=mcfg["provider"])
     if model:
         p.config("model", {"reranker": model})
     if query is not None:
@@ -380,7 +389,7 @@ def rerank(
         hits = search_one(s, query, {**cfg, "k": candidates}, None)
         rows = [RunRow("q", query, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits]
         texts = {h.chunk_id: s.text(h.row, "embed_text" if "embed_text" in s.chunks.column_names else "text") for h in hits}
-        out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n)
+        out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, probability=probability)
         _report_truncated(n_cut, ce, quiet or json_out)
         shown = [{"rank": r.rank, "chunk_id": r.chunk_id, "doc_id": r.doc_id, "score": round(r.score, 6),
                   "stage": r.stage, "text": s.text(s.row_of(r.chunk_id))} for r in out]
@@ -391,7 +400,8 @@ def rerank(
         return
     rows = read_run(run)
     texts = chunk_texts(p.require(p.chunks_path, "chunk"), {r.chunk_id for r in rows})
-    out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, source=str(run))
+    out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, source=str(run),
+                             probability=probability)
     _report_truncated(n_cut, ce, quiet or json_out)
     out_name = name or f"{file_stem(run)}-rerank"
     path = write_run(p.run_path(out_name, fmt), out, fmt=fmt)

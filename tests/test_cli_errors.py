@@ -8,10 +8,12 @@ tests/tiny_models.py (fast); each test works on its own copy.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -209,6 +211,16 @@ def test_empty_query(project, query):
     assert_bad_input(["ask", query, "-p", project], project, "query is empty")
 
 
+def test_missing_execution_provider(project):
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has CUDA")
+    assert_bad_input(["embed", "--provider", "cuda", "-p", project], project, "--provider 'cuda'",
+                     "CUDAExecutionProvider", "available here: cpu")
+    assert_bad_input(["embed", "--provider", "tpu", "-p", project], project, "--provider 'tpu'", "cpu, cuda, coreml")
+
+
 def test_damaged_embeddings_are_rebuilt(project):
     (project / "embeddings.parquet").write_bytes(b"garbage")
     res = rag("embed", "--json", "-p", project)
@@ -216,8 +228,16 @@ def test_damaged_embeddings_are_rebuilt(project):
     import json
 
     summary = json.loads(res.stdout)
-    assert summary["n_reused"] == 0 and summary["n_embedded"] == summary["n_chunks"] > 0
+    # rebuilt from the vector cache (PROJECT/cache/vectors), nothing embedded again
+    assert summary["n_reused"] == summary["n_chunks"] > 0 and summary["n_embedded"] == 0
     assert "cannot be read as Parquet" in summary["rebuilt_unreadable"]
+    good = (project / "embeddings.parquet").read_bytes()
+    # without the cache too, every chunk is embedded again, to the same vectors
+    (project / "embeddings.parquet").write_bytes(b"garbage")
+    shutil.rmtree(project / "cache")
+    summary = json.loads(rag("embed", "--json", "-p", project).stdout)
+    assert summary["n_reused"] == 0 and summary["n_embedded"] == summary["n_chunks"] > 0
+    assert pq.read_table(project / "embeddings.parquet").equals(pq.read_table(io.BytesIO(good)))
 
 
 def test_beir_folder_reads_only_its_corpus(tmp_path, tiny_bi_encoder):

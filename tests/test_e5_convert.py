@@ -7,9 +7,12 @@ shared ``default_model`` fixture (tests/conftest.py) and resolved here via
 
 from __future__ import annotations
 
+import collections
+import gzip
 import importlib.util
 import json
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -236,6 +239,42 @@ def test_int8_agrees_with_fp32(fp32, int8, tokenizer):
     texts = list(TEXTS.values())
     cos = _cos(_embed(fp32, tokenizer, texts), _embed(int8, tokenizer, texts))
     assert cos.min() >= 0.99, cos
+
+
+SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact" / "corpus.jsonl.gz"
+
+
+def _op_counts(path) -> collections.Counter:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return collections.Counter(n.op_type for n in model.graph.node)
+
+
+@needs_model
+def test_graphs_are_fused(model_dir):
+    fp32_ops = _op_counts(model_dir / "model.onnx")
+    assert (fp32_ops["Attention"], fp32_ops["BiasGelu"], fp32_ops["SkipLayerNormalization"]) == (12, 12, 24)
+    # nothing left unfused: no Softmax, Erf or plain per-layer LayerNormalization (only the embeddings' one)
+    assert fp32_ops["Softmax"] == fp32_ops["Erf"] == 0 and fp32_ops["LayerNormalization"] == 1
+    int8_ops = _op_counts(model_dir / "model_int8.onnx")
+    # 12 QAttention; MatMulInteger: attention output + FFN up-projection per layer; FFN down stays float32
+    assert (int8_ops["QAttention"], int8_ops["MatMulInteger"], int8_ops["MatMul"]) == (12, 24, 12)
+    assert (int8_ops["BiasGelu"], int8_ops["SkipLayerNormalization"]) == (12, 24)
+
+
+@needs_model
+@pytest.mark.skipif(not SCIFACT.is_file(), reason="shared/data/scifact not present")
+def test_int8_agrees_with_fp32_on_scifact(fp32, int8, tokenizer):
+    texts = []
+    with gzip.open(SCIFACT, "rt", encoding="utf-8") as f:
+        for line in f:
+            doc = json.loads(line)
+            texts.append("passage: " + doc["title"] + " " + doc["text"])
+            if len(texts) == 16:
+                break
+    cos = _cos(_embed(fp32, tokenizer, texts), _embed(int8, tokenizer, texts))
+    assert cos.mean() >= 0.999 and cos.min() >= 0.998, cos
 
 
 @needs_model

@@ -209,6 +209,15 @@ def test_plan_batches_covers_all_within_budget():
     assert plan_batches(np.array([5000, 3]), batch_tokens=100)[0].tolist() == [0]
 
 
+def test_plan_batches_plain_keeps_input_order():
+    lengths = np.array([10, 30, 5, 40, 40, 1, 100])
+    batches = plan_batches(lengths, batch_tokens=100, length_sorted=False)
+    # [10, 30, 5] pads to 3 x 30 = 90; adding 40 would pad to 4 x 40; [40, 40, 1] = 120 > 100
+    assert [b.tolist() for b in batches] == [[0, 1, 2], [3, 4], [5], [6]]
+    sorted_ = plan_batches(lengths, batch_tokens=100)
+    assert [b.tolist() for b in sorted_] == [[6], [3, 4], [1, 0, 2], [5]]
+
+
 # ---------------------------------------------------------- model folders
 def test_defaults_without_rag_model_json(tmp_path):
     bi = ModelFolder.load(make_bi_encoder(tmp_path / "bi", rag_model=False, max_length=40))
@@ -317,3 +326,18 @@ def test_file_hash_cache_is_keyed_by_size_and_mtime(tmp_path):
     big.write_bytes(b"b" * (1 << 20))
     os.utime(big, ns=(1, 2))
     assert file_sha256(big) != first
+
+
+def test_execution_providers(monkeypatch):
+    import onnxruntime as ort
+
+    from rag_cli.models.onnx_runtime import execution_providers
+
+    assert execution_providers() == execution_providers("cpu") == ["CPUExecutionProvider"]
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    with pytest.raises(BadInput, match=r"--provider 'cuda'.*CUDAExecutionProvider.*available here: cpu"):
+        execution_providers("cuda")
+    with pytest.raises(BadInput, match=r"--provider 'gpu': expected one of cpu, cuda, coreml"):
+        execution_providers("gpu")
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert execution_providers("CUDA") == ["CUDAExecutionProvider", "CPUExecutionProvider"]

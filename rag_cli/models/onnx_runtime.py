@@ -10,7 +10,7 @@ input order.
 from __future__ import annotations
 
 import os
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -24,6 +24,38 @@ KNOWN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 Progress = Callable[[int, int], None]
 """progress(done, total): called after each batch; counts are inputs (texts or pairs)."""
+
+
+#: `--provider` values and the onnxruntime execution providers they select.
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "coreml": "CoreMLExecutionProvider"}
+
+
+def execution_providers(provider: str = "cpu") -> list[str]:
+    """The onnxruntime providers for a `--provider` value (config `model.provider`).
+
+    Args:
+        provider: `cpu` (default), `cuda` or `coreml`.
+
+    Returns:
+        Provider names for `InferenceSession`, best first; the CPU provider
+        is always last, so operators another provider lacks still run.
+
+    Raises:
+        BadInput: an unknown value, or a provider this onnxruntime build does
+            not have (the message lists the ones it has).
+    """
+    name = str(provider).lower()
+    if name not in PROVIDERS:
+        raise BadInput(f"--provider {provider!r}: expected one of {', '.join(PROVIDERS)}")
+    available = ort.get_available_providers()
+    if PROVIDERS[name] not in available:
+        have = [k for k, v in PROVIDERS.items() if v in available]
+        raise BadInput(
+            f"--provider {provider!r}: this onnxruntime ({ort.__version__}) has no {PROVIDERS[name]}; "
+            f"available here: {', '.join(have) or 'none'} (all providers: {', '.join(available)}). "
+            "Install onnxruntime-gpu for cuda, or use --provider cpu"
+        )
+    return [PROVIDERS[name]] + ([PROVIDERS["cpu"]] if name != "cpu" else [])
 
 
 def default_threads() -> int:
@@ -65,26 +97,40 @@ def create_session(
         ) from None
 
 
-def plan_batches(lengths: np.ndarray, batch_tokens: int = DEFAULT_BATCH_TOKENS) -> list[np.ndarray]:
+def plan_batches(
+    lengths: np.ndarray, batch_tokens: int = DEFAULT_BATCH_TOKENS, length_sorted: bool = True
+) -> list[np.ndarray]:
     """Group input indices into batches by a token budget.
 
     Args:
         lengths: (n,) int, tokens per input.
         batch_tokens: most padded tokens (batch size x longest length) per
             batch; an input longer than this gets a batch of its own.
+        length_sorted: sort by length, longest first (the default: little
+            padding); False keeps the input order ("plain" batching, for
+            benchmarks).
 
     Returns:
-        Index arrays (int64), longest inputs first, together covering 0..n-1
-        once each.
+        Index arrays (int64), together covering 0..n-1 once each.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
-    order = np.argsort(-lengths, kind="stable")
+    if length_sorted:
+        order = np.argsort(-lengths, kind="stable")
+    else:
+        order = np.arange(len(lengths), dtype=np.int64)
     batches: list[np.ndarray] = []
     start = 0
     n = len(order)
     while start < n:
-        longest = max(int(lengths[order[start]]), 1)
-        size = max(1, batch_tokens // longest)
+        if length_sorted:
+            size = max(1, batch_tokens // max(int(lengths[order[start]]), 1))
+        else:  # grow while the padded size of the batch fits
+            size, longest = 1, max(int(lengths[order[start]]), 1)
+            while start + size < n:
+                longest_next = max(longest, int(lengths[order[start + size]]))
+                if longest_next * (size + 1) > batch_tokens:
+                    break
+                longest, size = longest_next, size + 1
         batches.append(order[start : start + size])
         start += size
     return batches
@@ -143,6 +189,36 @@ class OnnxTextModel:
         (an XLM-R graph has no `token_type_ids`)."""
         return {name: arrays[name].astype(dtype, copy=False) for name, dtype in self.input_dtypes.items()}
 
+    def iter_batched(
+        self,
+        tok: Tokenized,
+        output: str,
+        reduce: Callable[[np.ndarray, np.ndarray], np.ndarray],
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        length_sorted: bool = True,
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Run the graph over token-budget batches (`plan_batches`), one at a time.
+
+        Args:
+            tok: the tokenized inputs (n of them).
+            output: the graph output to fetch.
+            reduce: (output batch as float32, attention mask (b, s) float32)
+                -> (b, ...) float32 per-input results.
+            batch_tokens: padded tokens per batch.
+            length_sorted: False batches in input order (see `plan_batches`).
+
+        Yields:
+            `(idx, results)`: idx (b,) int64 positions in `tok`, results
+            (b, ...) float32, longest inputs first. The batches depend only on
+            the inputs' lengths, so a suffix of the inputs (in plan order) is
+            batched exactly as it was in the whole plan.
+        """
+        for idx in plan_batches(tok.lengths, batch_tokens, length_sorted):
+            arrays = self.pad([tok.ids[i] for i in idx], [tok.type_ids[i] for i in idx])
+            (out,) = self.session.run([output], self.feed(arrays))
+            mask = arrays["attention_mask"].astype(np.float32)
+            yield idx, np.asarray(reduce(np.asarray(out, dtype=np.float32), mask), dtype=np.float32)
+
     def run_batched(
         self,
         tok: Tokenized,
@@ -151,7 +227,7 @@ class OnnxTextModel:
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         progress: Progress | None = None,
     ) -> np.ndarray:
-        """Run the graph over all inputs in token-budget batches.
+        """Run the graph over all inputs in token-budget batches (`iter_batched`).
 
         Args:
             tok: the tokenized inputs (n of them).
@@ -170,11 +246,7 @@ class OnnxTextModel:
         n = len(tok)
         result: np.ndarray | None = None
         done = 0
-        for idx in plan_batches(tok.lengths, batch_tokens):
-            arrays = self.pad([tok.ids[i] for i in idx], [tok.type_ids[i] for i in idx])
-            (out,) = self.session.run([output], self.feed(arrays))
-            mask = arrays["attention_mask"].astype(np.float32)
-            part = np.asarray(reduce(np.asarray(out, dtype=np.float32), mask), dtype=np.float32)
+        for idx, part in self.iter_batched(tok, output, reduce, batch_tokens):
             if result is None:
                 result = np.empty((n, *part.shape[1:]), dtype=np.float32)
             result[idx] = part

@@ -5,7 +5,8 @@ One function, :func:`quantize_int8`, used both for the default model
 the same recipe (onnxruntime's ``quantize_dynamic``, see
 https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html):
 
-- weight MatMuls and embedding Gathers are quantised **per channel** to
+- weight MatMuls, the projections of fused ``Attention`` nodes (onnxruntime's
+  transformer optimizer; they become ``QAttention``) and embedding Gathers are quantised **per channel** to
   signed int8 with ``reduce_range`` (7 bits: avoids the u8 x s8 saturation of
   AVX2 CPUs without VNNI); activations are quantised to uint8 at run time,
   one scale per batch;
@@ -24,7 +25,7 @@ import logging
 import os
 from pathlib import Path
 
-QUANTIZED_OPS = ("MatMul", "Gather")
+QUANTIZED_OPS = ("MatMul", "Gather", "Attention")
 
 
 def is_ffn_down(node_name: str) -> bool:
@@ -90,7 +91,10 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike) -> list[str]:
         kwargs = {"use_external_data_format": True} if external else {}
         quantize_dynamic(
             src, dst, op_types_to_quantize=list(QUANTIZED_OPS), per_channel=True,
-            reduce_range=True, weight_type=QuantType.QInt8, nodes_to_exclude=skip, **kwargs,
+            reduce_range=True, weight_type=QuantType.QInt8, nodes_to_exclude=skip,
+            # fused com.microsoft nodes (Attention, SkipLayerNormalization) have
+            # no ONNX type inference; their outputs are float32
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT}, **kwargs,
         )
     finally:
         root.setLevel(level)

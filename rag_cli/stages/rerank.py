@@ -1,7 +1,8 @@
 """`rag rerank`: rescore the top-N of a run with an ONNX cross-encoder.
 
-Scores are the cross-encoder's raw logits (higher is more relevant); the
-reranked run keeps the top-n per query, with stage `rerank`.
+Scores are the cross-encoder's raw logits (higher is more relevant), or with
+`--sigmoid` their sigmoid, a probability in [0, 1] (same order); the reranked
+run keeps the top-n per query, with stage `rerank`.
 """
 
 from __future__ import annotations
@@ -25,14 +26,20 @@ def chunk_texts(chunks_path, chunk_ids: set[str]) -> dict[str, str]:
 
 
 def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top_in: int = 100,
-                top_out: int = 10, source: str = "the run") -> tuple[list[RunRow], int]:
+                top_out: int = 10, source: str = "the run", probability: bool = False) -> tuple[list[RunRow], int]:
     """Rerank each query's best `top_in` rows (by rank) and keep the best `top_out`.
 
-    `texts` maps chunk_id -> text. Raises BadInput when a chunk of the run has
-    no text (the run was made from another project), naming the chunk id.
-    Ties in the cross-encoder score keep the earlier rank first.
+    `texts` maps chunk_id -> text. All (query, passage) pairs of the run are
+    scored together (`CrossEncoder.score_pairs`: length-sorted token-budget
+    batches across queries). Scores are raw logits, or their sigmoid
+    (a probability, same order) when `probability`; see
+    `rag_cli.models.cross_encoder` for the scale. Raises BadInput when a chunk
+    of the run has no text (the run was made from another project), naming
+    the chunk id. Ties in the cross-encoder score keep the earlier rank first.
     Returns (rows, number of (query, passage) pairs cut to the model's max_length).
     """
+    from rag_cli.models.cross_encoder import sigmoid
+
     if top_in < 1 or top_out < 1:
         raise BadInput(f"--top-n/--candidates must be at least 1 (got {top_in}, {top_out})")
     by_query: dict[str, list[RunRow]] = defaultdict(list)
@@ -41,8 +48,8 @@ def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top
         if r.query_id not in by_query:
             order.append(r.query_id)
         by_query[r.query_id].append(r)
-    out: list[RunRow] = []
-    n_truncated = 0
+    groups: list[tuple[str, list[RunRow]]] = []
+    pairs: list[tuple[str, str]] = []
     for qid in order:
         cands = sorted(by_query[qid], key=lambda r: r.rank)[:top_in]
         query = cands[0].query
@@ -53,10 +60,19 @@ def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top
         if missing:
             raise BadInput(f"{source}: chunk {missing[0]!r} is not in chunks.parquet of this project; "
                            "rerank a run made from the same project (-p/--project)")
-        scores = cross_encoder.score(query, [texts[r.chunk_id] for r in cands])
-        n_truncated += int(cross_encoder.n_truncated)
+        groups.append((qid, cands))
+        pairs.extend((query, texts[r.chunk_id]) for r in cands)
+    all_scores = cross_encoder.score_pairs(pairs) if pairs else np.zeros(0, np.float32)
+    n_truncated = int(cross_encoder.n_truncated) if pairs else 0
+    if probability:
+        all_scores = sigmoid(all_scores)
+    out: list[RunRow] = []
+    start = 0
+    for qid, cands in groups:
+        scores = all_scores[start : start + len(cands)]
+        start += len(cands)
         idx = np.argsort(-np.asarray(scores), kind="stable")[:top_out]
         for rank, i in enumerate(idx, start=1):
             c = cands[i]
-            out.append(RunRow(qid, query, rank, c.chunk_id, c.doc_id, float(scores[i]), "rerank"))
+            out.append(RunRow(qid, c.query, rank, c.chunk_id, c.doc_id, float(scores[i]), "rerank"))
     return out, n_truncated
