@@ -393,7 +393,6 @@ def build_onnx(header: dict, tensors: dict[str, np.ndarray]):
     Raises:
         KeyError: a tensor is missing from ``tensors``.
     """
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     H, NH = header["hidden_size"], header["num_attention_heads"]
