@@ -100,9 +100,22 @@ def _progress(quiet: bool, description: str):
     return progress, update
 
 
-def _model_cfg(project, model, precision, threads, provider=None) -> dict:
-    return project.config("model", {"embedder": model, "precision": precision, "threads": threads,
-                                    "provider": provider})
+def _model_flags(model, precision, threads, provider=None) -> dict:
+    """The `[model]` overrides given as flags (None = not given); a model folder as its absolute path."""
+    from rag_cli.models.defaults import model_setting
+
+    return {"embedder": model_setting(model) if model else None, "precision": precision, "threads": threads,
+            "provider": provider}
+
+
+def _one_of(a_flag: str, a, b_flag: str, b) -> None:
+    """BadInput unless exactly one of two alternative inputs is given (the message says which case)."""
+    from rag_cli.errors import BadInput
+
+    if a is None and b is None:
+        raise BadInput(f"give {a_flag} or {b_flag}; neither was given")
+    if a is not None and b is not None:
+        raise BadInput(f"give either {a_flag} or {b_flag}, not both")
 
 
 # --------------------------------------------------------------------------- init
@@ -157,15 +170,13 @@ def chunk(
     p = Project.open(project)
     cfg = p.config("chunk", {"strategy": strategy, "size": size, "overlap": overlap, "unit": unit,
                              "context_sentences": context_sentences, "parent_size": parent_size,
-                             "breakpoint_percentile": breakpoint_percentile}, save=False)
-    mcfg = p.load_config()["model"]
-    if model or precision:
-        mcfg.update({k: v for k, v in (("embedder", model), ("precision", precision)) if v})
+                             "breakpoint_percentile": breakpoint_percentile})
+    mflags = _model_flags(model, precision, None)
+    mcfg = p.config("model", mflags)
     summary = chunk_sources(p, sources, fmt=fmt, params=cfg, model_cfg=mcfg)  # locks only to write
     with p.lock():
-        p.config("chunk", cfg)
-        if model or precision:
-            _model_cfg(p, model, precision, None)
+        p.config("chunk", cfg, save=True)
+        p.config("model", mflags, save=True)
     if json_out:
         _emit_json(summary)
     elif not quiet:
@@ -206,14 +217,12 @@ def embed(
 
     p = Project.open(project)
     p.require(p.chunks_path, "chunk")
-    if provider is not None:
-        from rag_cli.models.onnx_runtime import execution_providers
-
-        execution_providers(provider)  # a bad value is an error before rag.toml records it
-    encoder = load_embedder(_model_cfg(p, model, precision, threads, provider))
+    mflags = _model_flags(model, precision, threads, provider)
+    encoder = load_embedder(p.config("model", mflags))  # checks every flag before rag.toml records it
     ctx, update = _progress(quiet or json_out, "embedding")
     with p.lock(), ctx:
         summary = embed_chunks(p, encoder, progress=update)
+        p.config("model", mflags, save=True)
     if json_out:
         _emit_json(summary)
     elif not quiet:
@@ -248,19 +257,17 @@ def index(
     quiet: QuietOpt = False,
 ):
     """Build index/: hnswlib (cosine) over the embeddings and bm25s over the chunk texts."""
-    from rag_cli.errors import BadInput
     from rag_cli.project import Project
     from rag_cli.stages.index import build_index
 
-    for flag, v in (("--hnsw-m", hnsw_m), ("--ef-construction", ef_construction), ("--ef", ef)):
-        if v is not None and v < 1:
-            raise BadInput(f"{flag} {v}: must be at least 1")
     p = Project.open(project)
     params = p.config("index", {"hnsw_m": hnsw_m, "hnsw_ef_construction": ef_construction, "hnsw_ef": ef,
-                                "bm25_k1": k1, "bm25_b": b}, save=False)
+                                "bm25_k1": k1, "bm25_b": b})
+    p.require(p.chunks_path, "chunk")  # before the lock, which would create the folder
+    p.require(p.embeddings_path, "embed")
     with p.lock():
         summary = build_index(p, params, threads=p.load_config()["model"]["threads"])
-        p.config("index", params)
+        p.config("index", params, save=True)
     if json_out:
         _emit_json(summary)
     elif not quiet:
@@ -285,13 +292,12 @@ def search(
     quiet: QuietOpt = False,
 ):
     """Search the index: one query prints a table (or --json); --queries writes a run."""
+    from rag_cli.project import check_name
     from rag_cli.stages.search import run_queries, search_one
 
+    _one_of("a QUERY argument", query, "--queries FILE", queries)
+    check_name(name)
     p, s, cfg, mask = _open_searcher(project, mode, k, filter_)
-    if (query is None) == (queries is None):
-        from rag_cli.errors import BadInput
-
-        raise BadInput("give either a QUERY argument or --queries FILE (not both)")
     if query is not None:
         hits = search_one(s, query, cfg, mask)
         rows = [_hit_json(s, h) for h in hits]
@@ -313,7 +319,7 @@ def _open_searcher(project, mode, k, filter_):
     from rag_cli.stages.search import Searcher
 
     p = Project.open(project)
-    cfg = p.config("search", {"mode": mode, "k": k}, save=False)
+    cfg = p.config("search", {"mode": mode, "k": k})
     if cfg["mode"] not in ("dense", "sparse", "hybrid"):
         from rag_cli.errors import BadInput
 
@@ -366,21 +372,24 @@ def rerank(
 ):
     """Rescore the top-N of a search with an ONNX cross-encoder (raw logits, higher is better)."""
     from rag_cli.errors import BadInput
-    from rag_cli.project import Project, file_stem
+    from rag_cli.models.defaults import model_setting
+    from rag_cli.project import Project, check_flag, check_name, file_stem
     from rag_cli.runs import read_run, write_run
     from rag_cli.stages.models import load_cross_encoder
     from rag_cli.stages.rerank import chunk_texts, rerank_rows
 
-    if (query is None) == (run is None):
-        raise BadInput("give either a QUERY argument or --run FILE (not both)")
+    _one_of("a QUERY argument", query, "--run FILE", run)
+    check_name(name)
+    check_flag("--candidates", candidates, (1, None))
+    check_flag("--top-n/-k", top_n, (1, None))
     p = Project.open(project)
-    ce_name = p.config("model", {"reranker": model}, save=False)["reranker"]
-    if not ce_name:
+    mflags = {"reranker": model_setting(model) if model else None}
+    mcfg = p.config("model", mflags)
+    if not mcfg["reranker"]:
         raise BadInput("no cross-encoder: pass --model DIR (an ONNX cross-encoder folder) or set model.reranker in rag.toml")
-    mcfg = p.load_config()["model"]
-    ce = load_cross_encoder(ce_name, threads=mcfg["threads"], provider=mcfg["provider"])
-    if model:
-        p.config("model", {"reranker": model})
+    if run is not None:
+        p.require(p.chunks_path, "chunk")
+    ce = load_cross_encoder(mcfg["reranker"], threads=mcfg["threads"], provider=mcfg["provider"])
     if query is not None:
         from rag_cli.runs import RunRow
         from rag_cli.stages.search import search_one
@@ -397,18 +406,20 @@ def rerank(
             _emit_json({"query": query, "mode": "rerank", "results": shown})
         else:
             _print_hits(query, "rerank", shown)
-        return
-    rows = read_run(run)
-    texts = chunk_texts(p.require(p.chunks_path, "chunk"), {r.chunk_id for r in rows})
-    out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, source=str(run),
-                             probability=probability)
-    _report_truncated(n_cut, ce, quiet or json_out)
-    out_name = name or f"{file_stem(run)}-rerank"
-    path = write_run(p.run_path(out_name, fmt), out, fmt=fmt)
-    if json_out:
-        _emit_json({"run": str(path), "queries": len({r.query_id for r in out})})
-    elif not quiet:
-        _stderr().print(f"reranked run written: {path}", highlight=False)
+    else:
+        rows = read_run(run)
+        texts = chunk_texts(p.chunks_path, {r.chunk_id for r in rows})
+        out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, source=str(run),
+                                 probability=probability)
+        _report_truncated(n_cut, ce, quiet or json_out)
+        path = write_run(p.run_path(name or f"{file_stem(run)}-rerank", fmt), out, fmt=fmt)
+        if json_out:
+            _emit_json({"run": str(path), "queries": len({r.query_id for r in out})})
+        elif not quiet:
+            _stderr().print(f"reranked run written: {path}", highlight=False)
+    if model:
+        with p.lock():  # the reranker is remembered once it has worked
+            p.config("model", mflags, save=True)
 
 
 def _report_truncated(n: int, model, quiet: bool) -> None:
@@ -434,20 +445,18 @@ def ask(
     quiet: QuietOpt = False,
 ):
     """Answer from the indexed sources only, with numbered citations; refuse without evidence."""
-    from rag_cli.errors import BadInput
+    from rag_cli.project import Project, check_name
     from rag_cli.stages.ask import answer_queries, ask as ask_one
     from rag_cli.stages.models import load_generator
 
-    if (question is None) == (queries is None):
-        raise BadInput("give either a QUESTION argument or --queries FILE (not both)")
+    _one_of("a QUESTION argument", question, "--queries FILE", queries)
+    check_name(name)
+    acfg = Project.open(project).config("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage})
     p, s, scfg, mask = _open_searcher(project, mode, None, filter_)
     if scfg["mode"] == "sparse":
         from rag_cli.stages.models import load_embedder
 
         s.embedder = load_embedder(p.load_config()["model"])
-    acfg = p.config("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage}, save=False)
-    if acfg["k"] < 1:
-        raise BadInput(f"-k {acfg['k']}: must be at least 1")
     gen = load_generator(acfg, s.embedder, s.sparse)
     if question is not None:
         res = ask_one(s, gen, question, k=acfg["k"], mode=scfg["mode"], min_score=acfg["min_score"],
@@ -518,15 +527,16 @@ def eval_(
         raise BadInput(f"--ks {ks!r}: expected comma-separated integers such as 1,5,10,20,100") from None
     if not cutoffs or min(cutoffs) < 1:
         raise BadInput(f"--ks {ks!r}: cutoffs must be integers >= 1")
-    if (run is None) == (queries is None):
-        raise BadInput("give either --run FILE or --queries FILE (not both)")
+    from rag_cli.project import Project, check_name
+
+    _one_of("--run FILE (a run to score)", run, "--queries FILE (to search first)", queries)
+    check_name(name)
+    Project.open(project).require_exists()
     if queries is not None:
         from rag_cli.stages.search import run_queries
 
         p, s, cfg, _ = _open_searcher(project, mode, max(cutoffs), None)
         run = run_queries(p, s, queries, {**cfg, "k": max(cutoffs)}, None, name=name, fmt="parquet", output=None)
-    from rag_cli.project import Project
-
     p = Project.open(project)
     report, path = evaluate(p, run, qrels, cutoffs, name=name)
     if json_out:

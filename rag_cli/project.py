@@ -8,14 +8,16 @@ Layout (see DESIGN.md)::
       embeddings.parquet  index/  runs/  answers/  eval/
 
 `rag.toml` is the config actually used: a stage reads it, applies the flags
-given on the command line, and writes the merged values back, so a later
-stage (say `search`) uses the same embedder the index was built with.
+given on the command line (checked first, see `check_setting`), and writes
+the merged values back once it has succeeded, so a later stage (say
+`search`) uses the same embedder the index was built with.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import os
 import time
 import tomllib
@@ -76,6 +78,105 @@ DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
         "max_sentences": 3,
     },
 }
+
+
+#: Flags that set a config key, where the flag is not `--` + the key with `-` for `_`.
+CONFIG_FLAGS: dict[tuple[str, str], str] = {
+    ("model", "embedder"): "--model",
+    ("model", "reranker"): "--model",
+    ("index", "hnsw_ef_construction"): "--ef-construction",
+    ("index", "hnsw_ef"): "--ef",
+    ("index", "bm25_k1"): "--k1",
+    ("index", "bm25_b"): "--b",
+    ("search", "k"): "-k",
+    ("ask", "k"): "-k",
+}
+
+#: Allowed values: (section, key) -> (lowest, highest) (None = unbounded, ends
+#: included) or a tuple of choices. The chunk keys are checked, with the other
+#: chunk flags, by `rag_cli.chunking.units.validate`.
+#: - hnsw_m >= 2: hnswlib's level multiplier is 1/ln(M) (Malkov & Yashunin 2018, HNSW).
+#: - bm25_k1 >= 0, 0 <= bm25_b <= 1 (Robertson & Zaragoza 2009, "The Probabilistic
+#:   Relevance Framework: BM25 and Beyond"; b is a share of length normalisation).
+#: - rrf_k >= 0: RRF score 1/(k + rank), rank from 1 (Cormack, Clarke & Büttcher 2009; k = 60).
+#: - min_score, strong_score: bi-encoder cosines, in [-1, 1]; min_coverage: a share, in [0, 1].
+CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
+    ("model", "precision"): ("int8", "fp32"),
+    ("model", "threads"): (0, None),
+    ("index", "hnsw_m"): (2, None),
+    ("index", "hnsw_ef_construction"): (1, None),
+    ("index", "hnsw_ef"): (1, None),
+    ("index", "bm25_k1"): (0, None),
+    ("index", "bm25_b"): (0, 1),
+    ("search", "k"): (1, None),
+    ("search", "rrf_k"): (0, None),
+    ("search", "candidates"): (1, None),
+    ("ask", "k"): (1, None),
+    ("ask", "min_score"): (-1, 1),
+    ("ask", "strong_score"): (-1, 1),
+    ("ask", "min_coverage"): (0, 1),
+    ("ask", "max_sentences"): (1, None),
+}
+
+
+def config_flag(section: str, key: str) -> str:
+    """The command-line flag of a config key (`index.bm25_k1` -> `--k1`)."""
+    return CONFIG_FLAGS.get((section, key), "--" + key.replace("_", "-"))
+
+
+def limit_problem(value: Any, limits: tuple) -> str | None:
+    """What is wrong with `value` under `limits` ((lowest, highest), None =
+    unbounded, or a tuple of str choices), e.g. "must be ≥ 1"; None if it is
+    allowed. Numbers must be finite."""
+    if limits and isinstance(limits[0], str):
+        return None if value in limits else f"must be one of {', '.join(limits)}"
+    low, high = limits
+    if isinstance(value, float) and not math.isfinite(value):
+        return "must be a finite number"
+    if low is not None and high is not None and not low <= value <= high:
+        return f"must be from {low} to {high}"
+    if low is not None and value < low:
+        return f"must be ≥ {low}"
+    if high is not None and value > high:
+        return f"must be ≤ {high}"
+    return None
+
+
+def check_flag(flag: str, value: Any, limits: tuple) -> None:
+    """Raise BadInput `FLAG VALUE: must be ...` unless `value` is within `limits` (see `limit_problem`)."""
+    problem = limit_problem(value, limits)
+    if problem:
+        raise BadInput(f"{flag} {value}: {problem}")
+
+
+def check_setting(section: str, key: str, value: Any, source: str | None = None) -> None:
+    """Check one config value's type (that of its DEFAULT_CONFIG value; an int
+    is fine for a float) and range (CONFIG_LIMITS).
+
+    `source` is the rag.toml path the value comes from, None for a flag.
+    Raises BadInput naming the flag and the config key (and the file).
+    """
+    default = DEFAULT_CONFIG[section][key]
+    flag = config_flag(section, key)
+    where = f"{source}: [{section}] {key} = {value!r}" if source else f"{flag} {value!r} (config {section}.{key})"
+    want = (int, float) if isinstance(default, float) else type(default)
+    if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, want):
+        raise BadInput(f"{where} should be a {type(default).__name__} like {default!r}")
+    problem = limit_problem(value, CONFIG_LIMITS.get((section, key), (None, None)))
+    if problem:
+        raise BadInput(f"{where}: {problem}" + (f" (flag {flag})" if source else ""))
+
+
+def check_name(name: str | None, flag: str = "--name") -> None:
+    """Raise BadInput unless `name` (None = not given) is a plain file name
+    stem: not empty, not `.` or `..`, no path separator, no NUL; output names
+    stay inside the project's runs/, answers/ and eval/ folders."""
+    if name is None:
+        return
+    seps = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
+    if not name.strip() or name in (".", "..") or any(c in name for c in seps | {"\0"}):
+        raise BadInput(f"{flag} {name!r}: give a plain name without path separators (not '.' or '..'), "
+                       "e.g. --name bm25-test; use -o/--output to write elsewhere")
 
 
 def project_dir(option: str | os.PathLike | None = None) -> Path:
@@ -142,12 +243,18 @@ class Project:
         return self.root / "index"
 
     def run_path(self, name: str, fmt: str = "parquet") -> Path:
+        """runs/NAME.parquet (or .trec); BadInput if NAME is not a plain name (`check_name`)."""
+        check_name(name)
         return self.root / "runs" / (f"{name}.parquet" if fmt == "parquet" else f"{name}.trec")
 
     def answers_path(self, name: str) -> Path:
+        """answers/NAME.parquet; BadInput if NAME is not a plain name (`check_name`)."""
+        check_name(name)
         return self.root / "answers" / f"{name}.parquet"
 
     def eval_path(self, name: str) -> Path:
+        """eval/NAME.json; BadInput if NAME is not a plain name (`check_name`)."""
+        check_name(name)
         return self.root / "eval" / f"{name}.json"
 
     def require(self, path: Path, stage: str) -> Path:
@@ -183,33 +290,36 @@ class Project:
                         f"{self.config_path}: unknown key {key!r} in [{section}]; "
                         f"known: {', '.join(config[section])}"
                     )
-                default = DEFAULT_CONFIG[section][key]
-                want = (int, float) if isinstance(default, float) else type(default)
-                if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, want):
-                    raise BadInput(
-                        f"{self.config_path}: [{section}] {key} = {value!r} should be a "
-                        f"{type(default).__name__} like {default!r}"
-                    )
+                check_setting(section, key, value, source=str(self.config_path))
                 config[section][key] = value
         return config
 
-    def config(self, section: str, overrides: dict[str, Any] | None = None, save: bool = True) -> dict[str, Any]:
+    def config(self, section: str, overrides: dict[str, Any] | None = None, save: bool = False) -> dict[str, Any]:
         """One section of the config with `overrides` (flags; None = not given) applied.
 
-        When `save` and a flag changed a value, `rag.toml` is rewritten so that
-        it stays the config actually used.
+        Every override is checked first (`check_setting`; BadInput names the
+        flag and the key). When `save` (call it once the command has
+        succeeded) and a flag changed a value, or there is no rag.toml yet,
+        `rag.toml` is rewritten so that it stays the config actually used.
         """
         config = self.load_config()
         changed = False
         for key, value in (overrides or {}).items():
             if value is None:
                 continue
+            check_setting(section, key, value)
             if config[section].get(key) != value:
                 config[section][key] = value
                 changed = True
         if save and (changed or not self.config_path.exists()):
             self.save_config(config)
         return dict(config[section])
+
+    def require_exists(self) -> None:
+        """Raise BadInput unless the project folder exists (for stages that read a project)."""
+        if not self.root.is_dir():
+            raise BadInput(f"project folder {self.root} does not exist: run `rag chunk` first, "
+                           "or choose another with -p/--project or RAG_PROJECT")
 
     def save_config(self, config: dict[str, dict[str, Any]]) -> None:
         atomic.write_text(self.config_path, tomli_w.dumps(config))

@@ -251,3 +251,153 @@ def test_beir_folder_reads_only_its_corpus(tmp_path, tiny_bi_encoder):
     import json
 
     assert json.loads(res.stdout)["n_docs"] == 1
+
+
+# ------------------------------------------------------------------ relative model folders
+def test_relative_model_folders_work_and_are_saved_absolute(tmp_path, monkeypatch):
+    from tiny_models import make_bi_encoder, make_cross_encoder
+
+    make_bi_encoder(tmp_path / "be")
+    make_cross_encoder(tmp_path / "ce")
+    monkeypatch.chdir(tmp_path)
+    for args in (("chunk", SAMPLE_DOCS, "--model", "be"), ("embed", "--model", "be"), ("index",),
+                 ("search", "--queries", SAMPLE_QUESTIONS, "--name", "base"),
+                 ("rerank", "--run", "pbe/runs/base.parquet", "--model", "ce")):
+        res = rag(*args, "-p", "pbe")
+        assert res.exit_code == 0, (args, res.stderr, res.exception)
+    import tomllib
+
+    model = tomllib.loads((tmp_path / "pbe" / "rag.toml").read_text())["model"]
+    assert (model["embedder"], model["reranker"]) == (str((tmp_path / "be").resolve()),
+                                                      str((tmp_path / "ce").resolve()))
+    import json
+
+    res = rag("models", "info", "ce", "--precision", "fp32", "--json")
+    assert res.exit_code == 0, res.stderr
+    assert (json.loads(res.stdout)["onnx_file"], json.loads(res.stdout)["kind"]) == ("model.onnx", "cross-encoder")
+    res = rag("models", "verify", "ce", "--precision", "fp32", "--json")
+    # the random tiny model may fail the sanity check (exit 1), but the folder is found and run
+    assert res.exit_code in (0, 1) and json.loads(res.stdout)["onnx_file"] == "model.onnx", res.stderr
+    res = rag("models", "quantize", "ce", "--json")
+    assert res.exit_code == 0, res.stderr
+    assert (tmp_path / "ce" / "model_quantized.onnx").is_file()
+    # the saved absolute paths work from any directory
+    monkeypatch.chdir("/")
+    project = tmp_path / "pbe"
+    res = rag("rerank", "what is hnsw", "-p", project, "--json")
+    assert res.exit_code == 0, res.stderr
+    assert rag("search", "what is hnsw", "-p", project).exit_code == 0
+
+
+def test_default_model_names_are_saved_as_names(tmp_path, monkeypatch):
+    # a value that is not a folder stays as typed (a default name, a pulled OWNER/NAME id)
+    from rag_cli.models.defaults import model_setting
+
+    monkeypatch.chdir(tmp_path)
+    assert model_setting("multilingual-e5-small") == "multilingual-e5-small"
+    assert model_setting("Xenova/ms-marco-MiniLM-L-6-v2") == "Xenova/ms-marco-MiniLM-L-6-v2"
+    (tmp_path / "m").mkdir()
+    assert model_setting("m") == str((tmp_path / "m").resolve())
+
+
+# ------------------------------------------------------------------ failed commands leave rag.toml alone
+def test_bad_precision_is_not_saved(project):
+    assert_bad_input(["embed", "--precision", "fp16", "-p", project], project, "--precision", "fp16", "int8")
+    assert_bad_input(["chunk", SAMPLE_DOCS, "--precision", "fp16", "-p", project], project, "--precision", "fp16")
+    assert rag("search", "hnsw", "-p", project).exit_code == 0
+
+
+def test_failed_rerank_does_not_save_the_reranker(project, tmp_path):
+    missing = tmp_path / "no-such-model"
+    assert_bad_input(["rerank", "--run", project / "runs" / "base.parquet", "--model", missing, "-p", project],
+                     project, missing)
+    bad_run = tmp_path / "bad.parquet"
+    bad_run.write_bytes(b"garbage")
+    from tiny_models import make_cross_encoder
+
+    ce = make_cross_encoder(tmp_path / "ce")
+    assert_bad_input(["rerank", "--run", bad_run, "--model", ce, "-p", project], project, bad_run)
+
+
+@pytest.mark.parametrize("args", [
+    ["index"], ["embed"], ["search", "hnsw"], ["ask", "what is hnsw"],
+    ["rerank", "--run", SAMPLE_QUESTIONS, "--model", "CE"], ["rerank", "hnsw", "--model", "CE"],
+    ["eval", "--run", "RUN", "--qrels", SAMPLE_QRELS],
+])
+def test_commands_that_need_a_project_do_not_create_one(built, tmp_path, tiny_cross_encoder, args):
+    p = tmp_path / "missing"
+    args = [tiny_cross_encoder if a == "CE" else built / "runs" / "base.parquet" if a == "RUN" else a for a in args]
+    assert_bad_input([*args, "-p", p], tmp_path, p)
+    assert not p.exists()
+
+
+# ------------------------------------------------------------------ numeric settings
+@pytest.mark.parametrize("args,names", [
+    (["index", "--k1", "-1"], ["--k1 -1", "index.bm25_k1", "≥ 0"]),
+    (["index", "--b", "2"], ["--b 2", "index.bm25_b", "from 0 to 1"]),
+    (["index", "--k1", "nan"], ["--k1 nan", "finite"]),
+    (["index", "--hnsw-m", "1"], ["--hnsw-m 1", "index.hnsw_m", "≥ 2"]),
+    (["index", "--ef", "0"], ["--ef 0", "index.hnsw_ef"]),
+    (["index", "--ef-construction", "0"], ["--ef-construction 0", "index.hnsw_ef_construction"]),
+    (["embed", "--threads", "-1"], ["--threads -1", "model.threads"]),
+    (["search", "hnsw", "-k", "0"], ["-k 0", "search.k"]),
+    (["ask", "what is hnsw", "--min-score", "1.5"], ["--min-score 1.5", "ask.min_score", "from -1 to 1"]),
+    (["ask", "what is hnsw", "--min-coverage", "-0.1"], ["--min-coverage -0.1", "ask.min_coverage"]),
+    (["ask", "what is hnsw", "-k", "0"], ["-k 0", "ask.k"]),
+])
+def test_numeric_flags_are_checked(project, args, names):
+    assert_bad_input([*args, "-p", project], project, *names)
+
+
+@pytest.mark.parametrize("section,key,value,names", [
+    ("search", "rrf_k", -1, ["[search] rrf_k = -1", "≥ 0"]),
+    ("search", "candidates", 0, ["[search] candidates = 0", "≥ 1"]),
+    ("ask", "strong_score", 1.5, ["[ask] strong_score = 1.5", "from -1 to 1", "--strong-score"]),
+    ("ask", "max_sentences", 0, ["[ask] max_sentences = 0"]),
+    ("index", "bm25_b", 1.5, ["[index] bm25_b = 1.5", "--b"]),
+])
+def test_numeric_config_values_are_checked(project, section, key, value, names):
+    import re
+
+    cfg = project / "rag.toml"
+    text = cfg.read_text()
+    head, _, tail = text.partition(f"[{section}]")
+    new_text = head + f"[{section}]" + re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", tail, count=1)
+    assert new_text != text
+    cfg.write_text(new_text)
+    assert_bad_input(["ask", "what is hnsw", "-p", project], project, "rag.toml", *names)
+
+
+# ------------------------------------------------------------------ messages name the right flag
+def test_rerank_candidates_message_names_candidates(project, tiny_cross_encoder):
+    msg = assert_bad_input(["rerank", "x", "--candidates", "-1", "--model", tiny_cross_encoder, "-p", project],
+                           project, "--candidates -1")
+    assert "-k" not in msg
+
+
+@pytest.mark.parametrize("args,names", [
+    (["eval", "--qrels", SAMPLE_QRELS], ["--run FILE", "--queries FILE", "neither"]),
+    (["eval", "--qrels", SAMPLE_QRELS, "--run", "R", "--queries", SAMPLE_QUESTIONS], ["not both"]),
+    (["search"], ["QUERY", "--queries FILE", "neither"]),
+    (["search", "hnsw", "--queries", SAMPLE_QUESTIONS], ["not both"]),
+    (["ask"], ["QUESTION", "--queries FILE", "neither"]),
+    (["rerank"], ["QUERY", "--run FILE", "neither"]),
+])
+def test_one_of_two_inputs_says_which_case(project, args, names):
+    msg = assert_bad_input([*args, "-p", project], project, *names)
+    assert ("not both" in msg) == ("not both" in names)
+
+
+# ------------------------------------------------------------------ --name stays inside the project
+@pytest.mark.parametrize("bad", ["../escape", "a/b", ".", "..", ""])
+@pytest.mark.parametrize("command", ["search", "rerank", "ask", "eval"])
+def test_name_must_be_plain(project, tmp_path, tiny_cross_encoder, command, bad):
+    args = {
+        "search": ["search", "--queries", SAMPLE_QUESTIONS],
+        "rerank": ["rerank", "--run", project / "runs" / "base.parquet", "--model", tiny_cross_encoder],
+        "ask": ["ask", "--queries", SAMPLE_QUESTIONS],
+        "eval": ["eval", "--run", project / "runs" / "base.parquet", "--qrels", SAMPLE_QRELS],
+    }[command]
+    before = sorted(os.listdir(tmp_path))
+    assert_bad_input([*args, "--name", bad, "-p", project], project, f"--name {bad!r}")
+    assert sorted(os.listdir(tmp_path)) == before

@@ -81,6 +81,9 @@ def pulled_model_dir(name: str) -> Path | None:
 
 
 def _pick_onnx(folder: Path, precision: str) -> ModelRef | None:
+    # absolute, so that `onnx_file` names the same file from anywhere (it is
+    # not relative to `folder`, and `ModelFolder.load` joins relative names to the folder)
+    folder = folder.absolute()
     order = ("int8", "fp32") if precision == "int8" else ("fp32",)
     for p in order:
         for name in _ONNX_CANDIDATES[p]:
@@ -172,6 +175,16 @@ def ensure_default_model() -> Path:
             except ValueError as err:
                 raise WorkFailed(f"cannot convert {DEFAULT_MODEL}: {err}") from err
     return folder
+
+
+def model_setting(name_or_dir: str | os.PathLike) -> str:
+    """The value to keep in rag.toml for a ``--model`` value: an existing
+    folder (which wins, as in `resolve_model`) as its resolved absolute path,
+    so the project works from any directory; a default name or a pulled
+    Hugging Face id unchanged."""
+    value = os.fspath(name_or_dir)
+    path = Path(value).expanduser()
+    return str(path.resolve()) if value and path.is_dir() else value
 
 
 def resolve_model(name_or_dir: str | os.PathLike, *, precision: str = "int8") -> ModelRef:

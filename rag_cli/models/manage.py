@@ -463,7 +463,7 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     have = graph_summary(ref.onnx_file)["precision"]
     if have != "fp32":
         raise BadInput(f"{ref.onnx_file}: the graph is already {have}; quantise the float32 export (model.onnx)")
-    rel = ref.onnx_file.relative_to(src).with_name(QUANTIZED_NAME)
+    rel = ref.onnx_file.relative_to(ref.folder).with_name(QUANTIZED_NAME)
     result: dict[str, Any] = {"src": str(src.resolve())}
     out = Path(out_dir).expanduser() if out_dir is not None else None
     if out is not None and out.exists() and out.resolve() == src.resolve():
