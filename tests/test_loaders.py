@@ -216,3 +216,19 @@ def test_beir_errors(tmp_path):
     r = load_sources([str(p)], fmt="beir")
     assert [d.doc_id for d in r.documents] == ["7"] and r.documents[0].text == "no title"
     assert r.documents[0].metadata["body_start"] == 0 and len(r.skipped) == 1
+
+
+@pytest.mark.skipif(not html_available(), reason="beautifulsoup4 not installed")
+def test_html_table_becomes_markdown_table(tmp_path):
+    # Like the PDF and DOCX readers: the first row is the header, `|` escaped,
+    # whitespace collapsed, colspan padded, empty rows dropped.
+    (tmp_path / "t.html").write_text(
+        "<html><body><p>Before</p><table><caption>Scores</caption>"
+        "<thead><tr><th>a</th><th>b</th><th>c</th></tr></thead>"
+        "<tbody><tr><td>1</td><td>2\n  two</td><td>x|y</td></tr>"
+        "<tr><td colspan='2'>wide</td><td>3</td></tr><tr><td></td><td> </td></tr>"
+        "<tr><td>4<script>bad()</script></td></tr></tbody></table><p>After</p></body></html>",
+        encoding="utf-8")
+    d = load_sources([str(tmp_path / "t.html")]).documents[0]
+    assert d.text == ("Before\n\nScores\n\n| a | b | c |\n| --- | --- | --- |\n| 1 | 2 two | x\\|y |\n"
+                      "| wide |  | 3 |\n| 4 |  |  |\n\nAfter")
