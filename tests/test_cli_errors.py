@@ -199,6 +199,32 @@ def test_damaged_index_file_says_rebuild(project, damaged):
     assert "cannot be read" in message
 
 
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+@pytest.mark.parametrize("stage", ["embed", "index"])
+def test_damaged_chunks_parquet_says_rerun_chunk(project, stage, damage):
+    # was exit 1 with a bare "ArrowInvalid: Parquet magic bytes not found in footer"
+    path = project / "chunks.parquet"
+    path.write_bytes(b"garbage" if damage == "garbage" else path.read_bytes()[:-100])
+    message = assert_bad_input([stage, "-p", project], project, path, "rag chunk")
+    assert "cannot be read as Parquet" in message
+
+
+def test_chunks_parquet_without_chunk_id_says_rerun_chunk(project):
+    import pyarrow as pa
+
+    path = project / "chunks.parquet"
+    pq.write_table(pa.table({"text": ["a"]}), path)
+    message = assert_bad_input(["index", "-p", project], project, path, "chunk_id", "rag chunk")
+    assert "lacks the column(s) chunk_id, doc_id" in message
+
+
+def test_damaged_run_file_names_it(project):
+    run = project / "runs" / "base.parquet"
+    run.write_bytes(run.read_bytes()[:-50])
+    assert_bad_input(["eval", "--run", run, "--qrels", SAMPLE_QRELS, "-p", project], project, run,
+                     "cannot be read as Parquet")
+
+
 def test_bad_config_value_names_the_key(project):
     cfg = project / "rag.toml"
     cfg.write_text(cfg.read_text().replace('mode = "hybrid"', 'mode = 3'))
