@@ -295,14 +295,17 @@ def search(
     if query is not None:
         hits = search_one(s, query, cfg, mask)
         rows = [_hit_json(s, h) for h in hits]
+        _report_queries_truncated(s, quiet)
         if json_out:
-            _emit_json({"query": query, "mode": cfg["mode"], "results": rows})
+            _emit_json({"query": query, "mode": cfg["mode"], "results": rows,
+                        "n_queries_truncated": s.n_queries_truncated})
         else:
             _print_hits(query, cfg["mode"], rows)
         return
     path = run_queries(p, s, queries, cfg, mask, name=name, fmt=fmt, output=output)
+    _report_queries_truncated(s, quiet)
     if json_out:
-        _emit_json({"run": str(path), "mode": cfg["mode"], "k": cfg["k"]})
+        _emit_json({"run": str(path), "mode": cfg["mode"], "k": cfg["k"], "n_queries_truncated": s.n_queries_truncated})
     elif not quiet:
         _stderr().print(f"run written: {path}", highlight=False)
 
@@ -324,6 +327,14 @@ def _open_searcher(project, mode, k, filter_):
         embedder = load_embedder(p.load_config()["model"])
     s = Searcher.open(p, embedder)
     return p, s, cfg, s.mask(filter_)
+
+
+def _report_queries_truncated(s, quiet: bool) -> None:
+    """Say on stderr how many queries the bi-encoder cut to its max_length (never cut silently)."""
+    if s.n_queries_truncated and not quiet:
+        _stderr().print(f"[yellow]{s.n_queries_truncated} quer{'y was' if s.n_queries_truncated == 1 else 'ies were'} "
+                        f"longer than the bi-encoder's max_length ({s.embedder.folder.max_length} tokens) "
+                        "and cut before encoding; only the first tokens were searched[/]", highlight=False)
 
 
 def _hit_json(s, h) -> dict:
@@ -391,10 +402,11 @@ def rerank(
         texts = {h.chunk_id: s.text(h.row, "embed_text" if "embed_text" in s.chunks.column_names else "text") for h in hits}
         out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, probability=probability)
         _report_truncated(n_cut, ce, quiet or json_out)
+        _report_queries_truncated(s, quiet)
         shown = [{"rank": r.rank, "chunk_id": r.chunk_id, "doc_id": r.doc_id, "score": round(r.score, 6),
                   "stage": r.stage, "text": s.text(s.row_of(r.chunk_id))} for r in out]
         if json_out:
-            _emit_json({"query": query, "mode": "rerank", "results": shown})
+            _emit_json({"query": query, "mode": "rerank", "results": shown, "n_queries_truncated": s.n_queries_truncated})
         else:
             _print_hits(query, "rerank", shown)
         return
@@ -452,14 +464,16 @@ def ask(
     if question is not None:
         res = ask_one(s, gen, question, k=acfg["k"], mode=scfg["mode"], min_score=acfg["min_score"],
                       min_coverage=acfg["min_coverage"], strong_score=acfg["strong_score"], mask=mask)
+        _report_queries_truncated(s, quiet)
         if json_out:
-            _emit_json(_answer_json(res))
+            _emit_json({**_answer_json(res), "n_queries_truncated": s.n_queries_truncated})
         else:
             _print_answer(res)
         return
     path, n, n_refused = answer_queries(p, s, gen, queries, acfg, scfg["mode"], mask, name=name)
+    _report_queries_truncated(s, quiet)
     if json_out:
-        _emit_json({"answers": str(path), "n": n, "refused": n_refused})
+        _emit_json({"answers": str(path), "n": n, "refused": n_refused, "n_queries_truncated": s.n_queries_truncated})
     elif not quiet:
         _stderr().print(f"{n} answers ({n_refused} refused) -> {path}", highlight=False)
 
@@ -525,6 +539,7 @@ def eval_(
 
         p, s, cfg, _ = _open_searcher(project, mode, max(cutoffs), None)
         run = run_queries(p, s, queries, {**cfg, "k": max(cutoffs)}, None, name=name, fmt="parquet", output=None)
+        _report_queries_truncated(s, quiet)
     from rag_cli.project import Project
 
     p = Project.open(project)

@@ -277,3 +277,41 @@ def test_beir_folder_reads_only_its_corpus(tmp_path, tiny_bi_encoder):
     import json
 
     assert json.loads(res.stdout)["n_docs"] == 1
+
+
+# ------------------------------------------------------------------ long queries: reported, never cut silently
+LONG_QUERY = "bm25 " * 2000  # far over the tiny bi-encoder's max_length of 128 tokens
+
+
+@pytest.mark.parametrize("command", [["search", "--mode", "dense"], ["search", "--mode", "hybrid"], ["ask"]])
+def test_long_query_cut_is_reported(project, command):
+    import json
+
+    res = rag(*command, LONG_QUERY, "--json", "-p", project)
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    assert json.loads(res.stdout)["n_queries_truncated"] == 1
+    message = " ".join(res.stderr.split())
+    assert "1 query was longer than the bi-encoder's max_length (128 tokens)" in message, res.stderr
+    res = rag(*command, "bm25 ranking", "--json", "-p", project)
+    assert json.loads(res.stdout)["n_queries_truncated"] == 0 and "max_length" not in res.stderr
+
+
+def test_long_queries_in_a_query_file_are_counted(project, tmp_path):
+    import json
+
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps({"_id": i, "text": t}) + "\n"
+                             for i, t in [("a", LONG_QUERY), ("b", "hnsw"), ("c", "chunk " * 300)]), encoding="utf-8")
+    res = rag("search", "--queries", qfile, "--mode", "dense", "--json", "-p", project)
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    assert json.loads(res.stdout)["n_queries_truncated"] == 2
+    assert "2 queries were longer" in " ".join(res.stderr.split())
+
+
+def test_long_query_cut_is_reported_by_rerank(project, tiny_cross_encoder):
+    import json
+
+    res = rag("rerank", LONG_QUERY, "--mode", "dense", "--model", tiny_cross_encoder, "--json", "-p", project)
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    assert json.loads(res.stdout)["n_queries_truncated"] == 1
+    assert "1 query was longer than the bi-encoder's max_length" in " ".join(res.stderr.split())
