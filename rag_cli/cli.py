@@ -243,6 +243,7 @@ def index(
     ef: Annotated[Optional[int], typer.Option("--ef", help="HNSW query beam (raised to k) (config: index.hnsw_ef)")] = None,
     k1: Annotated[Optional[float], typer.Option("--k1", help="BM25 k1 (config: index.bm25_k1)")] = None,
     b: Annotated[Optional[float], typer.Option("--b", help="BM25 b (config: index.bm25_b)")] = None,
+    bm25_method: Annotated[Optional[str], typer.Option("--bm25-method", help="BM25 variant: lucene | robertson | atire | bm25l | bm25+ (config: index.bm25_method)")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -257,7 +258,7 @@ def index(
             raise BadInput(f"{flag} {v}: must be at least 1")
     p = Project.open(project)
     params = p.config("index", {"hnsw_m": hnsw_m, "hnsw_ef_construction": ef_construction, "hnsw_ef": ef,
-                                "bm25_k1": k1, "bm25_b": b}, save=False)
+                                "bm25_k1": k1, "bm25_b": b, "bm25_method": bm25_method}, save=False)
     with p.lock():
         summary = build_index(p, params, threads=p.load_config()["model"]["threads"])
         p.config("index", params)
@@ -277,6 +278,8 @@ def search(
     mode: Annotated[Optional[str], typer.Option("--mode", help="dense | sparse | hybrid (config: search.mode)")] = None,
     k: Annotated[Optional[int], typer.Option("-k", help="Results per query (config: search.k)")] = None,
     filter_: Annotated[Optional[str], typer.Option("--filter", help="FIELD=GLOB over chunk columns, e.g. doc_id='guides/*'")] = None,
+    rrf_k: Annotated[Optional[int], typer.Option("--rrf-k", min=0, help="RRF constant k in 1/(k + rank) (config: search.rrf_k)")] = None,
+    candidates: Annotated[Optional[int], typer.Option("--candidates", min=1, help="Hybrid: hits per retriever before fusion (config: search.candidates)")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet (default: the query file's stem-mode)")] = None,
     fmt: Annotated[str, typer.Option("--format", help="parquet | trec (for --queries)")] = "parquet",
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the run here instead of runs/NAME")] = None,
@@ -287,7 +290,7 @@ def search(
     """Search the index: one query prints a table (or --json); --queries writes a run."""
     from rag_cli.stages.search import run_queries, search_one
 
-    p, s, cfg, mask = _open_searcher(project, mode, k, filter_)
+    p, s, cfg, mask = _open_searcher(project, mode, k, filter_, rrf_k=rrf_k, candidates=candidates)
     if (query is None) == (queries is None):
         from rag_cli.errors import BadInput
 
@@ -310,13 +313,13 @@ def search(
         _stderr().print(f"run written: {path}", highlight=False)
 
 
-def _open_searcher(project, mode, k, filter_):
+def _open_searcher(project, mode, k, filter_, *, rrf_k=None, candidates=None):
     from rag_cli.project import Project
     from rag_cli.stages.models import load_embedder
     from rag_cli.stages.search import Searcher
 
     p = Project.open(project)
-    cfg = p.config("search", {"mode": mode, "k": k}, save=False)
+    cfg = p.config("search", {"mode": mode, "k": k, "rrf_k": rrf_k, "candidates": candidates}, save=False)
     if cfg["mode"] not in ("dense", "sparse", "hybrid"):
         from rag_cli.errors import BadInput
 
@@ -439,6 +442,8 @@ def ask(
     mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode (config: search.mode)")] = None,
     min_score: Annotated[Optional[float], typer.Option("--min-score", help="Refuse below this bi-encoder cosine of the best evidence (config: ask.min_score)")] = None,
     min_coverage: Annotated[Optional[float], typer.Option("--min-coverage", help="Refuse below this idf-weighted share of question terms in the evidence, unless the cosine reaches ask.strong_score (config: ask.min_coverage)")] = None,
+    strong_score: Annotated[Optional[float], typer.Option("--strong-score", help="A cosine at or above this answers without the --min-coverage check (config: ask.strong_score)")] = None,
+    max_sentences: Annotated[Optional[int], typer.Option("--max-sentences", min=1, help="Sentences at most in an extractive answer (config: ask.max_sentences)")] = None,
     filter_: Annotated[Optional[str], typer.Option("--filter", help="FIELD=GLOB over chunk columns")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Answers name: answers/NAME.parquet (default: the query file's stem)")] = None,
     project: ProjectOpt = None,
@@ -457,7 +462,8 @@ def ask(
         from rag_cli.stages.models import load_embedder
 
         s.embedder = load_embedder(p.load_config()["model"])
-    acfg = p.config("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage}, save=False)
+    acfg = p.config("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage,
+                            "strong_score": strong_score, "max_sentences": max_sentences}, save=False)
     if acfg["k"] < 1:
         raise BadInput(f"-k {acfg['k']}: must be at least 1")
     gen = load_generator(acfg, s.embedder, s.sparse)

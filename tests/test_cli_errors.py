@@ -315,3 +315,48 @@ def test_long_query_cut_is_reported_by_rerank(project, tiny_cross_encoder):
     assert res.exit_code == 0, (res.stderr, res.exception)
     assert json.loads(res.stdout)["n_queries_truncated"] == 1
     assert "1 query was longer than the bi-encoder's max_length" in " ".join(res.stderr.split())
+
+
+# ------------------------------------------------------------------ config keys that are flags too
+def test_rrf_k_and_candidates_flags_reach_the_search(project):
+    import json
+
+    def top_score(*flags):
+        res = rag("search", "hnsw graph", "--mode", "hybrid", "-k", 3, *flags, "--json", "-p", project)
+        assert res.exit_code == 0, (res.stderr, res.exception)
+        return json.loads(res.stdout)["results"][0]["score"]
+
+    # RRF score = sum of 1/(rrf_k + rank): the fused best is >= 1/(1+1) with k=1,
+    # and <= 2/(60+1) with the default k=60
+    assert top_score("--rrf-k", 1) >= 0.5
+    assert top_score() <= 2 / 61 + 1e-9
+    assert top_score("--rrf-k", 1, "--candidates", 1) >= 0.5
+    assert_bad_input(["search", "hnsw", "--candidates", 0, "-p", project], project, "--candidates")
+    assert_bad_input(["search", "hnsw", "--rrf-k", -1, "-p", project], project, "--rrf-k")
+
+
+def test_bm25_method_flag_is_used_and_written_back(project):
+    import tomllib
+
+    res = rag("index", "--bm25-method", "bm25l", "-p", project)
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    assert tomllib.loads((project / "rag.toml").read_text())["index"]["bm25_method"] == "bm25l"
+    from rag_cli.index.sparse import SparseIndex
+
+    assert SparseIndex.load(project / "index" / "sparse").params["method"] == "bm25l"
+    assert_bad_input(["index", "--bm25-method", "okapi", "-p", project], project, "--bm25-method 'okapi'", "lucene")
+
+
+def test_strong_score_and_max_sentences_flags_reach_ask(project):
+    import json
+
+    res = rag("ask", "What does ef control in HNSW?", "--min-score", -1, "--min-coverage", 1.5,
+              "--strong-score", 2, "--json", "-p", project)
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    out = json.loads(res.stdout)
+    assert out["refused"] and "below strong_score 2.0" in out["reason"]
+    res = rag("ask", "What does ef control in HNSW?", "--min-score", -1, "--min-coverage", 0,
+              "--max-sentences", 1, "--json", "-p", project)
+    out = json.loads(res.stdout)
+    assert not out["refused"] and len(out["citations"]) == 1
+    assert_bad_input(["ask", "hnsw", "--max-sentences", 0, "-p", project], project, "--max-sentences")
