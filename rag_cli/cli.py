@@ -252,6 +252,7 @@ def index(
     ef: Annotated[Optional[int], typer.Option("--ef", help="HNSW query beam (raised to k) (config: index.hnsw_ef)")] = None,
     k1: Annotated[Optional[float], typer.Option("--k1", help="BM25 k1 (config: index.bm25_k1)")] = None,
     b: Annotated[Optional[float], typer.Option("--b", help="BM25 b (config: index.bm25_b)")] = None,
+    bm25_method: Annotated[Optional[str], typer.Option("--bm25-method", help="BM25 variant: lucene | robertson | atire | bm25l | bm25+ (config: index.bm25_method)")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -262,7 +263,7 @@ def index(
 
     p = Project.open(project)
     params = p.config("index", {"hnsw_m": hnsw_m, "hnsw_ef_construction": ef_construction, "hnsw_ef": ef,
-                                "bm25_k1": k1, "bm25_b": b})
+                                "bm25_k1": k1, "bm25_b": b, "bm25_method": bm25_method})
     p.require(p.chunks_path, "chunk")  # before the lock, which would create the folder
     p.require(p.embeddings_path, "embed")
     with p.lock():
@@ -284,6 +285,8 @@ def search(
     mode: Annotated[Optional[str], typer.Option("--mode", help="dense | sparse | hybrid (config: search.mode)")] = None,
     k: Annotated[Optional[int], typer.Option("-k", help="Results per query (config: search.k)")] = None,
     filter_: Annotated[Optional[str], typer.Option("--filter", help="FIELD=GLOB over chunk columns, e.g. doc_id='guides/*'")] = None,
+    rrf_k: Annotated[Optional[int], typer.Option("--rrf-k", min=0, help="RRF constant k in 1/(k + rank) (config: search.rrf_k)")] = None,
+    candidates: Annotated[Optional[int], typer.Option("--candidates", min=1, help="Hybrid: hits per retriever before fusion (config: search.candidates)")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet (default: the query file's stem-mode)")] = None,
     fmt: Annotated[str, typer.Option("--format", help="parquet | trec (for --queries)")] = "parquet",
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the run here instead of runs/NAME")] = None,
@@ -297,29 +300,32 @@ def search(
 
     _one_of("a QUERY argument", query, "--queries FILE", queries)
     check_name(name)
-    p, s, cfg, mask = _open_searcher(project, mode, k, filter_)
+    p, s, cfg, mask = _open_searcher(project, mode, k, filter_, rrf_k=rrf_k, candidates=candidates)
     if query is not None:
         hits = search_one(s, query, cfg, mask)
         rows = [_hit_json(s, h) for h in hits]
+        _report_queries_truncated(s, quiet)
         if json_out:
-            _emit_json({"query": query, "mode": cfg["mode"], "results": rows})
+            _emit_json({"query": query, "mode": cfg["mode"], "results": rows,
+                        "n_queries_truncated": s.n_queries_truncated})
         else:
             _print_hits(query, cfg["mode"], rows)
         return
     path = run_queries(p, s, queries, cfg, mask, name=name, fmt=fmt, output=output)
+    _report_queries_truncated(s, quiet)
     if json_out:
-        _emit_json({"run": str(path), "mode": cfg["mode"], "k": cfg["k"]})
+        _emit_json({"run": str(path), "mode": cfg["mode"], "k": cfg["k"], "n_queries_truncated": s.n_queries_truncated})
     elif not quiet:
         _stderr().print(f"run written: {path}", highlight=False)
 
 
-def _open_searcher(project, mode, k, filter_):
+def _open_searcher(project, mode, k, filter_, *, rrf_k=None, candidates=None):
     from rag_cli.project import Project
     from rag_cli.stages.models import load_embedder
     from rag_cli.stages.search import Searcher
 
     p = Project.open(project)
-    cfg = p.config("search", {"mode": mode, "k": k})
+    cfg = p.config("search", {"mode": mode, "k": k, "rrf_k": rrf_k, "candidates": candidates})
     if cfg["mode"] not in ("dense", "sparse", "hybrid"):
         from rag_cli.errors import BadInput
 
@@ -330,6 +336,14 @@ def _open_searcher(project, mode, k, filter_):
         embedder = load_embedder(p.load_config()["model"])
     s = Searcher.open(p, embedder)
     return p, s, cfg, s.mask(filter_)
+
+
+def _report_queries_truncated(s, quiet: bool) -> None:
+    """Say on stderr how many queries the bi-encoder cut to its max_length (never cut silently)."""
+    if s.n_queries_truncated and not quiet:
+        _stderr().print(f"[yellow]{s.n_queries_truncated} quer{'y was' if s.n_queries_truncated == 1 else 'ies were'} "
+                        f"longer than the bi-encoder's max_length ({s.embedder.folder.max_length} tokens) "
+                        "and cut before encoding; only the first tokens were searched[/]", highlight=False)
 
 
 def _hit_json(s, h) -> dict:
@@ -400,10 +414,11 @@ def rerank(
         texts = {h.chunk_id: s.text(h.row, "embed_text" if "embed_text" in s.chunks.column_names else "text") for h in hits}
         out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, probability=probability)
         _report_truncated(n_cut, ce, quiet or json_out)
+        _report_queries_truncated(s, quiet)
         shown = [{"rank": r.rank, "chunk_id": r.chunk_id, "doc_id": r.doc_id, "score": round(r.score, 6),
                   "stage": r.stage, "text": s.text(s.row_of(r.chunk_id))} for r in out]
         if json_out:
-            _emit_json({"query": query, "mode": "rerank", "results": shown})
+            _emit_json({"query": query, "mode": "rerank", "results": shown, "n_queries_truncated": s.n_queries_truncated})
         else:
             _print_hits(query, "rerank", shown)
     else:
@@ -438,6 +453,8 @@ def ask(
     mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode (config: search.mode)")] = None,
     min_score: Annotated[Optional[float], typer.Option("--min-score", help="Refuse below this bi-encoder cosine of the best evidence (config: ask.min_score)")] = None,
     min_coverage: Annotated[Optional[float], typer.Option("--min-coverage", help="Refuse below this idf-weighted share of question terms in the evidence, unless the cosine reaches ask.strong_score (config: ask.min_coverage)")] = None,
+    strong_score: Annotated[Optional[float], typer.Option("--strong-score", help="A cosine at or above this answers without the --min-coverage check (config: ask.strong_score)")] = None,
+    max_sentences: Annotated[Optional[int], typer.Option("--max-sentences", min=1, help="Sentences at most in an extractive answer (config: ask.max_sentences)")] = None,
     filter_: Annotated[Optional[str], typer.Option("--filter", help="FIELD=GLOB over chunk columns")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Answers name: answers/NAME.parquet (default: the query file's stem)")] = None,
     project: ProjectOpt = None,
@@ -451,7 +468,8 @@ def ask(
 
     _one_of("a QUESTION argument", question, "--queries FILE", queries)
     check_name(name)
-    acfg = Project.open(project).config("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage})
+    acfg = Project.open(project).config("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage,
+                                                "strong_score": strong_score, "max_sentences": max_sentences})
     p, s, scfg, mask = _open_searcher(project, mode, None, filter_)
     if scfg["mode"] == "sparse":
         from rag_cli.stages.models import load_embedder
@@ -461,14 +479,16 @@ def ask(
     if question is not None:
         res = ask_one(s, gen, question, k=acfg["k"], mode=scfg["mode"], min_score=acfg["min_score"],
                       min_coverage=acfg["min_coverage"], strong_score=acfg["strong_score"], mask=mask)
+        _report_queries_truncated(s, quiet)
         if json_out:
-            _emit_json(_answer_json(res))
+            _emit_json({**_answer_json(res), "n_queries_truncated": s.n_queries_truncated})
         else:
             _print_answer(res)
         return
     path, n, n_refused = answer_queries(p, s, gen, queries, acfg, scfg["mode"], mask, name=name)
+    _report_queries_truncated(s, quiet)
     if json_out:
-        _emit_json({"answers": str(path), "n": n, "refused": n_refused})
+        _emit_json({"answers": str(path), "n": n, "refused": n_refused, "n_queries_truncated": s.n_queries_truncated})
     elif not quiet:
         _stderr().print(f"{n} answers ({n_refused} refused) -> {path}", highlight=False)
 
@@ -537,6 +557,7 @@ def eval_(
 
         p, s, cfg, _ = _open_searcher(project, mode, max(cutoffs), None)
         run = run_queries(p, s, queries, {**cfg, "k": max(cutoffs)}, None, name=name, fmt="parquet", output=None)
+        _report_queries_truncated(s, quiet)
     p = Project.open(project)
     report, path = evaluate(p, run, qrels, cutoffs, name=name)
     if json_out:

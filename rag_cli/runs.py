@@ -154,12 +154,9 @@ def _is_parquet(path: Path) -> bool:
 
 
 def _read_parquet_run(path: Path) -> list[RunRow]:
-    import pyarrow.parquet as pq
+    from rag_cli.parquet_read import read_parquet
 
-    try:
-        table = pq.read_table(path)
-    except Exception as e:  # noqa: BLE001 - any Arrow error means a bad file
-        raise BadInput(f"{path}: not a readable Parquet run ({e})") from e
+    table = read_parquet(path, "is it a run written by `rag search --queries` or `rag rerank`?")
     missing = [c for c in RUN_COLUMNS if c not in table.column_names]
     if missing:
         raise BadInput(

@@ -199,6 +199,32 @@ def test_damaged_index_file_says_rebuild(project, damaged):
     assert "cannot be read" in message
 
 
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+@pytest.mark.parametrize("stage", ["embed", "index"])
+def test_damaged_chunks_parquet_says_rerun_chunk(project, stage, damage):
+    # was exit 1 with a bare "ArrowInvalid: Parquet magic bytes not found in footer"
+    path = project / "chunks.parquet"
+    path.write_bytes(b"garbage" if damage == "garbage" else path.read_bytes()[:-100])
+    message = assert_bad_input([stage, "-p", project], project, path, "rag chunk")
+    assert "cannot be read as Parquet" in message
+
+
+def test_chunks_parquet_without_chunk_id_says_rerun_chunk(project):
+    import pyarrow as pa
+
+    path = project / "chunks.parquet"
+    pq.write_table(pa.table({"text": ["a"]}), path)
+    message = assert_bad_input(["index", "-p", project], project, path, "chunk_id", "rag chunk")
+    assert "lacks the column(s) chunk_id, doc_id" in message
+
+
+def test_damaged_run_file_names_it(project):
+    run = project / "runs" / "base.parquet"
+    run.write_bytes(run.read_bytes()[:-50])
+    assert_bad_input(["eval", "--run", run, "--qrels", SAMPLE_QRELS, "-p", project], project, run,
+                     "cannot be read as Parquet")
+
+
 def test_bad_config_value_names_the_key(project):
     cfg = project / "rag.toml"
     cfg.write_text(cfg.read_text().replace('mode = "hybrid"', 'mode = 3'))
@@ -401,3 +427,87 @@ def test_name_must_be_plain(project, tmp_path, tiny_cross_encoder, command, bad)
     before = sorted(os.listdir(tmp_path))
     assert_bad_input([*args, "--name", bad, "-p", project], project, f"--name {bad!r}")
     assert sorted(os.listdir(tmp_path)) == before
+
+
+# ------------------------------------------------------------------ long queries: reported, never cut silently
+LONG_QUERY = "bm25 " * 2000  # far over the tiny bi-encoder's max_length of 128 tokens
+
+
+@pytest.mark.parametrize("command", [["search", "--mode", "dense"], ["search", "--mode", "hybrid"], ["ask"]])
+def test_long_query_cut_is_reported(project, command):
+    import json
+
+    res = rag(*command, LONG_QUERY, "--json", "-p", project)
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    assert json.loads(res.stdout)["n_queries_truncated"] == 1
+    message = " ".join(res.stderr.split())
+    assert "1 query was longer than the bi-encoder's max_length (128 tokens)" in message, res.stderr
+    res = rag(*command, "bm25 ranking", "--json", "-p", project)
+    assert json.loads(res.stdout)["n_queries_truncated"] == 0 and "max_length" not in res.stderr
+
+
+def test_long_queries_in_a_query_file_are_counted(project, tmp_path):
+    import json
+
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps({"_id": i, "text": t}) + "\n"
+                             for i, t in [("a", LONG_QUERY), ("b", "hnsw"), ("c", "chunk " * 300)]), encoding="utf-8")
+    res = rag("search", "--queries", qfile, "--mode", "dense", "--json", "-p", project)
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    assert json.loads(res.stdout)["n_queries_truncated"] == 2
+    assert "2 queries were longer" in " ".join(res.stderr.split())
+
+
+def test_long_query_cut_is_reported_by_rerank(project, tiny_cross_encoder):
+    import json
+
+    res = rag("rerank", LONG_QUERY, "--mode", "dense", "--model", tiny_cross_encoder, "--json", "-p", project)
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    assert json.loads(res.stdout)["n_queries_truncated"] == 1
+    assert "1 query was longer than the bi-encoder's max_length" in " ".join(res.stderr.split())
+
+
+# ------------------------------------------------------------------ config keys that are flags too
+def test_rrf_k_and_candidates_flags_reach_the_search(project):
+    import json
+
+    def top_score(*flags):
+        res = rag("search", "hnsw graph", "--mode", "hybrid", "-k", 3, *flags, "--json", "-p", project)
+        assert res.exit_code == 0, (res.stderr, res.exception)
+        return json.loads(res.stdout)["results"][0]["score"]
+
+    # RRF score = sum of 1/(rrf_k + rank): the fused best is >= 1/(1+1) with k=1,
+    # and <= 2/(60+1) with the default k=60
+    assert top_score("--rrf-k", 1) >= 0.5
+    assert top_score() <= 2 / 61 + 1e-9
+    assert top_score("--rrf-k", 1, "--candidates", 1) >= 0.5
+    assert_bad_input(["search", "hnsw", "--candidates", 0, "-p", project], project, "--candidates")
+    assert_bad_input(["search", "hnsw", "--rrf-k", -1, "-p", project], project, "--rrf-k")
+
+
+def test_bm25_method_flag_is_used_and_written_back(project):
+    import tomllib
+
+    res = rag("index", "--bm25-method", "bm25l", "-p", project)
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    assert tomllib.loads((project / "rag.toml").read_text())["index"]["bm25_method"] == "bm25l"
+    from rag_cli.index.sparse import SparseIndex
+
+    assert SparseIndex.load(project / "index" / "sparse").params["method"] == "bm25l"
+    assert_bad_input(["index", "--bm25-method", "okapi", "-p", project], project, "--bm25-method 'okapi'", "lucene")
+
+
+def test_strong_score_and_max_sentences_flags_reach_ask(project):
+    import json
+
+    # "zyxwv" is in no chunk, so the coverage is below 1 and only the cosine (< 1) could answer
+    res = rag("ask", "What does ef control in HNSW zyxwv?", "--min-score", -1, "--min-coverage", 1,
+              "--strong-score", 1, "--json", "-p", project)
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    out = json.loads(res.stdout)
+    assert out["refused"] and "below strong_score 1.0" in out["reason"]
+    res = rag("ask", "What does ef control in HNSW?", "--min-score", -1, "--min-coverage", 0,
+              "--max-sentences", 1, "--json", "-p", project)
+    out = json.loads(res.stdout)
+    assert not out["refused"] and len(out["citations"]) == 1
+    assert_bad_input(["ask", "hnsw", "--max-sentences", 0, "-p", project], project, "--max-sentences")

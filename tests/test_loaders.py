@@ -81,6 +81,39 @@ def test_encoding_detection(tmp_path, encoding):
     assert not d.text.startswith("\ufeff")
 
 
+FR_LONG = ("Le café est très apprécié à Paris. Les élèves vont à l'école le matin, "
+           "où le maître leur apprend le français. Naïve idée, très déçu.\n") * 3
+DE_LONG = ("Die Größe der Straße überrascht. Müller fährt früh nach Köln, "
+           "äußerst schön ist die Brücke über den Fluß.\n") * 3
+
+
+@pytest.mark.parametrize("text, encoding", [
+    (FR_LONG, "latin-1"), ("café naïve", "latin-1"), (FR_LONG, "cp1252"), ("Naïve à l'école", "cp1252"),
+    (DE_LONG, "latin-1"), ("Grüße aus Köln", "latin-1"), (DE_LONG, "cp1252"), ("Größe", "cp1252"),
+    ("“Smart quotes” – en dash… café", "cp1252"),
+    ("日本語のテキストです。東京は日本の首都です。カタカナもひらがなも使います。", "shift_jis"),
+    ("日本語です", "shift_jis"),
+])
+def test_decode_legacy_western_and_japanese(text, encoding):
+    # charset-normalizer over all codecs read these as cp1257/iso8859_10/cp1006
+    # ("très" → "trčs", "café" → "cafķ"); the restricted candidate list does not.
+    decoded, _ = decode_bytes(text.encode(encoding))
+    assert decoded == text
+
+
+def test_decode_latin1_file_loads_exactly(tmp_path):
+    p = tmp_path / "fr.txt"
+    p.write_bytes(FR_LONG.encode("latin-1"))
+    d = load_sources([str(p)]).documents[0]
+    assert d.text == normalize_text(FR_LONG)
+
+
+def test_decode_implausible_bytes_refused_with_reason():
+    from rag_cli.loaders import DecodeFailed
+    with pytest.raises(DecodeFailed, match="convert it to UTF-8"):
+        decode_bytes(bytes(range(1, 256)) * 8)
+
+
 def test_decode_bytes_utf8_bom_and_binary():
     assert decode_bytes(b"\xef\xbb\xbfabc") == ("abc", "utf-8-sig")
     from rag_cli.loaders import DecodeFailed
@@ -183,3 +216,19 @@ def test_beir_errors(tmp_path):
     r = load_sources([str(p)], fmt="beir")
     assert [d.doc_id for d in r.documents] == ["7"] and r.documents[0].text == "no title"
     assert r.documents[0].metadata["body_start"] == 0 and len(r.skipped) == 1
+
+
+@pytest.mark.skipif(not html_available(), reason="beautifulsoup4 not installed")
+def test_html_table_becomes_markdown_table(tmp_path):
+    # Like the PDF and DOCX readers: the first row is the header, `|` escaped,
+    # whitespace collapsed, colspan padded, empty rows dropped.
+    (tmp_path / "t.html").write_text(
+        "<html><body><p>Before</p><table><caption>Scores</caption>"
+        "<thead><tr><th>a</th><th>b</th><th>c</th></tr></thead>"
+        "<tbody><tr><td>1</td><td>2\n  two</td><td>x|y</td></tr>"
+        "<tr><td colspan='2'>wide</td><td>3</td></tr><tr><td></td><td> </td></tr>"
+        "<tr><td>4<script>bad()</script></td></tr></tbody></table><p>After</p></body></html>",
+        encoding="utf-8")
+    d = load_sources([str(tmp_path / "t.html")]).documents[0]
+    assert d.text == ("Before\n\nScores\n\n| a | b | c |\n| --- | --- | --- |\n| 1 | 2 two | x\\|y |\n"
+                      "| wide |  | 3 |\n| 4 |  |  |\n\nAfter")

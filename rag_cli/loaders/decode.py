@@ -21,12 +21,28 @@ class DecodeFailed(Exception):
     text-less PDF/DOCX. The message is the reason a file is skipped."""
 
 
+# Legacy encodings tried, in this order, when the bytes are not UTF-8. The list
+# is deliberately short: charset-normalizer over all ~90 Python codecs picks
+# look-alike single-byte pages for Western text (cp1257/iso8859_10/cp1006 for
+# French or German Latin-1, e.g. "très" → "trčs"), so it only chooses among
+# encodings a document collection plausibly holds. cp1252 is the superset of
+# Latin-1's printable range (it is how browsers read "iso-8859-1", per the
+# WHATWG Encoding Standard), so it stands for both.
+TEXT_CANDIDATES = ("gb18030", "big5", "cp932", "euc_jp", "cp1252")
+# Candidates for bytes with NULs: UTF-16/32 without a byte-order mark.
+_WIDE_CANDIDATES = ("utf_16_le", "utf_16_be", "utf_32_le", "utf_32_be")
+
+
 def decode_bytes(raw: bytes) -> tuple[str, str]:
     """Decode `raw`; return `(text, encoding_name)`.
 
     Order: a byte-order mark (UTF-8/16/32) decides; else strict UTF-8; else
-    charset-normalizer's best guess (GBK/GB18030, UTF-16 without BOM, Latin-1,
-    ...). Bytes with NULs that are not UTF-16/32 are binary.
+    charset-normalizer restricted (`cp_isolation`) to `TEXT_CANDIDATES`
+    (GB18030 ⊇ GBK/GB2312, Big5, Shift-JIS as cp932, EUC-JP, cp1252 ⊇ Latin-1
+    printable), or to UTF-16/32 LE/BE when the bytes hold NULs. A guess is
+    kept only if its "chaos" (mess ratio) is at most charset-normalizer's
+    default 0.2; otherwise the file is refused rather than turned into
+    mojibake. Bytes with NULs that are not UTF-16/32 are binary.
     Raises `DecodeFailed` (with a reason) for binary or undecodable bytes.
     """
     for bom, enc in _BOMS:
@@ -45,16 +61,12 @@ def decode_bytes(raw: bytes) -> tuple[str, str]:
         from charset_normalizer import from_bytes
     except ImportError:  # pragma: no cover - a declared dependency
         raise DecodeFailed("not UTF-8 and charset-normalizer is not installed") from None
-    best = from_bytes(raw).best()
+    candidates = _WIDE_CANDIDATES if has_nul else TEXT_CANDIDATES
+    best = from_bytes(raw, cp_isolation=list(candidates)).best()
     if best is None:
-        raise DecodeFailed("binary file (no text encoding detected)" if has_nul else "not UTF-8 and no encoding detected")
+        if has_nul:
+            raise DecodeFailed("binary file (contains NUL bytes and is not UTF-16/32)")
+        raise DecodeFailed("not UTF-8, and no encoding among " + ", ".join(TEXT_CANDIDATES)
+                           + " decodes it as plausible text; convert it to UTF-8")
     enc = best.encoding
-    if has_nul and not enc.startswith(("utf_16", "utf_32")):
-        raise DecodeFailed("binary file (contains NUL bytes)")
-    # GBK-family guesses: decode with GB18030, the superset, so no byte is lost.
-    if enc in ("gb2312", "gbk", "gb18030", "hz"):
-        enc = "gb18030"
-    try:
-        return raw.decode(enc), enc
-    except (UnicodeDecodeError, LookupError):
-        return str(best), enc
+    return raw.decode(enc), enc

@@ -3,13 +3,16 @@
 The visible text is kept; `script`, `style`, `nav`, `noscript`, `template`,
 `svg`, `iframe` and `head` (except `<title>`) are dropped. Block elements are
 separated by blank lines, `<br>` gives a line break, headings `h1`–`h6` become
-Markdown ATX headings (`# ...`) and `<pre>` becomes a ``` fenced block, so the
-Markdown-aware chunker sees the document's heading structure.
+Markdown ATX headings (`# ...`), `<pre>` becomes a ``` fenced block and
+`<table>` becomes a GFM pipe table (`mdtable.markdown_table`, as the PDF and
+DOCX readers do), so the Markdown-aware chunker sees the document's structure.
 """
 
 from __future__ import annotations
 
 import re
+
+from .mdtable import markdown_table
 
 __all__ = ["parse_html", "html_available"]
 
@@ -30,6 +33,30 @@ def html_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def _table_rows(table) -> list[list[str]]:
+    """A `<table>` Tag → its rows of cell texts, in document order (rows of
+    `thead`, `tbody`, `tfoot` alike; rows of nested tables excluded, their
+    text stays in the enclosing cell). A cell with `colspan=n` is followed by
+    n-1 empty cells so the columns line up. Text inside dropped elements
+    (`script`, `style`, ...) is left out."""
+    rows: list[list[str]] = []
+    for tr in table.find_all("tr"):
+        if tr.find_parent("table") is not table:
+            continue
+        row: list[str] = []
+        for cell in tr.find_all(("td", "th"), recursive=False):
+            for dropped in cell.find_all(_DROP):
+                dropped.decompose()
+            row.append(cell.get_text(" "))
+            try:
+                span = int(cell.get("colspan", 1))
+            except (TypeError, ValueError):
+                span = 1
+            row.extend([""] * (min(max(span, 1), 1000) - 1))
+        rows.append(row)
+    return rows
 
 
 def parse_html(text: str, stem: str) -> tuple[str, str]:
@@ -78,10 +105,16 @@ def parse_html(text: str, stem: str) -> tuple[str, str]:
                 code = child.get_text().strip("\n")
                 if code.strip():
                     blocks.append("```\n" + code + "\n```")
-            elif name in ("td", "th"):
-                buf.append(" ")
-                walk(child)
-                buf.append(" ")
+            elif name == "table":
+                flush()
+                caption = child.find("caption")
+                if caption is not None and caption.find_parent("table") is child:
+                    c = _WS.sub(" ", caption.get_text(" ")).strip()
+                    if c:
+                        blocks.append(c)
+                table = markdown_table(_table_rows(child))
+                if table:
+                    blocks.append(table)
             elif name in _BLOCK:
                 flush()
                 walk(child)

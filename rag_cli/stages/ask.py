@@ -52,7 +52,7 @@ def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=N
                  candidates: int = 100, rrf_k: int = 60) -> tuple[list[Evidence], float]:
     """Top-`k` chunks as numbered evidence, each scored by its bi-encoder cosine
     with the question; returns (evidence, best cosine) (-1.0 when nothing was found)."""
-    qv = searcher.embedder.encode_queries([question])  # once, for retrieval and the cosines
+    qv = searcher.encode_queries([question])  # once, for retrieval and the cosines
     hits = searcher.search([question], mode=mode, k=k, candidates=candidates, rrf_k=rrf_k, mask=mask,
                            query_vectors=qv)[0]
     if not hits:

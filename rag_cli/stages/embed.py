@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from rag_cli import atomic
 from rag_cli.errors import BadInput
+from rag_cli.parquet_read import iter_parquet_batches, open_parquet, read_parquet, rerun
 from rag_cli.project import Project, sha256_file, sha256_text
 
 #: Chunk rows read, tokenized, embedded and written at a time.
@@ -59,10 +60,7 @@ class Embeddings:
 
 def read_embeddings(path: Path) -> Embeddings:
     """Read `embeddings.parquet`. Raises BadInput if it lacks the contract's columns or metadata."""
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:
-        raise BadInput(f"{path}: cannot be read as Parquet ({exc}); run `rag embed` again") from exc
+    table = read_parquet(path, rerun("embed"))
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     if "chunk_id" not in table.column_names or "vector" not in table.column_names or "model_fingerprint" not in meta:
         raise BadInput(f"{path}: not an embeddings file of rag-cli (needs chunk_id, vector and a model_fingerprint)")
@@ -197,7 +195,7 @@ def vector_cache_dir(project: Project, fingerprint: str) -> Path:
 
 
 def _windows(path: Path, columns: list[str], window: int) -> Iterator[pa.RecordBatch]:
-    yield from pq.ParquetFile(path).iter_batches(batch_size=window, columns=columns)
+    yield from iter_parquet_batches(path, rerun("chunk"), columns, window)
 
 
 def embed_chunks(project: Project, encoder, progress=None, *, batch_tokens: int | None = None,
@@ -220,11 +218,12 @@ def embed_chunks(project: Project, encoder, progress=None, *, batch_tokens: int 
         or None), seconds, fingerprint.
 
     Raises:
-        BadInput: `chunks.parquet` is missing.
+        BadInput: `chunks.parquet` is missing, unreadable or lacks chunk_id/text.
     """
     t0 = time.perf_counter()
     chunks_path = project.require(project.chunks_path, "chunk")
-    names = pq.ParquetFile(chunks_path).schema_arrow.names
+    with open_parquet(chunks_path, rerun("chunk"), required=["chunk_id", "text"]) as pf:
+        names = pf.schema_arrow.names
     col = "embed_text" if "embed_text" in names else "text"
     folder = encoder.folder
     fingerprint = folder.fingerprint

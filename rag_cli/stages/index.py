@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from rag_cli import atomic
 from rag_cli.errors import BadInput
+from rag_cli.parquet_read import read_parquet, rerun
 from rag_cli.index.dense import DenseIndex
 from rag_cli.index.sparse import SparseIndex
 from rag_cli.project import Project, sha256_file
@@ -35,7 +36,8 @@ def build_index(project: Project, params: dict, threads: int = 0) -> dict:
     Returns a summary dict (n_chunks, dim, seconds, fingerprint).
     """
     t0 = time.perf_counter()
-    chunks = pq.read_table(project.require(project.chunks_path, "chunk"))
+    chunks = read_parquet(project.require(project.chunks_path, "chunk"), rerun("chunk"),
+                          required=["chunk_id", "doc_id", "text"])
     emb = read_embeddings(project.require(project.embeddings_path, "embed"))
     cols = [c for c in INDEX_COLUMNS if c in chunks.column_names]
     chunks = chunks.select(cols)

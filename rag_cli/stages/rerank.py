@@ -10,15 +10,14 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
-import pyarrow.parquet as pq
-
 from rag_cli.errors import BadInput
+from rag_cli.parquet_read import read_parquet, rerun
 from rag_cli.runs import RunRow
 
 
 def chunk_texts(chunks_path, chunk_ids: set[str]) -> dict[str, str]:
     """Text to score for each wanted chunk id (the embedded text, with its heading path)."""
-    table = pq.read_table(chunks_path)
+    table = read_parquet(chunks_path, rerun("chunk"), required=["chunk_id"])
     col = "embed_text" if "embed_text" in table.column_names else "text"
     ids = table.column("chunk_id").to_pylist()
     texts = table.column(col).to_pylist()

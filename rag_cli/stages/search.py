@@ -39,7 +39,13 @@ class Hit:
 
 @dataclass
 class Searcher:
-    """A loaded index. `embedder` is needed for dense and hybrid modes only."""
+    """A loaded index. `embedder` is needed for dense and hybrid modes only.
+
+    `n_queries_truncated` counts the queries, since the index was opened, that
+    were longer than the bi-encoder's max_length tokens and were cut before
+    encoding (every query encoding goes through `encode_queries`); the CLI
+    reports it on stderr and in --json output, as the contract asks.
+    """
 
     index_dir: Path
     meta: dict
@@ -49,6 +55,7 @@ class Searcher:
     embedder: object | None = None
     _chunk_ids: list[str] = field(default_factory=list)
     _doc_ids: list[str] = field(default_factory=list)
+    n_queries_truncated: int = 0
 
     @staticmethod
     def require(project: Project) -> None:
@@ -97,6 +104,16 @@ class Searcher:
         values = self.chunks.column(field_).to_pylist()
         return np.fromiter((fnmatch.fnmatchcase(str(v), pattern.strip()) for v in values), dtype=bool, count=len(values))
 
+    def encode_queries(self, queries: list[str]) -> np.ndarray:
+        """(q, d) float32 bi-encoder vectors of `queries`; adds the number of
+        queries cut to the model's max_length (tokens) to `n_queries_truncated`.
+        Raises BadInput when no embedder is loaded."""
+        if self.embedder is None:
+            raise BadInput("dense search needs the embedder the index was built with")
+        vectors = self.embedder.encode_queries(queries)
+        self.n_queries_truncated += int(self.embedder.n_truncated)
+        return vectors
+
     def search(self, queries: list[str], *, mode: str = "hybrid", k: int = 10, candidates: int = 100,
                rrf_k: int = 60, mask: np.ndarray | None = None,
                query_vectors: np.ndarray | None = None) -> list[list[Hit]]:
@@ -113,9 +130,7 @@ class Searcher:
         depth = max(k, candidates) if mode == "hybrid" else k
         dense_res: list = [None] * len(queries)
         if mode in ("dense", "hybrid"):
-            if self.embedder is None:
-                raise BadInput("dense search needs the embedder the index was built with")
-            qv = self.embedder.encode_queries(queries) if query_vectors is None else query_vectors
+            qv = self.encode_queries(queries) if query_vectors is None else query_vectors
             dense_res = self.dense.search(qv, depth, mask=mask)
         out = []
         for qi, query in enumerate(queries):

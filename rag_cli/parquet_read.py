@@ -1,0 +1,89 @@
+"""Reading the project's Parquet files (docs, chunks, parents, embeddings,
+runs) with one error policy: a missing, truncated or otherwise unreadable
+file is bad input (`BadInput`, exit 2) whose message names the file, says
+what is wrong and what to do (e.g. "run `rag chunk` again"), never a bare
+`ArrowInvalid` (exit 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rag_cli.errors import BadInput
+
+__all__ = ["read_parquet", "open_parquet", "iter_parquet_batches", "rerun"]
+
+
+def rerun(stage: str) -> str:
+    """The usual remedy for a damaged stage output: "run `rag STAGE` again"."""
+    return f"run `rag {stage}` again"
+
+
+def _unreadable(path: Path, exc: Exception, remedy: str) -> BadInput:
+    return BadInput(f"{path}: cannot be read as Parquet ({type(exc).__name__}: {exc}); {remedy}")
+
+
+def _check_columns(path: Path, names: Sequence[str], required: Sequence[str], remedy: str) -> None:
+    missing = [c for c in required if c not in names]
+    if missing:
+        raise BadInput(f"{path}: lacks the column(s) {', '.join(missing)} (has {', '.join(names) or 'none'}); {remedy}")
+
+
+def read_parquet(path: str | Path, remedy: str, *, columns: Sequence[str] | None = None,
+                 required: Sequence[str] = ()) -> pa.Table:
+    """Read a whole Parquet file (or only `columns`) into a `pyarrow.Table`.
+
+    Args:
+        path: the file.
+        remedy: what the user should do if it is unreadable, e.g. `rerun("chunk")`.
+        columns: columns to read (all if None).
+        required: columns the file must have.
+
+    Raises:
+        BadInput: the file is missing, is not Parquet (truncated, corrupt,
+            another format) or lacks a `required` column; the message names
+            `path` and ends with `remedy`.
+    """
+    path = Path(path)
+    try:
+        table = pq.read_table(path, columns=list(columns) if columns is not None else None)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... for a damaged file
+        raise _unreadable(path, exc, remedy) from exc
+    _check_columns(path, table.column_names, required, remedy)
+    return table
+
+
+def open_parquet(path: str | Path, remedy: str, *, required: Sequence[str] = ()) -> pq.ParquetFile:
+    """Open a Parquet file for its schema or row groups without reading it.
+
+    Raises:
+        BadInput: as `read_parquet`, for an unreadable footer or a missing
+            `required` column.
+    """
+    path = Path(path)
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... for a damaged file
+        raise _unreadable(path, exc, remedy) from exc
+    _check_columns(path, pf.schema_arrow.names, required, remedy)
+    return pf
+
+
+def iter_parquet_batches(path: str | Path, remedy: str, columns: Sequence[str],
+                         batch_size: int) -> Iterator[pa.RecordBatch]:
+    """Yield `RecordBatch`es of at most `batch_size` rows of `columns`.
+
+    Raises:
+        BadInput: as `read_parquet`, also for a data page that turns out to be
+            damaged part-way through.
+    """
+    pf = open_parquet(path, remedy, required=columns)
+    try:
+        yield from pf.iter_batches(batch_size=batch_size, columns=list(columns))
+    except Exception as exc:  # damaged data pages surface only when read
+        raise _unreadable(Path(path), exc, remedy) from exc
+    finally:
+        pf.close()
