@@ -478,14 +478,16 @@ def ask(
     gen = load_generator(acfg, s.embedder, s.sparse)
     if question is not None:
         res = ask_one(s, gen, question, k=acfg["k"], mode=scfg["mode"], min_score=acfg["min_score"],
-                      min_coverage=acfg["min_coverage"], strong_score=acfg["strong_score"], mask=mask)
+                      min_coverage=acfg["min_coverage"], strong_score=acfg["strong_score"], mask=mask,
+                      candidates=scfg["candidates"], rrf_k=scfg["rrf_k"])
         _report_queries_truncated(s, quiet)
         if json_out:
             _emit_json({**_answer_json(res), "n_queries_truncated": s.n_queries_truncated})
         else:
             _print_answer(res)
         return
-    path, n, n_refused = answer_queries(p, s, gen, queries, acfg, scfg["mode"], mask, name=name)
+    path, n, n_refused = answer_queries(p, s, gen, queries, acfg, scfg["mode"], mask, name=name,
+                                        candidates=scfg["candidates"], rrf_k=scfg["rrf_k"])
     _report_queries_truncated(s, quiet)
     if json_out:
         _emit_json({"answers": str(path), "n": n, "refused": n_refused, "n_queries_truncated": s.n_queries_truncated})

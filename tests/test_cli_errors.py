@@ -511,3 +511,24 @@ def test_strong_score_and_max_sentences_flags_reach_ask(project):
     out = json.loads(res.stdout)
     assert not out["refused"] and len(out["citations"]) == 1
     assert_bad_input(["ask", "hnsw", "--max-sentences", 0, "-p", project], project, "--max-sentences")
+
+
+def test_ask_uses_the_search_config_of_rag_toml(project, monkeypatch):
+    """`search.candidates` and `search.rrf_k` of rag.toml reach the retrieval of `rag ask`."""
+    from rag_cli.stages.search import Searcher
+
+    seen = []
+    original = Searcher.search
+
+    def spy(self, queries, **kw):
+        seen.append((kw["candidates"], kw["rrf_k"]))
+        return original(self, queries, **kw)
+
+    monkeypatch.setattr(Searcher, "search", spy)
+    toml = project / "rag.toml"
+    text = toml.read_text()
+    assert "candidates = 100" in text and "rrf_k = 60" in text
+    toml.write_text(text.replace("candidates = 100", "candidates = 7").replace("rrf_k = 60", "rrf_k = 3"))
+    res = rag("ask", "What does ef control in HNSW?", "--json", "-p", project)
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    assert seen == [(7, 3)]

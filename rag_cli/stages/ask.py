@@ -73,8 +73,10 @@ def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=N
 
 
 def ask(searcher: Searcher, generator, question: str, *, k: int = 5, mode: str = "hybrid",
-        min_score: float = 0.82, min_coverage: float = 0.3, strong_score: float = 0.9, mask=None) -> AskResult:
+        min_score: float = 0.82, min_coverage: float = 0.3, strong_score: float = 0.9, mask=None,
+        candidates: int = 100, rrf_k: int = 60) -> AskResult:
     """Answer `question` from the index only. See the module docstring for refusal.
+    `candidates` and `rrf_k` are the hybrid retrieval's (`search.candidates`, `search.rrf_k`).
 
     Raises BadInput for an empty question.
     """
@@ -82,7 +84,8 @@ def ask(searcher: Searcher, generator, question: str, *, k: int = 5, mode: str =
 
     check_query(question)
     t0 = time.perf_counter()
-    evidence, best = evidence_for(searcher, question, k=k, mode=mode, mask=mask)
+    evidence, best = evidence_for(searcher, question, k=k, mode=mode, mask=mask, candidates=candidates,
+                                  rrf_k=rrf_k)
     coverage = searcher.sparse.coverage(question, [make_embed_text(e.title_path, e.context or e.text)
                                                    for e in evidence]) if evidence else 0.0
     reason = ""
@@ -105,8 +108,9 @@ def ask(searcher: Searcher, generator, question: str, *, k: int = 5, mode: str =
 
 
 def answer_queries(project, searcher: Searcher, generator, queries_path, cfg: dict, mode: str, mask=None,
-                   name: str | None = None):
-    """Answer every question of a query file into `answers/NAME.parquet`.
+                   name: str | None = None, candidates: int = 100, rrf_k: int = 60):
+    """Answer every question of a query file into `answers/NAME.parquet`
+    (`cfg`: the `[ask]` config; `candidates`, `rrf_k`: as in `ask`).
 
     Returns (path, n answers, n refused).
     """
@@ -120,7 +124,8 @@ def answer_queries(project, searcher: Searcher, generator, queries_path, cfg: di
     rows = []
     for qid, text in read_queries(queries_path):
         res = ask(searcher, generator, normalize_text(text), k=cfg["k"], mode=mode, min_score=cfg["min_score"],
-                  min_coverage=cfg["min_coverage"], strong_score=cfg["strong_score"], mask=mask)
+                  min_coverage=cfg["min_coverage"], strong_score=cfg["strong_score"], mask=mask,
+                  candidates=candidates, rrf_k=rrf_k)
         rows.append({"query_id": qid, "question": text, "answer": res.answer.text,
                      "citations": res.answer.citations, "contexts": [e.chunk_id for e in res.evidence],
                      "refused": res.answer.refused, "generator": res.answer.generator,
