@@ -182,7 +182,7 @@ def build_cross_encoder(header: dict, tensors: dict, tokenizer_json: Path, out: 
     out.mkdir(parents=True, exist_ok=True)
     onnx.save_model(model, str(out / "model.onnx"))
     e5_convert.fuse_transformer(out / "model.onnx", out / "model.onnx", h)
-    e5_convert.quantize_int8(out / "model.onnx", out / "model_int8.onnx")
+    e5_convert.quantize_int8(out / "model.onnx", out / "model_int8.onnx", Path(tokenizer_json))
     (out / "tokenizer.json").write_bytes(Path(tokenizer_json).read_bytes())
     cfg = e5_convert.hf_config(h) | {"architectures": ["XLMRobertaForSequenceClassification"], "num_labels": 1}
     (out / "config.json").write_text(json.dumps(cfg))

@@ -470,7 +470,7 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
         out = None
     if out is None:
         with atomic.atomic_path(src / rel, suffix=".onnx") as tmp:
-            skipped = quantize_int8(ref.onnx_file, tmp)
+            skipped = quantize_int8(ref.onnx_file, tmp, fp32.tokenizer_path)
         dest = src
     else:
         if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not _looks_like_model(out))):
@@ -481,7 +481,7 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
         with atomic.atomic_dir(out) as tmp:
             result["copied"] = _copy_model_files(src, tmp)
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            skipped = quantize_int8(ref.onnx_file, tmp / rel)
+            skipped = quantize_int8(ref.onnx_file, tmp / rel, fp32.tokenizer_path)
         dest = out
     int8 = ModelFolder.load(dest, onnx_file=rel)
     a, b = _probe_outputs(fp32), _probe_outputs(int8)

@@ -12,11 +12,18 @@ https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html):
   one scale per batch;
 - MatMuls of two activations (attention scores, attention x values) stay
   float32;
-- each layer's FFN down-projection (``.../output/dense/MatMul``, not under
-  ``attention``) stays float32: its input, after GELU, has outliers that make
-  a per-batch uint8 scale coarse. Measured on multilingual-e5-small (60
-  SciFact abstracts, 100 queries): cosine to float32 0.9992 mean / 0.998 min
-  with these kept in float32, 0.9960 / 0.993 without.
+- a **fused** graph (``BiasGelu`` FFNs; the default model) with its
+  tokenizer is first calibrated and rewritten by :mod:`rag_cli.models.outliers`:
+  SmoothQuant on the inputs of the Q/K/V and FFN up-projections, and each
+  FFN's 4 massive-activation channels in a float32 side branch; everything
+  else, the FFN down-projections included, is int8. Measured on
+  multilingual-e5-small (64 SciFact passages): cosine to float32 0.99934 mean
+  / 0.99918 min, and 10-15% faster than the recipe below;
+- otherwise each layer's FFN down-projection (``.../output/dense/MatMul``,
+  not under ``attention``) stays float32: its input, after GELU, has outliers
+  that make a per-batch uint8 scale coarse. Measured on multilingual-e5-small
+  (60 SciFact abstracts, 100 queries): cosine to float32 0.9992 mean / 0.998
+  min with these kept in float32, 0.9960 / 0.993 without.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+
+from rag_cli.models import outliers
 
 QUANTIZED_OPS = ("MatMul", "Gather", "Attention")
 
@@ -59,16 +68,20 @@ def float_matmuls(model) -> list[str]:
     ]
 
 
-def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike) -> list[str]:
+def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike,
+                  tokenizer_json: str | os.PathLike | None = None) -> list[str]:
     """Write the dynamic int8 version of the ONNX graph ``src`` to ``dst``.
 
     The recipe is in the module docstring. ``dst`` is written in place (the
     caller makes it atomic by writing into a temporary folder). A graph with
-    its weights in an external-data file (> 2 GB) is written the same way.
+    its weights in an external-data file (> 2 GB) is written the same way,
+    without the outlier rewrite.
 
     Args:
         src: a float32 ONNX file.
         dst: the int8 ONNX file to write.
+        tokenizer_json: the model's tokenizer; with it, a fused graph is
+            calibrated and rewritten first (:mod:`rag_cli.models.outliers`).
 
     Returns:
         The names of the MatMul nodes left in float32.
@@ -83,6 +96,18 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike) -> list[str]:
     model = onnx.load(str(src), load_external_data=False)
     skip = float_matmuls(model)
     external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    rewritten = None
+    inputs = {i.name for i in model.graph.input}
+    if (tokenizer_json is not None and not external and outliers.find_ffns(model)
+            and inputs <= set(outliers.CALIBRATION_INPUTS)):
+        calib = outliers.calibrate(model, outliers.calibration_feeds(tokenizer_json, sorted(inputs)))
+        outliers.smooth_inputs(model, calib)
+        kept = outliers.split_ffn_outliers(model, calib)
+        # the split FFN down-projections no longer match is_ffn_down: their bulk part is quantised
+        skip = kept + [n for n in float_matmuls(model) if n not in kept]
+        rewritten = dst.with_name(dst.name + ".outliers.onnx")
+        onnx.save_model(model, str(rewritten))
+        src = rewritten
     del model
     root = logging.getLogger()
     level = root.level
@@ -98,4 +123,6 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike) -> list[str]:
         )
     finally:
         root.setLevel(level)
+        if rewritten is not None:
+            rewritten.unlink(missing_ok=True)
     return skip

@@ -1,0 +1,142 @@
+"""The calibrated int8 recipe (rag_cli.models.outliers): on a small fused
+encoder with a planted massive activation, the rewrites keep the float32
+function, find the planted channel, and make int8 agree with float32 better
+than plain dynamic int8."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnxruntime.quantization import QuantType, quantize_dynamic
+
+from rag_cli.models import e5_convert, outliers
+from rag_cli.models.quantize import QUANTIZED_OPS, quantize_int8
+from tests.tiny_models import VOCAB, _tokenizer
+
+H, HEADS, F, LAYERS = 64, 4, 256, 2
+PLANTED = {0: 37, 1: 200}  # layer -> FFN channel whose GELU output is ~40 on every token
+
+
+def _header() -> dict:
+    return dict(hidden_size=H, num_attention_heads=HEADS, intermediate_size=F, num_hidden_layers=LAYERS,
+                vocab_size=len(VOCAB), max_position_embeddings=64, type_vocab_size=2, layer_norm_eps=1e-12)
+
+
+def _tensors(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    shapes = e5_convert._tensor_shapes(_header())
+    t = {k: (rng.standard_normal(s) * (0.02 if len(s) == 2 else 0.1)).astype(np.float32) for k, s in shapes.items()}
+    for k in t:
+        if k.endswith("ln.w"):
+            t[k] = 1 + t[k]
+    for layer, ch in PLANTED.items():
+        t[f"l{layer}.fi.b"][ch] = 40.0  # GELU(40 + small) ~ 40: a massive activation
+    return t
+
+
+@pytest.fixture(scope="module")
+def fused(tmp_path_factory):
+    d = tmp_path_factory.mktemp("outliers")
+    onnx.save_model(e5_convert.build_onnx(_header(), _tensors()), str(d / "model.onnx"))
+    e5_convert.fuse_transformer(d / "model.onnx", d / "model.onnx", _header())
+    _tokenizer(d / "tokenizer.json")
+    return d
+
+
+def _feeds(n: int = 6, seq: int = 20, seed: int = 1) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(4, len(VOCAB), size=(n, seq), dtype=np.int64)
+    mask = np.ones_like(ids)
+    for i in range(n):
+        mask[i, seq - 3 * i:] = 0  # right padding of different lengths
+    ids[mask == 0] = 0
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+
+
+def _run(model_or_path, feeds) -> np.ndarray:
+    src = model_or_path.SerializeToString() if isinstance(model_or_path, onnx.ModelProto) else str(model_or_path)
+    (out,) = ort.InferenceSession(src, providers=["CPUExecutionProvider"]).run(["last_hidden_state"], feeds)
+    return out
+
+
+def _pooled_cos(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    m = mask[..., None].astype(np.float32)
+    pa, pb = (a * m).sum(1), (b * m).sum(1)
+    return (pa * pb).sum(1) / (np.linalg.norm(pa, axis=1) * np.linalg.norm(pb, axis=1))
+
+
+def _calibrated(fused):
+    model = onnx.load(str(fused / "model.onnx"))
+    names = [i.name for i in model.graph.input]
+    calib = outliers.calibrate(model, outliers.calibration_feeds(fused / "tokenizer.json", names))
+    return model, calib
+
+
+def test_finds_ffns_and_smoothable_inputs(fused):
+    model = onnx.load(str(fused / "model.onnx"))
+    ffns = outliers.find_ffns(model)
+    assert len(ffns) == LAYERS
+    assert all(f.up.op_type == f.down.op_type == "MatMul" and f.gelu.op_type == "BiasGelu" for f in ffns)
+    inputs = outliers.smoothable_inputs(model)
+    kinds = collections.Counter(n.op_type for nodes in inputs.values() for n in nodes)
+    assert kinds == {"Attention": LAYERS, "MatMul": LAYERS}
+
+
+def test_calibration_finds_the_planted_channel(fused):
+    model, calib = _calibrated(fused)
+    for f, (layer, ch) in zip(outliers.find_ffns(model), sorted(PLANTED.items())):
+        peak = calib.gelu[f.gelu.output[0]]
+        assert peak.shape == (F,) and int(np.argmax(peak)) == ch and peak[ch] > 35
+    assert all(v.shape == (H,) and (v > 0).all() for v in calib.inputs.values())
+
+
+def test_rewrites_keep_the_float32_function(fused):
+    feeds = _feeds()
+    want = _run(fused / "model.onnx", feeds)
+    model, calib = _calibrated(fused)
+    assert outliers.smooth_inputs(model, calib) == 2 * LAYERS
+    kept = outliers.split_ffn_outliers(model, calib, k=3)
+    assert len(kept) == 2 * LAYERS and all(n.endswith("_outlier") for n in kept)
+    ops = collections.Counter(n.op_type for n in model.graph.node)
+    assert (ops["BiasGelu"], ops["Attention"]) == (2 * LAYERS, LAYERS)
+    got = _run(model, feeds)
+    valid = feeds["attention_mask"].astype(bool)
+    np.testing.assert_allclose(got[valid], want[valid], atol=2e-4, rtol=1e-4)
+    # the planted channels went to the float32 branch
+    consts = {t.name: t for t in model.graph.initializer}
+    for f in outliers.find_ffns(model):
+        if f.up.name.endswith("_outlier"):
+            assert onnx.numpy_helper.to_array(consts[f.up.input[1]]).shape == (H, 3)
+
+
+def test_calibrated_int8_beats_plain_int8(fused, tmp_path):
+    feeds = _feeds()
+    want = _run(fused / "model.onnx", feeds)
+    kept = quantize_int8(fused / "model.onnx", tmp_path / "calibrated.onnx", fused / "tokenizer.json")
+    assert len(kept) == 2 * LAYERS and not list(tmp_path.glob("*.outliers.onnx"))  # temporary graph removed
+    ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "calibrated.onnx")).graph.node)
+    # FFN up and down (bulk) and attention output int8, Q/K/V in QAttention; only the side branches float32
+    assert (ops["MatMulInteger"], ops["QAttention"], ops["MatMul"]) == (3 * LAYERS, LAYERS, 2 * LAYERS)
+    quantize_dynamic(fused / "model.onnx", tmp_path / "plain.onnx", op_types_to_quantize=list(QUANTIZED_OPS),
+                     per_channel=True, reduce_range=True, weight_type=QuantType.QInt8,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    mask = feeds["attention_mask"]
+    cal = 1 - _pooled_cos(_run(tmp_path / "calibrated.onnx", feeds), want, mask)
+    plain = 1 - _pooled_cos(_run(tmp_path / "plain.onnx", feeds), want, mask)
+    assert cal.mean() < plain.mean() / 3, (cal, plain)
+
+
+def test_graph_without_fused_ffns_is_left_alone(tmp_path):
+    model = e5_convert.build_onnx(_header(), _tensors())  # not fused: no BiasGelu
+    assert outliers.find_ffns(model) == [] and outliers.smoothable_inputs(model) == {}
+
+
+def test_calibration_feeds_refuse_unknown_inputs(fused):
+    with pytest.raises(ValueError, match="position_ids"):
+        outliers.calibration_feeds(fused / "tokenizer.json", ["input_ids", "position_ids"])
+    (feed, *_) = outliers.calibration_feeds(fused / "tokenizer.json", ["input_ids", "attention_mask"])
+    assert set(feed) == {"input_ids", "attention_mask"} and feed["input_ids"].shape[0] == 1
