@@ -19,7 +19,10 @@ from rag_cli.errors import BadInput
 from rag_cli.models.folder import ModelFolder
 from rag_cli.models.tokens import TextTokenizer, Tokenized
 
-DEFAULT_BATCH_TOKENS = 8192
+#: Padded tokens per batch. Small batches keep each layer's activations in the
+#: CPU caches: multilingual-e5-small int8 on 200 SciFact passages (2 cores)
+#: ran 7.4 passages/s at 512-1,024, 7.1 at 2,048 and 6.5 at 8,192.
+DEFAULT_BATCH_TOKENS = 1024
 KNOWN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 Progress = Callable[[int, int], None]
