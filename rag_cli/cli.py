@@ -732,8 +732,17 @@ def models_pull(
                         f"[{', '.join(res['precisions'])}] -> {res['path']}", highlight=False, markup=False)
 
 
+def _terminated(signum, frame) -> None:
+    """SIGTERM (cron timeouts, `kill`): unwind like Ctrl-C, so that temporary
+    files are removed and nothing half-written is renamed into place."""
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     """Entry point of `rag` and `python -m rag_cli`."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminated)
     app()
 
 

@@ -258,6 +258,21 @@ def test_quantize_bad_inputs_leave_nothing(tiny_bi_encoder, tmp_path):
     assert listing(busy) == {"notes.txt"}
 
 
+def test_quantize_graph_the_runtime_cannot_feed_writes_nothing(tiny_bi_encoder, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_bi_encoder, folder)
+    model = onnx.load(str(folder / "model.onnx"))
+    model.graph.input.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["b", "s"]))
+    onnx.save_model(model, str(folder / "model.onnx"))
+    before = {n: sha(folder / n) for n in listing(folder)}
+    res = rag("models", "quantize", folder)
+    assert res.exit_code == 2 and "position_ids" in res.stderr
+    assert {n: sha(folder / n) for n in listing(folder)} == before
+
+
 def test_quantize_failure_is_atomic(tiny_bi_encoder, tmp_path, monkeypatch):
     import rag_cli.models.quantize as q
 

@@ -140,3 +140,41 @@ def test_calibration_feeds_refuse_unknown_inputs(fused):
         outliers.calibration_feeds(fused / "tokenizer.json", ["input_ids", "position_ids"])
     (feed, *_) = outliers.calibration_feeds(fused / "tokenizer.json", ["input_ids", "attention_mask"])
     assert set(feed) == {"input_ids", "attention_mask"} and feed["input_ids"].shape[0] == 1
+
+
+def test_unnamed_nodes_are_rewritten_by_identity(fused, tmp_path):
+    """Node names are optional in ONNX: the rewrite must not delete or duplicate unnamed nodes."""
+    model = onnx.load(str(fused / "model.onnx"))
+    for n in model.graph.node:
+        n.name = ""
+    onnx.save_model(model, str(tmp_path / "model.onnx"))
+    feeds = _feeds()
+    want = _run(tmp_path / "model.onnx", feeds)
+    calib = outliers.calibrate(model, outliers.calibration_feeds(fused / "tokenizer.json", ["input_ids",
+                                                                 "attention_mask", "token_type_ids"]))
+    outliers.smooth_inputs(model, calib)
+    kept = outliers.split_ffn_outliers(model, calib)
+    assert len(set(kept)) == 2 * LAYERS and all(kept)
+    valid = feeds["attention_mask"].astype(bool)
+    np.testing.assert_allclose(_run(model, feeds)[valid], want[valid], atol=2e-4, rtol=1e-4)
+    quantize_int8(tmp_path / "model.onnx", tmp_path / "int8.onnx", fused / "tokenizer.json")
+    cos = _pooled_cos(_run(tmp_path / "int8.onnx", feeds), want, feeds["attention_mask"])
+    assert cos.min() > 0.999, cos
+
+
+def test_ffns_with_shared_weights_are_left_alone(fused):
+    """ALBERT-style sharing: rewriting one FFN's weights would change the other's."""
+    model = onnx.load(str(fused / "model.onnx"))
+    first, second = outliers.find_ffns(model)
+    for a, b in ((first.up, second.up), (first.gelu, second.gelu), (first.down, second.down)):
+        b.input[1] = a.input[1]
+    assert outliers.find_ffns(model) == []
+    feeds = _feeds()
+    want = _run(model, feeds)
+    calib = outliers.calibrate(model, outliers.calibration_feeds(fused / "tokenizer.json", ["input_ids",
+                                                                 "attention_mask", "token_type_ids"]))
+    outliers.smooth_inputs(model, calib)
+    assert outliers.split_ffn_outliers(model, calib) == []
+    onnx.checker.check_model(model)
+    valid = feeds["attention_mask"].astype(bool)
+    np.testing.assert_allclose(_run(model, feeds)[valid], want[valid], atol=2e-4, rtol=1e-4)

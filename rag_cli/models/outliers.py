@@ -94,7 +94,8 @@ def find_ffns(model) -> list[Ffn]:
     """The fused FFNs of ``model`` (``onnx.ModelProto``), in graph order.
 
     A ``BiasGelu`` whose input comes only from a MatMul by a constant weight
-    and whose output goes only to one MatMul by a constant weight.
+    and whose output goes only to one MatMul by a constant weight; FFNs whose
+    weights or bias other nodes also read are left out.
     """
     g = model.graph
     consts = _consts(g)
@@ -112,6 +113,8 @@ def find_ffns(model) -> list[Ffn]:
         if (up is None or up.op_type != "MatMul" or up.input[1] not in consts or len(users[up.output[0]]) != 1
                 or len(down) != 1 or down[0].op_type != "MatMul" or down[0].input[1] not in consts):
             continue
+        if any(len(users[w]) > 1 for w in (up.input[1], n.input[1], down[0].input[1])):
+            continue  # weights shared with another node (ALBERT-style): rewriting them would change that node
         found.append(Ffn(up, n, down[0]))
     return found
 
@@ -211,7 +214,8 @@ def split_ffn_outliers(model, calib: Calibration, k: int = OUTLIER_CHANNELS) -> 
     g = model.graph
     consts = _consts(g)
     keep_float: list[str] = []
-    replace: dict[str, list] = {}
+    replace: dict[int, list] = {}
+    alive = list(g.node)  # protobuf wrappers stay the same objects (and ids) while referenced
     for f in find_ffns(model):
         w_in = numpy_helper.to_array(consts[f.up.input[1]])  # (H, F)
         b = numpy_helper.to_array(consts[f.gelu.input[1]])  # (F,)
@@ -224,24 +228,27 @@ def split_ffn_outliers(model, calib: Calibration, k: int = OUTLIER_CHANNELS) -> 
         outlier = np.sort(np.argsort(-peak, kind="stable")[:n_out])
         bulk = np.setdiff1d(np.arange(width), outlier)
         nodes = []
+        # node names are optional in ONNX: fall back to the (unique) output names
+        up_name, gelu_name, down_name = (n.name or n.output[0] for n in (f.up, f.gelu, f.down))
         for tag, idx in (("bulk", bulk), ("outlier", outlier)):
             w_up, b_up, w_down = (f"{f.up.input[1]}.{tag}", f"{f.gelu.input[1]}.{tag}", f"{f.down.input[1]}.{tag}")
             g.initializer.extend([numpy_helper.from_array(np.ascontiguousarray(w_in[:, idx]), w_up),
                                   numpy_helper.from_array(np.ascontiguousarray(b[idx]), b_up),
                                   numpy_helper.from_array(np.ascontiguousarray(w_out[idx, :]), w_down)])
-            up = helper.make_node("MatMul", [f.up.input[0], w_up], [f"{f.up.output[0]}_{tag}"], name=f"{f.up.name}_{tag}")
+            up = helper.make_node("MatMul", [f.up.input[0], w_up], [f"{f.up.output[0]}_{tag}"], name=f"{up_name}_{tag}")
             gelu = helper.make_node("BiasGelu", [up.output[0], b_up],
-                                    [f"{f.gelu.output[0]}_{tag}"], name=f"{f.gelu.name}_{tag}", domain="com.microsoft")
+                                    [f"{f.gelu.output[0]}_{tag}"], name=f"{gelu_name}_{tag}", domain="com.microsoft")
             down = helper.make_node("MatMul", [gelu.output[0], w_down],
-                                    [f"{f.down.output[0]}_{tag}"], name=f"{f.down.name}_{tag}")
+                                    [f"{f.down.output[0]}_{tag}"], name=f"{down_name}_{tag}")
             nodes += [up, gelu, down]
             if tag == "outlier":
                 keep_float += [up.name, down.name]
         nodes.append(helper.make_node("Add", [nodes[2].output[0], nodes[5].output[0]], [f.down.output[0]],
-                                      name=f"{f.down.name}_sum"))
-        replace[f.up.name] = nodes
-        replace[f.gelu.name] = replace[f.down.name] = []
+                                      name=f"{down_name}_sum"))
+        replace[id(f.up)] = nodes
+        replace[id(f.gelu)] = replace[id(f.down)] = []
     _rewrite(model, replace)
+    del alive
     return keep_float
 
 
@@ -264,7 +271,8 @@ def smooth_inputs(model, calib: Calibration, alpha: float = SMOOTHQUANT_ALPHA) -
     g = model.graph
     consts = _consts(g)
     inserted: dict[str, list] = {}
-    position = {node.name: i for i, node in enumerate(g.node)}
+    alive = list(g.node)  # protobuf wrappers stay the same objects (and ids) while referenced
+    position = {id(node): i for i, node in enumerate(alive)}
     n = 0
     weight_uses = collections.Counter(i for node in g.node for i in node.input if i in consts)
     for name, nodes in smoothable_inputs(model).items():
@@ -279,23 +287,24 @@ def smooth_inputs(model, calib: Calibration, alpha: float = SMOOTHQUANT_ALPHA) -
         for u, w in zip(nodes, ws):
             consts[u.input[1]].CopyFrom(numpy_helper.from_array((w * s[:, None]).astype(np.float32), u.input[1]))
             u.input[0] = mul.output[0]
-        first = min(nodes, key=lambda u: position[u.name])
-        inserted.setdefault(first.name, []).append(mul)
+        first = min(nodes, key=lambda u: position[id(u)])
+        inserted.setdefault(id(first), []).append(mul)
         n += 1
     order = []
-    for node in g.node:
-        order += inserted.get(node.name, []) + [node]
+    for node in alive:
+        order += inserted.get(id(node), []) + [node]
     del g.node[:]
     g.node.extend(order)
     return n
 
 
-def _rewrite(model, replace: dict[str, list]) -> None:
-    """Replace nodes by name (value: the nodes to put in their place), drop unused initializers."""
+def _rewrite(model, replace: dict[int, list]) -> None:
+    """Replace nodes (key: ``id()`` of a node of ``model.graph.node``; value: the
+    nodes to put in its place), then drop unused initializers."""
     g = model.graph
     order = []
     for node in g.node:
-        order += replace.get(node.name, [node])
+        order += replace.get(id(node), [node])
     del g.node[:]
     g.node.extend(order)
     used = {i for node in g.node for i in node.input}

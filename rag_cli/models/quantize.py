@@ -94,9 +94,10 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike,
 
     src, dst = Path(src), Path(dst)
     model = onnx.load(str(src), load_external_data=False)
-    skip = float_matmuls(model)
     external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
-    rewritten = None
+    if external:
+        onnx.load_external_data_for_model(model, str(src.parent))
+    skip = float_matmuls(model)
     inputs = {i.name for i in model.graph.input}
     if (tokenizer_json is not None and not external and outliers.find_ffns(model)
             and inputs <= set(outliers.CALIBRATION_INPUTS)):
@@ -105,17 +106,15 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike,
         kept = outliers.split_ffn_outliers(model, calib)
         # the split FFN down-projections no longer match is_ffn_down: their bulk part is quantised
         skip = kept + [n for n in float_matmuls(model) if n not in kept]
-        rewritten = dst.with_name(dst.name + ".outliers.onnx")
-        onnx.save_model(model, str(rewritten))
-        src = rewritten
-    del model
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # quiet "consider pre-processing" advice on stderr
     try:
         kwargs = {"use_external_data_format": True} if external else {}
+        # a ModelProto, not a path: given a path, quantize_dynamic writes "<src>-inferred.onnx"
+        # beside the source (which may be read-only, or another folder than dst)
         quantize_dynamic(
-            src, dst, op_types_to_quantize=list(QUANTIZED_OPS), per_channel=True,
+            model, dst, op_types_to_quantize=list(QUANTIZED_OPS), per_channel=True,
             reduce_range=True, weight_type=QuantType.QInt8, nodes_to_exclude=skip,
             # fused com.microsoft nodes (Attention, SkipLayerNormalization) have
             # no ONNX type inference; their outputs are float32
@@ -123,6 +122,4 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike,
         )
     finally:
         root.setLevel(level)
-        if rewritten is not None:
-            rewritten.unlink(missing_ok=True)
     return skip
