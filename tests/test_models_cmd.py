@@ -201,7 +201,7 @@ def test_quantize_bi_encoder_to_new_folder(tiny_bi_encoder, tmp_path):
 
     # int8-only folder: int8 picks the quantised file, fp32 has none, ModelFolder falls back to it
     assert resolve_model(out).onnx_file == out / "model_quantized.onnx"
-    with pytest.raises(BadInput, match="no ONNX model"):
+    with pytest.raises(BadInput, match="no float32 graph .* only the int8 model_quantized.onnx"):
         resolve_model(out, precision="fp32")
     fp32 = BiEncoder(ModelFolder.load(tiny_bi_encoder), threads=1).encode(TEXTS)
     int8 = BiEncoder(ModelFolder.load(out), threads=1).encode(TEXTS)
@@ -248,7 +248,8 @@ def test_quantize_bad_inputs_leave_nothing(tiny_bi_encoder, tmp_path):
     int8 = tmp_path / "int8"
     assert rag("models", "quantize", tiny_bi_encoder, "--out", int8).exit_code == 0
     res = rag("models", "quantize", int8, "--out", tmp_path / "again")
-    assert res.exit_code == 2 and "no ONNX model" in res.stderr and not (tmp_path / "again").exists()
+    assert res.exit_code == 2 and "no float32 graph" in res.stderr and not (tmp_path / "again").exists()
+    assert "only the int8 model_quantized.onnx" in res.stderr
 
     busy = tmp_path / "busy"
     busy.mkdir()

@@ -95,6 +95,12 @@ def _pick_onnx(folder: Path, precision: str) -> ModelRef | None:
 
 def _folder_ref(folder: Path, value: str, precision: str) -> ModelRef:
     ref = _pick_onnx(folder, precision)
+    if ref is None and precision == "fp32" and (int8 := _pick_onnx(folder, "int8")) is not None:
+        raise BadInput(
+            f"{value}: the folder has no float32 graph (looked for {', '.join(_ONNX_CANDIDATES['fp32'])}), "
+            f"only the int8 {int8.onnx_file.relative_to(int8.folder)}; `rag models quantize` and "
+            "--precision fp32 need the float32 export (--precision int8 runs the int8 graph)"
+        )
     if ref is None:
         raise BadInput(
             f"--model {value!r}: the folder has no ONNX model "
