@@ -1,6 +1,6 @@
 """Embedding and cross-encoder speed on SciFact, all in one run (ratios hold within a run).
 
-    python bench/embed_speed.py [--n 1000] [--budgets 512,1024,4096,16384] [--threads 0] [--no-st]
+    python bench/embed_speed.py [--n 1000] [--budgets 512,1024,4096,16384] [--threads 0] [--no-st] [--out FILE]
 
 Measures, over the first N SciFact documents (`passage: ` + title + " " + text):
 
@@ -121,6 +121,11 @@ def int8_gemm_gflops(threads: int, m: int = 1024, shapes=((384, 1536), (1536, 38
     sess.run(None, feeds)
     best = min(_timed(lambda: sess.run(None, feeds)) for _ in range(repeats))
     return sum(2 * m * k * n for k, n in shapes) / best / 1e9
+
+
+def _fmt(value, width: int, digits: int) -> str:
+    """A table cell: the number, or a dash when it was not measured (e.g. --no-st)."""
+    return f"{value:{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
 
 
 def _timed(fn) -> float:
@@ -346,7 +351,7 @@ def main() -> None:
     res["rows"] = rows
     if ref is not None:
         st_rate = rows[0]["passages_per_s"]
-        for row in rows[1:]:
+        for row in rows:
             row["speedup_vs_st"] = row["passages_per_s"] / st_rate
 
     print(f"\nsgemm {res['sgemm_gflops_start']:.1f} -> {res['sgemm_gflops_end']:.1f} GFLOP/s; "
@@ -356,8 +361,8 @@ def main() -> None:
     for row in rows:
         print(f"{row['name']:36s} {row['passages_per_s']:7.2f} {row['passages_per_cpu_s']:7.2f} "
               f"{row['tokens_per_s']:7.0f} {row['useful_gflops']:7.1f} "
-              f"{row['pct_of_sgemm']:6.0f} {row.get('speedup_vs_st', 1.0):5.2f} "
-              f"{row.get('cosine_to_st_mean', float('nan')):7.4f}")
+              f"{row['pct_of_sgemm']:6.0f} {_fmt(row.get('speedup_vs_st'), 5, 2)} "
+              f"{_fmt(row.get('cosine_to_st_mean'), 7, 4)}")
     print(f"int8 vs fp32 cosine: mean {res['cosine_int8_fp32']['mean']:.5f} min {res['cosine_int8_fp32']['min']:.5f}")
     print(f"int8 GEMM {res['int8_gemm_gflops']:.1f} GFLOP/s = {100 * res['int8_gemm_gflops'] / sg:.0f}% of sgemm; "
           f"bound for the whole model (int8 GEMMs, fp32 attention core, nothing else): "
