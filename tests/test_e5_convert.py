@@ -253,22 +253,14 @@ def _op_counts(path) -> collections.Counter:
 
 @needs_model
 def test_graphs_are_fused(model_dir):
-    import onnx
-
     fp32_ops = _op_counts(model_dir / "model.onnx")
     assert (fp32_ops["Attention"], fp32_ops["BiasGelu"], fp32_ops["SkipLayerNormalization"]) == (12, 12, 24)
     # nothing left unfused: no Softmax, Erf or plain per-layer LayerNormalization (only the embeddings' one)
     assert fp32_ops["Softmax"] == fp32_ops["Erf"] == 0 and fp32_ops["LayerNormalization"] == 1
     int8_ops = _op_counts(model_dir / "model_int8.onnx")
-    # calibrated recipe (rag_cli.models.outliers): 12 QAttention; MatMulInteger: attention output, FFN up
-    # and FFN down per layer; float32 MatMuls: each FFN's outlier branch (up and down); its BiasGelu
-    assert (int8_ops["QAttention"], int8_ops["MatMulInteger"], int8_ops["MatMul"]) == (12, 36, 24)
-    assert (int8_ops["BiasGelu"], int8_ops["SkipLayerNormalization"]) == (12 * 2, 24)
-    model = onnx.load(str(model_dir / "model_int8.onnx"), load_external_data=False)
-    float_mm = [n.name for n in model.graph.node if n.op_type == "MatMul"]
-    assert all(name.endswith("_outlier") for name in float_mm), float_mm
-    smoothed = [n for n in model.graph.node if n.op_type == "Mul" and n.name.endswith("_smooth")]
-    assert len(smoothed) == 24  # Q/K/V and FFN up-projection inputs of each layer
+    # 12 QAttention; MatMulInteger: attention output + FFN up-projection per layer; FFN down stays float32
+    assert (int8_ops["QAttention"], int8_ops["MatMulInteger"], int8_ops["MatMul"]) == (12, 24, 12)
+    assert (int8_ops["BiasGelu"], int8_ops["SkipLayerNormalization"]) == (12, 24)
 
 
 @needs_model

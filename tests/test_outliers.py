@@ -6,6 +6,7 @@ than plain dynamic int8."""
 from __future__ import annotations
 
 import collections
+import json
 
 import numpy as np
 import onnx
@@ -15,7 +16,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from rag_cli.models import e5_convert, outliers
 from rag_cli.models.quantize import QUANTIZED_OPS, quantize_int8
-from tests.tiny_models import VOCAB, _tokenizer
+from tiny_models import VOCAB, _tokenizer
 
 H, HEADS, F, LAYERS = 64, 4, 256, 2
 PLANTED = {0: 37, 1: 200}  # layer -> FFN channel whose GELU output is ~40 on every token
@@ -40,10 +41,13 @@ def _tensors(seed: int = 0) -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def fused(tmp_path_factory):
+    """A model folder (`rag models quantize` takes it) with the small fused encoder."""
     d = tmp_path_factory.mktemp("outliers")
     onnx.save_model(e5_convert.build_onnx(_header(), _tensors()), str(d / "model.onnx"))
     e5_convert.fuse_transformer(d / "model.onnx", d / "model.onnx", _header())
     _tokenizer(d / "tokenizer.json")
+    (d / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": H, "pad_token_id": 0}))
+    (d / "rag_model.json").write_text(json.dumps({"kind": "embedder", "pooling": "mean", "max_length": 64}))
     return d
 
 
@@ -178,3 +182,22 @@ def test_ffns_with_shared_weights_are_left_alone(fused):
     onnx.checker.check_model(model)
     valid = feeds["attention_mask"].astype(bool)
     np.testing.assert_allclose(_run(model, feeds)[valid], want[valid], atol=2e-4, rtol=1e-4)
+
+
+def test_cli_quantize_calibrate_flag(fused, tmp_path):
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    def quantize(*flags):
+        res = CliRunner().invoke(app, ["models", "quantize", str(fused), "--json", *flags])
+        assert res.exit_code == 0, (res.stdout, res.stderr)
+        return json.loads(res.stdout)
+
+    plain = quantize("--out", str(tmp_path / "plain"))
+    assert [n.split("/")[1] for n in plain["fp32_matmuls"]] == [f"encoder.layer.{i}.output.dense"
+                                                                  for i in range(LAYERS)]
+    calibrated = quantize("--out", str(tmp_path / "calibrated"), "--calibrate")
+    assert len(calibrated["fp32_matmuls"]) == 2 * LAYERS
+    assert all(n.endswith("_outlier") for n in calibrated["fp32_matmuls"])
+    assert calibrated["agreement"]["value"] > 0.999

@@ -426,7 +426,8 @@ def _copy_model_files(src: Path, dst: Path) -> list[str]:
     return copied
 
 
-def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None, *,
+                   calibrate: bool = False) -> dict[str, Any]:
     """Write the dynamic int8 version of a model folder's float32 graph.
 
     Recipe: `rag_cli.models.quantize.quantize_int8` (onnxruntime
@@ -440,6 +441,8 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
             plus `model_quantized.onnx` at the float32 graph's place), built in
             a temporary folder and renamed into place; an existing model
             folder there is replaced.
+        calibrate: for a fused graph, the calibrated recipe
+            (`rag_cli.models.outliers`, with the folder's tokenizer.json).
 
     Returns:
         src, path (the output folder), onnx_file (relative), bytes_fp32,
@@ -465,13 +468,14 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
         raise BadInput(f"{ref.onnx_file}: the graph is already {have}; quantise the float32 export (model.onnx)")
     rel = ref.onnx_file.relative_to(ref.folder).with_name(QUANTIZED_NAME)
     a = _probe_outputs(fp32)  # a graph the runtime cannot feed fails here, before anything is written
+    tokenizer = fp32.tokenizer_path if calibrate else None
     result: dict[str, Any] = {"src": str(src.resolve())}
     out = Path(out_dir).expanduser() if out_dir is not None else None
     if out is not None and out.exists() and out.resolve() == src.resolve():
         out = None
     if out is None:
         with atomic.atomic_path(src / rel, suffix=".onnx") as tmp:
-            skipped = quantize_int8(ref.onnx_file, tmp, fp32.tokenizer_path)
+            skipped = quantize_int8(ref.onnx_file, tmp, tokenizer)
         dest = src
     else:
         if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not _looks_like_model(out))):
@@ -482,7 +486,7 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
         with atomic.atomic_dir(out) as tmp:
             result["copied"] = _copy_model_files(src, tmp)
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            skipped = quantize_int8(ref.onnx_file, tmp / rel, fp32.tokenizer_path)
+            skipped = quantize_int8(ref.onnx_file, tmp / rel, tokenizer)
         dest = out
     int8 = ModelFolder.load(dest, onnx_file=rel)
     b = _probe_outputs(int8)
