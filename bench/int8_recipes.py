@@ -88,7 +88,8 @@ def main() -> None:
                                        "queries_mean": float(c_q.mean()), "queries_min": float(c_q.min())}
         print(f"{name} vs fp32 cosine: chunks {c_docs.mean():.5f} (min {c_docs.min():.5f}), "
               f"queries {c_q.mean():.5f} (min {c_q.min():.5f})")
-    print(f"\nnDCG@10 {'docs \\ queries':>18s} " + " ".join(f"{q:>16s}" for q in vecs))
+    header = "docs / queries"
+    print(f"\nnDCG@10 {header:>18s} " + " ".join(f"{q:>16s}" for q in vecs))
     for d in vecs:
         row = {q: ndcg10(vecs[q][1], vecs[d][0], doc_ids, qids, qrels) for q in vecs}
         res["ndcg@10"][d] = row
