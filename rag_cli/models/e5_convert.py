@@ -623,7 +623,7 @@ def quantize_int8(src: Path, dst: Path, tokenizer_json: Path | None = None) -> N
     the 250037 x 384 word table 4x.
 
     With ``tokenizer_json``, the calibrated recipe instead
-    (:mod:`rag_cli.models.outliers`): about 10% faster and closer to float32
+    (:mod:`rag_cli.models.outliers`): 4-10% faster and closer to float32
     by cosine (0.99940 against 0.99916 over SciFact's 6,025 chunks), but
     SciFact dense nDCG@10 0.6517 against float32's 0.6602 (the default
     recipe: 0.6599), so the default model does not use it.

@@ -12,18 +12,20 @@ https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html):
   one scale per batch;
 - MatMuls of two activations (attention scores, attention x values) stay
   float32;
-- a **fused** graph (``BiasGelu`` FFNs; the default model) with its
-  tokenizer is first calibrated and rewritten by :mod:`rag_cli.models.outliers`:
-  SmoothQuant on the inputs of the Q/K/V and FFN up-projections, and each
-  FFN's 4 massive-activation channels in a float32 side branch; everything
-  else, the FFN down-projections included, is int8. Measured on
-  multilingual-e5-small (64 SciFact passages): cosine to float32 0.99934 mean
-  / 0.99918 min, and 10-15% faster than the recipe below;
-- otherwise each layer's FFN down-projection (``.../output/dense/MatMul``,
-  not under ``attention``) stays float32: its input, after GELU, has outliers
-  that make a per-batch uint8 scale coarse. Measured on multilingual-e5-small
-  (60 SciFact abstracts, 100 queries): cosine to float32 0.9992 mean / 0.998
-  min with these kept in float32, 0.9960 / 0.993 without.
+- each layer's FFN down-projection (``.../output/dense/MatMul``, not under
+  ``attention``) stays float32: its input, after GELU, has outliers that make
+  a per-batch uint8 scale coarse. Measured on multilingual-e5-small (60
+  SciFact abstracts, 100 queries): cosine to float32 0.9992 mean / 0.998 min
+  with these kept in float32, 0.9960 / 0.993 without;
+- with a tokenizer (``rag models quantize --calibrate``), a **fused** graph
+  (``BiasGelu`` FFNs) is first calibrated and rewritten by
+  :mod:`rag_cli.models.outliers`: SmoothQuant on the inputs of the Q/K/V and
+  FFN up-projections, and each FFN's 4 massive-activation channels in a
+  float32 side branch; everything else, the FFN down-projections included,
+  is int8. multilingual-e5-small: cosine to float32 0.99940 against 0.99916
+  over SciFact's 6,025 chunks, 4-10% faster, but SciFact dense nDCG@10
+  0.6517 against 0.6599 (fp32 0.6602; bench/int8_recipes.py), so the default
+  model does not use it.
 """
 
 from __future__ import annotations
