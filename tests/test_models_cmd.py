@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -257,6 +258,18 @@ def test_quantize_bad_inputs_leave_nothing(tiny_bi_encoder, tmp_path):
     res = rag("models", "quantize", tiny_bi_encoder, "--out", busy)
     assert res.exit_code == 2 and "--out" in res.stderr
     assert listing(busy) == {"notes.txt"}
+
+
+def test_quantize_read_only_folder_says_use_out(tiny_bi_encoder, tmp_path, monkeypatch):
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_bi_encoder, folder)
+    before = {n: sha(folder / n) for n in listing(folder)}
+    real_access = manage.os.access
+    monkeypatch.setattr(manage.os, "access",
+                        lambda p, mode: False if (Path(p) == folder and mode == os.W_OK) else real_access(p, mode))
+    res = rag("models", "quantize", folder)
+    assert res.exit_code == 2 and "not writable" in res.stderr and "--out" in res.stderr, res.stderr
+    assert {n: sha(folder / n) for n in listing(folder)} == before
 
 
 def test_quantize_graph_the_runtime_cannot_feed_writes_nothing(tiny_bi_encoder, tmp_path):

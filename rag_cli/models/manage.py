@@ -474,6 +474,9 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     if out is not None and out.exists() and out.resolve() == src.resolve():
         out = None
     if out is None:
+        if not os.access((src / rel).parent, os.W_OK):
+            raise BadInput(f"{(src / rel).parent}: the folder is not writable; "
+                           "write the int8 model folder elsewhere with --out DIR")
         with atomic.atomic_path(src / rel, suffix=".onnx") as tmp:
             skipped = quantize_int8(ref.onnx_file, tmp, tokenizer)
         dest = src
