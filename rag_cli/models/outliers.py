@@ -38,7 +38,6 @@ SciFact dense nDCG@10 was 0.6517 against 0.6599 (float32 0.6602;
 
 from __future__ import annotations
 
-import collections
 import os
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -95,6 +94,15 @@ def _consts(graph) -> dict:
     return {i.name: i for i in graph.initializer}
 
 
+def _users(graph) -> dict[str, list]:
+    """Tensor name -> the nodes that read it."""
+    users: dict[str, list] = {}
+    for n in graph.node:
+        for i in n.input:
+            users.setdefault(i, []).append(n)
+    return users
+
+
 def find_ffns(model) -> list[Ffn]:
     """The fused FFNs of ``model`` (``onnx.ModelProto``), in graph order.
 
@@ -105,10 +113,7 @@ def find_ffns(model) -> list[Ffn]:
     g = model.graph
     consts = _consts(g)
     producer = {o: n for n in g.node for o in n.output}
-    users: dict[str, list] = {}
-    for n in g.node:
-        for i in n.input:
-            users.setdefault(i, []).append(n)
+    users = _users(g)
     found = []
     for n in g.node:
         if n.op_type != "BiasGelu" or n.input[1] not in consts:
@@ -275,13 +280,13 @@ def smooth_inputs(model, calib: Calibration, alpha: float = SMOOTHQUANT_ALPHA) -
 
     g = model.graph
     consts = _consts(g)
-    inserted: dict[str, list] = {}
+    replace: dict[int, list] = {}
     alive = list(g.node)  # protobuf wrappers stay the same objects (and ids) while referenced
     position = {id(node): i for i, node in enumerate(alive)}
     n = 0
-    weight_uses = collections.Counter(i for node in g.node for i in node.input if i in consts)
+    users = _users(g)
     for name, nodes in smoothable_inputs(model).items():
-        if name not in calib.inputs or any(weight_uses[u.input[1]] > 1 for u in nodes):
+        if name not in calib.inputs or any(len(users[u.input[1]]) > 1 for u in nodes):
             continue  # not calibrated, or a weight shared with another node: leave it
         ws = [numpy_helper.to_array(consts[u.input[1]]) for u in nodes]
         w_peak = np.max([np.abs(w).max(1) for w in ws], axis=0)
@@ -293,13 +298,10 @@ def smooth_inputs(model, calib: Calibration, alpha: float = SMOOTHQUANT_ALPHA) -
             consts[u.input[1]].CopyFrom(numpy_helper.from_array((w * s[:, None]).astype(np.float32), u.input[1]))
             u.input[0] = mul.output[0]
         first = min(nodes, key=lambda u: position[id(u)])
-        inserted.setdefault(id(first), []).append(mul)
+        replace.setdefault(id(first), [first]).insert(-1, mul)  # the Mul goes right before its first reader
         n += 1
-    order = []
-    for node in alive:
-        order += inserted.get(id(node), []) + [node]
-    del g.node[:]
-    g.node.extend(order)
+    _rewrite(model, replace)
+    del alive
     return n
 
 
