@@ -711,6 +711,9 @@ def models_quantize(
             f"({len(res['fp32_matmuls'])} MatMuls kept in float32); {a['metric']}: {a['value']:.4f} -> {res['path']}",
             highlight=False, markup=False,
         )
+        if "shadowed_by" in res:
+            _stderr().print(f"note: --precision int8 picks {res['shadowed_by']} in this folder, not {res['onnx_file']}; "
+                            "use --out DIR for a folder of its own", highlight=False, markup=False)
 
 
 @models_app.command("pull")

@@ -272,6 +272,18 @@ def test_quantize_read_only_folder_says_use_out(tiny_bi_encoder, tmp_path, monke
     assert {n: sha(folder / n) for n in listing(folder)} == before
 
 
+def test_quantize_says_when_another_int8_graph_is_picked(tiny_bi_encoder, tmp_path):
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_bi_encoder, folder)
+    first = rag_json("models", "quantize", folder)
+    assert "shadowed_by" not in first
+    shutil.copy(folder / "model_quantized.onnx", folder / "model_int8.onnx")  # the default model's layout
+    res = rag_json("models", "quantize", folder)
+    assert res["shadowed_by"] == "model_int8.onnx" and res["onnx_file"] == "model_quantized.onnx"
+    plain = rag("models", "quantize", folder)
+    assert plain.exit_code == 0 and "picks model_int8.onnx" in plain.stderr
+
+
 def test_quantize_graph_the_runtime_cannot_feed_writes_nothing(tiny_bi_encoder, tmp_path):
     import onnx
     from onnx import TensorProto, helper

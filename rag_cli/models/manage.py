@@ -449,7 +449,9 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
         bytes_int8, fp32_matmuls (MatMul nodes kept in float32),
         agreement ({metric, value}: min cosine of the probe vectors between
         float32 and int8 for an embedder, max |score difference| for a
-        cross-encoder), copied (files copied, with `out_dir`).
+        cross-encoder), copied (files copied, with `out_dir`), shadowed_by
+        (only when another int8 graph in the folder, e.g. `model_int8.onnx`,
+        is the one `--precision int8` picks).
 
     Raises:
         BadInput: `src_dir` is not a folder or not a model folder, has no
@@ -507,6 +509,10 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
         fp32_matmuls=skipped,
         agreement=agreement,
     )
+    picked = defaults.resolve_model(dest, precision="int8").onnx_file
+    if picked != (dest / rel).absolute():
+        # e.g. the default model's folder, whose model_int8.onnx comes first
+        result["shadowed_by"] = str(picked.relative_to(dest.absolute()))
     return result
 
 
