@@ -31,7 +31,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on 
 QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="No progress or summaries on stderr.")]
 ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Bi-encoder: a model folder or a default name (config: model.embedder)")]
 PrecisionOpt = Annotated[Optional[str], typer.Option("--precision", help="int8 or fp32, for a default model (config: model.precision)")]
-ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="onnxruntime intra-op threads; 0 = all cores (config: model.threads)")]
+ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="CPU cores for the models (that many batches at once); 0 = all cores (config: model.threads)")]
 ProviderOpt = Annotated[Optional[str], typer.Option("--provider", help="onnxruntime execution provider: cpu, cuda or coreml, if onnxruntime has it (config: model.provider)")]
 
 

@@ -39,7 +39,7 @@ DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
         "embedder": "multilingual-e5-small",  # a default name or a model folder
         "precision": "int8",  # int8 | fp32 (which ONNX file of a default model)
         "reranker": "",  # a cross-encoder model folder; empty = none configured
-        "threads": 0,  # onnxruntime intra-op threads; 0 = all cores
+        "threads": 0,  # CPU cores for the models (that many batches at once); 0 = all cores
         "provider": "cpu",  # onnxruntime execution provider: cpu | cuda | coreml (if the build has it)
     },
     "chunk": {

@@ -162,6 +162,39 @@ def test_order_restored_after_length_sorting(tmp_path):
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_batches_in_parallel_match_numpy_in_order(tmp_path, threads):
+    folder = make_bi_encoder(tmp_path / "bi")
+    enc = BiEncoder(ModelFolder.load(folder), threads=threads)
+    assert enc.workers == threads  # CPU only: one batch per thread
+    texts = TEXTS * 3
+    calls = []
+    got = enc.encode(texts, batch_tokens=12, progress=lambda done, total: calls.append(done))
+    assert len(calls) > 2 * threads, "more batches than are kept in flight"
+    np.testing.assert_allclose(got, np.stack([ref_bi_encoder(folder, t) for t in texts]), atol=1e-5)
+    assert calls == sorted(calls) and calls[-1] == len(texts)
+
+
+def test_parallel_batches_stop_early_and_raise(tmp_path):
+    enc = BiEncoder(ModelFolder.load(make_bi_encoder(tmp_path / "bi")), threads=2)
+    tok = enc.tokenizer.tokenize(TEXTS * 4)
+    seen = []
+
+    def reduce(out, mask):
+        seen.append(len(out))
+        if len(seen) == 5:
+            raise ValueError("batch 5 fails")
+        return out[:, 0]
+
+    it = enc.iter_batched(tok, enc.output, reduce, batch_tokens=10)
+    first = next(it)
+    it.close()  # a caller that stops early: pending batches are dropped, nothing hangs
+    assert len(first[0]) >= 1 and len(seen) <= 2 * enc.workers + 1
+    seen.clear()
+    with pytest.raises(ValueError, match="batch 5 fails"):
+        list(enc.iter_batched(tok, enc.output, reduce, batch_tokens=10))
+
+
 def test_prefixes_are_applied(tmp_path):
     folder = make_bi_encoder(tmp_path / "bi", query_prefix="query ", passage_prefix="document ")
     enc = BiEncoder(ModelFolder.load(folder))

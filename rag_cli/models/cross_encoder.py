@@ -53,8 +53,10 @@ class CrossEncoder(OnnxTextModel):
 
     Args:
         folder: a cross-encoder model folder (`ModelFolder.load`).
-        threads: onnxruntime intra-op threads; default all usable cores.
+        threads: CPU cores to use (that many batches at once on the CPU);
+            default all usable cores.
         providers: onnxruntime execution providers; default CPU.
+        parallel_batches: False: one batch at a time (see `OnnxTextModel`).
 
     Pairs are tokenized as (query, passage); only the passage is cut to fit
     `folder.max_length` tokens (the query is cut too only when it alone
@@ -65,13 +67,14 @@ class CrossEncoder(OnnxTextModel):
         BadInput: the folder is an embedder.
     """
 
-    def __init__(self, folder: ModelFolder, threads: int | None = None, providers: Sequence[str] | None = None):
+    def __init__(self, folder: ModelFolder, threads: int | None = None, providers: Sequence[str] | None = None,
+                 parallel_batches: bool = True):
         if folder.kind != "cross-encoder":
             raise BadInput(
                 f"model {folder.path} is an {folder.kind}, not a cross-encoder; use a reranker "
                 "(sequence classification) model here, or set kind to cross-encoder in rag_model.json"
             )
-        super().__init__(folder, threads, providers)
+        super().__init__(folder, threads, providers, parallel_batches)
         self.output = "logits" if "logits" in self.outputs else next(iter(self.outputs))
 
     def score(

@@ -51,6 +51,7 @@ import struct
 import sys
 import tempfile
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -610,7 +611,8 @@ def fuse_transformer(src: Path, dst: Path, header: dict) -> dict[str, int]:
     return stats
 
 
-def quantize_int8(src: Path, dst: Path, tokenizer_json: Path | None = None) -> None:
+def quantize_int8(src: Path, dst: Path, tokenizer_json: Path | None = None,
+                  rewrites: Sequence[str] = ("smooth", "split")) -> None:
     """Dynamic int8 quantisation of the fused float32 model ``src`` into ``dst``:
     :func:`rag_cli.models.quantize.quantize_int8`, the recipe ``rag models
     quantize`` also uses (weight MatMuls, fused Attention projections
@@ -630,7 +632,7 @@ def quantize_int8(src: Path, dst: Path, tokenizer_json: Path | None = None) -> N
     """
     from .quantize import quantize_int8 as _quantize
 
-    _quantize(src, dst, tokenizer_json)
+    _quantize(src, dst, tokenizer_json, rewrites)
 
 
 def _log(msg: str) -> None:

@@ -55,8 +55,10 @@ class BiEncoder(OnnxTextModel):
 
     Args:
         folder: an embedder model folder (`ModelFolder.load`).
-        threads: onnxruntime intra-op threads; default all usable cores.
+        threads: CPU cores to use (that many batches at once on the CPU);
+            default all usable cores.
         providers: onnxruntime execution providers; default CPU.
+        parallel_batches: False: one batch at a time (see `OnnxTextModel`).
 
     After each `encode*` call, `n_truncated` (int) and `truncated` ((n,)
     bool) say which texts were longer than `folder.max_length` tokens and
@@ -67,13 +69,14 @@ class BiEncoder(OnnxTextModel):
             this class can use.
     """
 
-    def __init__(self, folder: ModelFolder, threads: int | None = None, providers: Sequence[str] | None = None):
+    def __init__(self, folder: ModelFolder, threads: int | None = None, providers: Sequence[str] | None = None,
+                 parallel_batches: bool = True):
         if folder.kind != "embedder":
             raise BadInput(
                 f"model {folder.path} is a {folder.kind}, not an embedder; "
                 "use a bi-encoder (sentence embedding) model here, or set kind to embedder in rag_model.json"
             )
-        super().__init__(folder, threads, providers)
+        super().__init__(folder, threads, providers, parallel_batches)
         self.output, self.pooled = self._pick_output()
 
     def _pick_output(self) -> tuple[str, bool]:

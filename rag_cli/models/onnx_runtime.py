@@ -5,11 +5,20 @@ Batching: inputs are sorted by token length (longest first) and cut into
 batches whose padded size, batch size x longest sequence, stays within
 `batch_tokens`, so little compute goes to padding; results are put back in
 input order.
+
+Threads: on the CPU, `threads` batches run at once, each on one onnxruntime
+thread (one session, shared weights; `InferenceSession.run` is thread-safe
+and releases the GIL), rather than one batch at a time split over `threads`
+intra-op threads: small per-batch GEMMs parallelise poorly, and padding,
+pooling and the caller's work overlap the next batches. See
+`OnnxTextModel` for the measurement.
 """
 
 from __future__ import annotations
 
 import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -145,13 +154,31 @@ class OnnxTextModel:
     Subclasses (`BiEncoder`, `CrossEncoder`) say what to tokenize and how to
     reduce the graph's output per batch.
 
+    Args:
+        folder: the model folder.
+        threads: CPU cores to use; default: the cores this process may use.
+        providers: onnxruntime execution providers; default CPU only.
+        parallel_batches: False runs one batch at a time on `threads`
+            intra-op threads even on the CPU (for benchmarks).
+
+    With CPU only and more than one thread, `threads` batches run at once,
+    one onnxruntime thread each (`workers`); otherwise one batch at a time
+    on `threads` intra-op threads. multilingual-e5-small int8, 200 SciFact
+    passages, 2 cores: 6.79 passages/s with 2 batches at once against 6.59
+    (median of 3; 3.48 on one thread).
+
     Raises:
         BadInput: the graph needs an input this runtime cannot feed.
     """
 
-    def __init__(self, folder: ModelFolder, threads: int | None = None, providers: Sequence[str] | None = None):
+    def __init__(self, folder: ModelFolder, threads: int | None = None, providers: Sequence[str] | None = None,
+                 parallel_batches: bool = True):
         self.folder = folder
-        self.session = create_session(folder.onnx_path, threads, providers)
+        threads = int(threads) if threads else default_threads()
+        cpu_only = list(providers or ["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
+        #: batches in flight at once (each on one intra-op thread when > 1)
+        self.workers = threads if parallel_batches and cpu_only and threads > 1 else 1
+        self.session = create_session(folder.onnx_path, 1 if self.workers > 1 else threads, providers)
         self.tokenizer = TextTokenizer(folder.tokenizer_path, folder.max_length)
         self.input_dtypes: dict[str, type] = {}
         for inp in self.session.get_inputs():
@@ -216,11 +243,30 @@ class OnnxTextModel:
             the inputs' lengths, so a suffix of the inputs (in plan order) is
             batched exactly as it was in the whole plan.
         """
-        for idx in plan_batches(tok.lengths, batch_tokens, length_sorted):
+        def run(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             arrays = self.pad([tok.ids[i] for i in idx], [tok.type_ids[i] for i in idx])
             (out,) = self.session.run([output], self.feed(arrays))
             mask = arrays["attention_mask"].astype(np.float32)
-            yield idx, np.asarray(reduce(np.asarray(out, dtype=np.float32), mask), dtype=np.float32)
+            return idx, np.asarray(reduce(np.asarray(out, dtype=np.float32), mask), dtype=np.float32)
+
+        plan = plan_batches(tok.lengths, batch_tokens, length_sorted)
+        if self.workers == 1 or len(plan) == 1:
+            for idx in plan:
+                yield run(idx)
+            return
+        # at most 2 x workers batches computed ahead of the caller: memory stays bounded
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="rag-onnx") as pool:
+            pending: deque = deque()
+            try:
+                for idx in plan:
+                    pending.append(pool.submit(run, idx))
+                    if len(pending) >= 2 * self.workers:
+                        yield pending.popleft().result()
+                while pending:
+                    yield pending.popleft().result()
+            finally:  # the caller stopped early or a batch failed: drop what has not started
+                for f in pending:
+                    f.cancel()
 
     def run_batched(
         self,

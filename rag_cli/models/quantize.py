@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Sequence
 
 from rag_cli.models import outliers
 
@@ -70,8 +71,13 @@ def float_matmuls(model) -> list[str]:
     ]
 
 
+#: The graph rewrites of the calibrated recipe (:mod:`rag_cli.models.outliers`), in the order applied.
+REWRITES = ("smooth", "split")
+
+
 def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike,
-                  tokenizer_json: str | os.PathLike | None = None) -> list[str]:
+                  tokenizer_json: str | os.PathLike | None = None,
+                  rewrites: Sequence[str] = REWRITES) -> list[str]:
     """Write the dynamic int8 version of the ONNX graph ``src`` to ``dst``.
 
     The recipe is in the module docstring. ``dst`` is written in place (the
@@ -84,16 +90,25 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike,
         dst: the int8 ONNX file to write.
         tokenizer_json: the model's tokenizer; with it, a fused graph is
             calibrated and rewritten first (:mod:`rag_cli.models.outliers`).
+        rewrites: which rewrites of :data:`REWRITES` the calibrated recipe
+            applies: ``"smooth"`` (:func:`~rag_cli.models.outliers.smooth_inputs`),
+            ``"split"`` (:func:`~rag_cli.models.outliers.split_ffn_outliers`;
+            without it the FFN down-projections stay float32). Ignored
+            without ``tokenizer_json``.
 
     Returns:
         The names of the MatMul nodes left in float32.
 
     Raises:
+        ValueError: a rewrite not in :data:`REWRITES`.
         onnx / onnxruntime errors if ``src`` is not a readable ONNX graph.
     """
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    unknown = set(rewrites) - set(REWRITES)
+    if unknown:
+        raise ValueError(f"rewrites {sorted(unknown)}: known ones are {', '.join(REWRITES)}")
     src, dst = Path(src), Path(dst)
     model = onnx.load(str(src), load_external_data=False)
     external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
@@ -104,10 +119,12 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike,
     if (tokenizer_json is not None and not external and outliers.find_ffns(model)
             and inputs <= set(outliers.CALIBRATION_INPUTS)):
         calib = outliers.calibrate(model, outliers.calibration_feeds(tokenizer_json, sorted(inputs)))
-        outliers.smooth_inputs(model, calib)
-        kept = outliers.split_ffn_outliers(model, calib)
-        # the split FFN down-projections no longer match is_ffn_down: their bulk part is quantised
-        skip = kept + [n for n in float_matmuls(model) if n not in kept]
+        if "smooth" in rewrites:
+            outliers.smooth_inputs(model, calib)
+        if "split" in rewrites:
+            kept = outliers.split_ffn_outliers(model, calib)
+            # the split FFN down-projections no longer match is_ffn_down: their bulk part is quantised
+            skip = kept + [n for n in float_matmuls(model) if n not in kept]
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # quiet "consider pre-processing" advice on stderr
