@@ -374,3 +374,37 @@ def test_execution_providers(monkeypatch):
         execution_providers("gpu")
     monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
     assert execution_providers("CUDA") == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def _shrink_embedding_table(folder: Path, rows: int) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(folder / "model.onnx"))
+    for t in model.graph.initializer:
+        if t.name == "emb":
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t)[:rows], "emb"))
+    onnx.save(model, str(folder / "model.onnx"))
+
+
+def test_tokenizer_of_another_model_is_bad_input(tmp_path):
+    folder = make_bi_encoder(tmp_path / "bi")
+    _shrink_embedding_table(folder, 10)  # "paris" has id 37
+    enc = BiEncoder(ModelFolder.load(folder))
+    assert enc.encode(["the a"]).shape == (1, 16)  # ids within the table still run
+    with pytest.raises(BadInput, match=r"tokenizer.json gives token id \d+, outside the 10-row embedding table"):
+        enc.encode(["paris is the capital"])
+
+
+def test_position_beyond_the_graph_is_bad_input(tmp_path, monkeypatch):
+    enc = BiEncoder(ModelFolder.load(make_bi_encoder(tmp_path / "bi")))
+
+    class Session:  # what onnxruntime says when a position id is past the position table
+        def run(self, outputs, feed):
+            raise RuntimeError("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Non-zero status code returned while "
+                               "running Gather node. Name:'pos' Status Message: indices element out of data "
+                               "bounds, idx=5 must be within the inclusive range [-5,4]")
+
+    monkeypatch.setattr(enc, "session", Session())
+    with pytest.raises(BadInput, match=r"a \d+-token input is beyond a 5-row table .* smaller max_length in .*rag_model.json"):
+        enc.encode(["the cat sat on the mat"])

@@ -17,6 +17,7 @@ pooling and the caller's work overlap the next batches. See
 from __future__ import annotations
 
 import os
+import re
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, Sequence
@@ -97,7 +98,7 @@ def create_session(
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.intra_op_num_threads = int(threads) if threads else default_threads()
     opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3  # errors only; ORT's warnings are not for users
+    opts.log_severity_level = 4  # fatal only: errors come back as exceptions, with a message for users
     try:
         return ort.InferenceSession(
             str(onnx_path), sess_options=opts, providers=list(providers or ["CPUExecutionProvider"])
@@ -219,6 +220,39 @@ class OnnxTextModel:
         (an XLM-R graph has no `token_type_ids`)."""
         return {name: arrays[name].astype(dtype, copy=False) for name, dtype in self.input_dtypes.items()}
 
+    def run_session(self, outputs: list[str], arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """`session.run` on one padded batch (`pad`).
+
+        Raises:
+            BadInput: a Gather index is outside its table: token ids beyond
+                the embedding table (the folder's tokenizer.json belongs to
+                another model), or positions beyond the position table
+                (max_length larger than the graph supports).
+        """
+        try:
+            return self.session.run(outputs, self.feed(arrays))
+        except Exception as e:  # onnxruntime's own exception types
+            found = re.search(r"out of data bounds, idx=(-?\d+) .*inclusive range \[-?\d+,\s*(\d+)\]", str(e))
+            if not found:
+                raise
+            bad, rows = int(found.group(1)), int(found.group(2)) + 1
+            ids = arrays["input_ids"]
+            length = ids.shape[1]
+            # position ids run to about the sequence length (+2 in XLM-R); token ids are in input_ids
+            if bad > length + 2 or (length <= rows and bool((ids == bad).any())):
+                raise BadInput(
+                    f"{self.folder.tokenizer_path} gives token id {bad}, outside the {rows}-row embedding table "
+                    f"of {self.folder.onnx_path}: the tokenizer and the graph come from different models; use "
+                    "the tokenizer.json exported with the model"
+                ) from None
+            if length + 2 < rows:
+                raise  # some other table: nothing to add to onnxruntime's message
+            raise BadInput(
+                f"{self.folder.onnx_path}: a {length}-token input is beyond a {rows}-row table of the graph "
+                f"(likely its position embeddings); max_length is {self.folder.max_length}: set a smaller "
+                f"max_length in {self.folder.path / 'rag_model.json'}"
+            ) from None
+
     def iter_batched(
         self,
         tok: Tokenized,
@@ -245,7 +279,7 @@ class OnnxTextModel:
         """
         def run(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             arrays = self.pad([tok.ids[i] for i in idx], [tok.type_ids[i] for i in idx])
-            (out,) = self.session.run([output], self.feed(arrays))
+            (out,) = self.run_session([output], arrays)
             mask = arrays["attention_mask"].astype(np.float32)
             return idx, np.asarray(reduce(np.asarray(out, dtype=np.float32), mask), dtype=np.float32)
 
