@@ -17,9 +17,11 @@ Measures, over the first N SciFact documents (`passage: ` + title + " " + text):
   (`rag_cli.models.e5_convert.read_e5_bin`); torch, transformers and
   sentence-transformers are benchmark-only (`pip install torch==2.13.0
   transformers sentence-transformers`), never dependencies of rag-cli;
-- ours (`BiEncoder`): fp32, int8 (the default recipe) and int8 calibrated
-  (`rag models quantize --calibrate`), length-sorted vs plain (input-order)
-  token-budget batching, several token budgets;
+- ours (`BiEncoder`): fp32, int8 (the default recipe), int8 calibrated
+  (`rag models quantize --calibrate`) and int8 with the FFN outlier split
+  alone (`VARIANTS`), length-sorted vs plain (input-order) token-budget
+  batching, several token budgets, and the default int8 one batch at a time
+  on all threads instead of one batch per thread;
 - passages/s, tokens/s (real tokens, padding not counted), useful GFLOP/s and
   its share of the GEMM rate, cosine agreement with sentence-transformers;
 - a cross-encoder of MiniLM-L6's size (6 layers, hidden 384, 12 heads; the
@@ -242,6 +244,11 @@ def build_cross_encoder(header: dict, tensors: dict, tokenizer_json: Path, out: 
 # ---------------------------------------------------------------- main
 
 
+#: int8 variants besides the default model's, built with these rewrites of
+#: `rag_cli.models.quantize.quantize_int8` (`rag models quantize --calibrate` is the first)
+VARIANTS = {"int8-calibrated": ("smooth", "split"), "int8-split": ("split",)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000, help="SciFact documents (first N)")
@@ -262,9 +269,15 @@ def main() -> None:
     docs = load_docs(args.n)
     fp32 = BiEncoder(ModelFolder.load(folder, onnx_file=folder / e5_convert.ONNX_FP32), threads=threads)
     int8 = BiEncoder(ModelFolder.load(folder, onnx_file=folder / e5_convert.ONNX_INT8), threads=threads)
-    calibrated_dir = Path(tempfile.mkdtemp(prefix="int8-calibrated."))
-    e5_convert.quantize_int8(folder / e5_convert.ONNX_FP32, calibrated_dir / "model.onnx", folder / "tokenizer.json")
-    int8c = BiEncoder(ModelFolder.load(folder, onnx_file=calibrated_dir / "model.onnx"), threads=threads)
+    # one batch at a time on `threads` intra-op threads (the library runs `threads` batches at once)
+    int8_serial = BiEncoder(ModelFolder.load(folder, onnx_file=folder / e5_convert.ONNX_INT8), threads=threads,
+                            parallel_batches=False)
+    variants_dir = Path(tempfile.mkdtemp(prefix="int8-variants."))
+    variants = {}
+    for name, rewrites in VARIANTS.items():
+        e5_convert.quantize_int8(folder / e5_convert.ONNX_FP32, variants_dir / f"{name}.onnx",
+                                 folder / "tokenizer.json", rewrites)
+        variants[name] = BiEncoder(ModelFolder.load(folder, onnx_file=variants_dir / f"{name}.onnx"), threads=threads)
     lengths = np.minimum(fp32.count_tokens(docs, "passage: "), 512)
     flops = useful_flops(lengths, header)
     res.update(tokens_mean=float(lengths.mean()), tokens_max=int(lengths.max()), tokens_total=int(lengths.sum()),
@@ -286,7 +299,7 @@ def main() -> None:
                "passages_per_cpu_s": args.n / cpu_seconds,
                "tokens_per_s": float(lengths.sum()) / seconds, "useful_gflops": flops / seconds / 1e9}
         rows.append(row)
-        print(f"  {name:34s} {row['passages_per_s']:7.2f} passages/s {row['tokens_per_s']:8.0f} tokens/s "
+        print(f"  {name:44s} {row['passages_per_s']:7.2f} passages/s {row['tokens_per_s']:8.0f} tokens/s "
               f"{row['useful_gflops']:6.1f} GFLOP/s {row['passages_per_cpu_s']:6.2f} passages/cpu-s", flush=True)
         return row
 
@@ -305,11 +318,12 @@ def main() -> None:
 
     vecs = {}
     # fp32 and int8 alternate, so that a change in the machine's load hits both
-    plan = [("int8", int8, True, default_budget), ("fp32", fp32, True, default_budget),
-            ("int8-calibrated", int8c, True, default_budget),
-            ("int8", int8, False, default_budget), ("fp32", fp32, False, default_budget)]
+    plan = [("int8", int8, True, default_budget), ("fp32", fp32, True, default_budget)]
+    plan += [(name, enc, True, default_budget) for name, enc in variants.items()]
+    plan += [("int8-one-batch-at-a-time", int8_serial, True, default_budget),
+             ("int8", int8, False, default_budget), ("fp32", fp32, False, default_budget)]
     plan += [("int8", int8, True, b) for b in budgets if b != default_budget]
-    for enc in (fp32, int8, int8c):
+    for enc in (fp32, int8, int8_serial, *variants.values()):
         enc.encode_passages(docs[:4])  # warm-up
     for prec, enc, srt, budget in plan:
         t, c = time.perf_counter(), time.process_time()
@@ -318,16 +332,16 @@ def main() -> None:
             v[idx] = part
         name = f"ours {prec} {'sorted' if srt else 'plain'} {budget}"
         row = record(name, time.perf_counter() - t, time.process_time() - c)
-        row.update(precision=prec, length_sorted=srt, batch_tokens=budget)
+        row.update(precision=prec, length_sorted=srt, batch_tokens=budget, batches_at_once=enc.workers)
         vecs[name] = v
         if ref is not None:
             cos = (v * ref).sum(1)
             row.update(cosine_to_st_mean=float(cos.mean()), cosine_to_st_min=float(cos.min()))
     f32 = vecs[f"ours fp32 sorted {default_budget}"]
-    for prec in ("int8", "int8-calibrated"):
+    for prec in ("int8", *variants):
         c = (f32 * vecs[f"ours {prec} sorted {default_budget}"]).sum(1)
         res[f"cosine_{prec.replace('-', '_')}_fp32"] = {"mean": float(c.mean()), "min": float(c.min())}
-    shutil.rmtree(calibrated_dir, ignore_errors=True)
+    shutil.rmtree(variants_dir, ignore_errors=True)
 
     # cross-encoder
     with tempfile.TemporaryDirectory() as tmp:
@@ -364,14 +378,14 @@ def main() -> None:
 
     print(f"\nsgemm {res['sgemm_gflops_start']:.1f} -> {res['sgemm_gflops_end']:.1f} GFLOP/s; "
           f"load {res['load_before']:.1f} -> {res['load_after']:.1f}")
-    print(f"{'run':36s} {'pass/s':>7s} {'p/cpu-s':>7s} {'tok/s':>7s} {'GFLOP/s':>7s} {'%sgemm':>6s} {'x ST':>5s} "
+    print(f"{'run':46s} {'pass/s':>7s} {'p/cpu-s':>7s} {'tok/s':>7s} {'GFLOP/s':>7s} {'%sgemm':>6s} {'x ST':>5s} "
           f"{'cos ST':>7s}")
     for row in rows:
-        print(f"{row['name']:36s} {row['passages_per_s']:7.2f} {row['passages_per_cpu_s']:7.2f} "
+        print(f"{row['name']:46s} {row['passages_per_s']:7.2f} {row['passages_per_cpu_s']:7.2f} "
               f"{row['tokens_per_s']:7.0f} {row['useful_gflops']:7.1f} "
               f"{row['pct_of_sgemm']:6.0f} {_fmt(row.get('speedup_vs_st'), 5, 2)} "
               f"{_fmt(row.get('cosine_to_st_mean'), 7, 4)}")
-    for prec in ("int8", "int8_calibrated"):
+    for prec in ("int8", *(v.replace("-", "_") for v in variants)):
         c = res[f"cosine_{prec}_fp32"]
         print(f"{prec} vs fp32 cosine: mean {c['mean']:.5f} min {c['min']:.5f}")
     print(f"int8 GEMM {res['int8_gemm_gflops']:.1f} GFLOP/s = {100 * res['int8_gemm_gflops'] / sg:.0f}% of sgemm; "
