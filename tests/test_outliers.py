@@ -134,6 +134,24 @@ def test_calibrated_int8_beats_plain_int8(fused, tmp_path):
     assert cal.mean() < plain.mean() / 3, (cal, plain)
 
 
+@pytest.mark.parametrize("rewrites, muls, matmuls, int8_matmuls", [
+    (("split",), 0, 2 * LAYERS, 3 * LAYERS),  # down-projections int8 (bulk), side branches float32
+    (("smooth",), 2 * LAYERS, LAYERS, 2 * LAYERS),  # down-projections stay float32
+])
+def test_rewrites_one_at_a_time(fused, tmp_path, rewrites, muls, matmuls, int8_matmuls):
+    feeds = _feeds()
+    want = _run(fused / "model.onnx", feeds)
+    quantize_int8(fused / "model.onnx", tmp_path / "q.onnx", fused / "tokenizer.json", rewrites=rewrites)
+    nodes = onnx.load(str(tmp_path / "q.onnx")).graph.node
+    ops = collections.Counter(n.op_type for n in nodes)
+    assert sum(n.name.endswith("_smooth") for n in nodes) == muls
+    assert (ops["MatMul"], ops["MatMulInteger"]) == (matmuls, int8_matmuls)
+    cos = _pooled_cos(_run(tmp_path / "q.onnx", feeds), want, feeds["attention_mask"])
+    assert cos.min() > 0.99, cos
+    with pytest.raises(ValueError, match="known ones are smooth, split"):
+        quantize_int8(fused / "model.onnx", tmp_path / "x.onnx", fused / "tokenizer.json", rewrites=("smoth",))
+
+
 def test_graph_without_fused_ffns_is_left_alone(tmp_path):
     model = e5_convert.build_onnx(_header(), _tensors())  # not fused: no BiasGelu
     assert outliers.find_ffns(model) == [] and outliers.smoothable_inputs(model) == {}
