@@ -17,9 +17,9 @@ Measures, over the first N SciFact documents (`passage: ` + title + " " + text):
   (`rag_cli.models.e5_convert.read_e5_bin`); torch, transformers and
   sentence-transformers are benchmark-only (`pip install torch==2.13.0
   transformers sentence-transformers`), never dependencies of rag-cli;
-- ours (`BiEncoder`): fp32, int8 (the default recipe), int8 calibrated
-  (`rag models quantize --calibrate`) and int8 with the FFN outlier split
-  alone (`VARIANTS`), length-sorted vs plain (input-order) token-budget
+- ours (`BiEncoder`): fp32, int8 (the default recipe), int8 with the FFN
+  outlier split (`rag models quantize --calibrate`) and with SmoothQuant on
+  top (`VARIANTS`), length-sorted vs plain (input-order) token-budget
   batching, several token budgets, and the default int8 one batch at a time
   on all threads instead of one batch per thread;
 - passages/s, tokens/s (real tokens, padding not counted), useful GFLOP/s and
@@ -245,8 +245,8 @@ def build_cross_encoder(header: dict, tensors: dict, tokenizer_json: Path, out: 
 
 
 #: int8 variants besides the default model's, built with these rewrites of
-#: `rag_cli.models.quantize.quantize_int8` (`rag models quantize --calibrate` is the first)
-VARIANTS = {"int8-calibrated": ("smooth", "split"), "int8-split": ("split",)}
+#: `rag_cli.models.quantize.quantize_int8` (`rag models quantize --calibrate` is the split)
+VARIANTS = {"int8-split": ("split",), "int8-smooth-split": ("smooth", "split")}
 
 
 def main() -> None:

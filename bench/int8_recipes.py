@@ -2,17 +2,17 @@
 2018 for fp32 and each int8 recipe, with a paired significance test against
 fp32.
 
-    python bench/int8_recipes.py [scifact|cmrc2018-trial] [--recipes fp32,int8,calibrated,split,smooth]
+    python bench/int8_recipes.py [scifact|cmrc2018-trial] [--recipes fp32,int8,split,smooth-split,smooth]
                                  [--project DIR] [--limit N]
 
 Recipes (`rag_cli.models.quantize.quantize_int8`):
 
 - `fp32`: the default model's float32 graph;
 - `int8`: the default recipe (FFN down-projections float32);
-- `calibrated`: `rag models quantize --calibrate` (SmoothQuant and the FFN
-  outlier split; FFN down-projections int8);
-- `split`: the outlier split alone; `smooth`: SmoothQuant alone (FFN
-  down-projections float32).
+- `split`: `rag models quantize --calibrate`, the FFN outlier split (FFN
+  down-projections int8 but for each FFN's 4 outlier channels);
+- `smooth-split`: SmoothQuant, then the split; `smooth`: SmoothQuant alone
+  (FFN down-projections float32).
 
 Reads the chunks of a project made by `bench/pipeline.py DATASET --size 500
 --overlap 50` (its `embed_text` column, what `rag embed` embeds), embeds them
@@ -24,7 +24,8 @@ recipe, its difference to fp32 and the two-sided p-value of a paired
 randomization test over the queries (sign flips of the per-query differences,
 Smucker et al. 2007, "A comparison of statistical significance tests for
 information retrieval evaluation"; scipy.stats.permutation_test, 10,000
-resamples), and writes `bench/results/int8-recipes-DATASET.json`.
+resamples), then nDCG@10 for every pairing of chunk vectors and query vectors
+from different recipes, and writes `bench/results/int8-recipes-DATASET.json`.
 
 Vectors are kept in `bench/out/int8-recipes-cache/` under the model's
 fingerprint and the texts' hash, so a rerun with more recipes embeds only the
@@ -59,8 +60,8 @@ from rag_cli.models.defaults import ensure_default_model  # noqa: E402
 from rag_cli.models.encoder import BiEncoder  # noqa: E402
 from rag_cli.models.folder import ModelFolder  # noqa: E402
 
-#: recipe -> the rewrites of the calibrated recipe it applies (None: no calibration)
-RECIPES = {"fp32": None, "int8": None, "calibrated": ("smooth", "split"), "split": ("split",),
+#: recipe -> the rewrites of `quantize_int8` it applies (None: fp32, or the default int8 file)
+RECIPES = {"fp32": None, "int8": None, "split": ("split",), "smooth-split": ("smooth", "split"),
            "smooth": ("smooth",)}
 
 
@@ -159,6 +160,14 @@ def main() -> None:
                              "queries_changed": int((ndcg[r] != ndcg["fp32"]).sum())}
         print(f"{r:>12s} {c_docs.mean():11.5f} {c_docs.min():8.5f} {c_q.mean():12.5f} {c_q.min():8.5f} "
               f"{ndcg[r].mean():8.4f} {diff:+8.4f} {p:7.3f}")
+    # every pairing: which side (chunk or query vectors) carries the loss
+    res["ndcg@10_docs_x_queries"] = {d: {q: float(per_query_ndcg10(vecs[q][1], vecs[d][0], doc_ids, qids,
+                                                                   qrels).mean()) for q in recipes}
+                                     for d in recipes}
+    print(f"\nnDCG@10, chunk vectors (rows) x query vectors (columns)\n{'':>14s}"
+          + "".join(f"{q:>14s}" for q in recipes))
+    for d, row in res["ndcg@10_docs_x_queries"].items():
+        print(f"{d:>14s}" + "".join(f"{row[q]:14.4f}" for q in recipes))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n")
     print(f"-> {out}")
