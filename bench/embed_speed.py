@@ -253,7 +253,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000, help="SciFact documents (first N)")
     ap.add_argument("--budgets", default="512,1024,4096,16384", help="token budgets (padded tokens per batch)")
-    ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0 = all cores)")
+    ap.add_argument("--threads", type=int, default=0, help="CPU cores (0 = all): that many batches at once, one onnxruntime thread each")
     ap.add_argument("--pairs", type=int, default=200, help="cross-encoder (query, document) pairs")
     ap.add_argument("--no-st", action="store_true", help="skip sentence-transformers")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "embed_speed.json")

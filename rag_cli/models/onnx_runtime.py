@@ -162,9 +162,10 @@ class OnnxTextModel:
         parallel_batches: False runs one batch at a time on `threads`
             intra-op threads even on the CPU (for benchmarks).
 
-    With CPU only and more than one thread, `threads` batches run at once,
-    one onnxruntime thread each (`workers`); otherwise one batch at a time
-    on `threads` intra-op threads. multilingual-e5-small int8, 200 SciFact
+    With CPU only and more than one thread, `threads` batches run at once
+    (at most one per usable core: each batch in flight holds its
+    activations), one onnxruntime thread each (`workers`); otherwise one
+    batch at a time on `threads` intra-op threads. multilingual-e5-small int8, 200 SciFact
     passages, 2 cores: 6.79 passages/s with 2 batches at once against 6.59
     (median of 3; 3.48 on one thread).
 
@@ -178,7 +179,7 @@ class OnnxTextModel:
         threads = int(threads) if threads else default_threads()
         cpu_only = list(providers or ["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
         #: batches in flight at once (each on one intra-op thread when > 1)
-        self.workers = threads if parallel_batches and cpu_only and threads > 1 else 1
+        self.workers = min(threads, default_threads()) if parallel_batches and cpu_only and threads > 1 else 1
         self.session = create_session(folder.onnx_path, 1 if self.workers > 1 else threads, providers)
         self.tokenizer = TextTokenizer(folder.tokenizer_path, folder.max_length)
         self.input_dtypes: dict[str, type] = {}
@@ -238,20 +239,25 @@ class OnnxTextModel:
             bad, rows = int(found.group(1)), int(found.group(2)) + 1
             ids = arrays["input_ids"]
             length = ids.shape[1]
-            # position ids run to about the sequence length (+2 in XLM-R); token ids are in input_ids
-            if bad > length + 2 or (length <= rows and bool((ids == bad).any())):
-                raise BadInput(
-                    f"{self.folder.tokenizer_path} gives token id {bad}, outside the {rows}-row embedding table "
-                    f"of {self.folder.onnx_path}: the tokenizer and the graph come from different models; use "
-                    "the tokenizer.json exported with the model"
-                ) from None
-            if length + 2 < rows:
-                raise  # some other table: nothing to add to onnxruntime's message
-            raise BadInput(
-                f"{self.folder.onnx_path}: a {length}-token input is beyond a {rows}-row table of the graph "
-                f"(likely its position embeddings); max_length is {self.folder.max_length}: set a smaller "
-                f"max_length in {self.folder.path / 'rag_model.json'}"
-            ) from None
+            in_ids = bool((ids == bad).any())
+            # position ids run to about the sequence length (+2 in XLM-R); a position table has
+            # about max_length rows, a token-type table 1 or 2
+            position_like = rows >= 8 and rows < length + 2 and bad <= length + 2
+            tokenizer = (f"the tokenizer and the graph come from different models (use the tokenizer.json "
+                         f"exported with the model)")
+            positions = (f"the graph takes fewer positions than max_length {self.folder.max_length} (set "
+                         f"max_length to at most {rows - 2} in {self.folder.path / 'rag_model.json'})")
+            where = f"{self.folder.onnx_path} with {self.folder.tokenizer_path}"
+            if in_ids and not position_like:
+                raise BadInput(f"{where}: token id {bad} is outside the {rows}-row embedding table: "
+                               f"{tokenizer}") from None
+            if position_like and not in_ids:
+                raise BadInput(f"{where}: a {length}-token input needs position {bad}, outside a {rows}-row "
+                               f"table: {positions}") from None
+            if in_ids and position_like:
+                raise BadInput(f"{where}: index {bad} (a token id, or a position of this {length}-token "
+                               f"input) is outside a {rows}-row table: either {tokenizer}, or {positions}") from None
+            raise  # some other table: nothing to add to onnxruntime's message
 
     def iter_batched(
         self,

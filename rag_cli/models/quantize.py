@@ -98,8 +98,9 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike,
             :data:`CALIBRATED`: ``"smooth"``
             (:func:`~rag_cli.models.outliers.smooth_inputs`), ``"split"``
             (:func:`~rag_cli.models.outliers.split_ffn_outliers`; without it
-            the FFN down-projections stay float32). Ignored without
-            ``tokenizer_json``.
+            the FFN down-projections stay float32); a single name may be
+            given as a str. Ignored without ``tokenizer_json``; none (``()``):
+            the default recipe.
 
     Returns:
         The names of the MatMul nodes left in float32.
@@ -111,6 +112,8 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike,
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    if isinstance(rewrites, str):
+        rewrites = (rewrites,)
     unknown = set(rewrites) - set(REWRITES)
     if unknown:
         raise ValueError(f"rewrites {sorted(unknown)}: known ones are {', '.join(REWRITES)}")
@@ -121,7 +124,7 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike,
         onnx.load_external_data_for_model(model, str(src.parent))
     skip = float_matmuls(model)
     inputs = {i.name for i in model.graph.input}
-    if (tokenizer_json is not None and not external and outliers.find_ffns(model)
+    if (tokenizer_json is not None and rewrites and not external and outliers.find_ffns(model)
             and inputs <= set(outliers.CALIBRATION_INPUTS)):
         calib = outliers.calibrate(model, outliers.calibration_feeds(tokenizer_json, sorted(inputs)))
         if "smooth" in rewrites:
