@@ -225,39 +225,46 @@ class OnnxTextModel:
         """`session.run` on one padded batch (`pad`).
 
         Raises:
-            BadInput: a Gather index is outside its table: token ids beyond
-                the embedding table (the folder's tokenizer.json belongs to
-                another model), or positions beyond the position table
-                (max_length larger than the graph supports).
+            BadInput: a Gather index is outside its table (`_out_of_table`).
         """
         try:
             return self.session.run(outputs, self.feed(arrays))
         except Exception as e:  # onnxruntime's own exception types
-            found = re.search(r"out of data bounds, idx=(-?\d+) .*inclusive range \[-?\d+,\s*(\d+)\]", str(e))
-            if not found:
+            explained = self._out_of_table(str(e), arrays["input_ids"])
+            if explained is None:
                 raise
-            bad, rows = int(found.group(1)), int(found.group(2)) + 1
-            ids = arrays["input_ids"]
-            length = ids.shape[1]
-            in_ids = bool((ids == bad).any())
-            # position ids run to about the sequence length (+2 in XLM-R); a position table has
-            # about max_length rows, a token-type table 1 or 2
-            position_like = rows >= 8 and rows < length + 2 and bad <= length + 2
-            tokenizer = (f"the tokenizer and the graph come from different models (use the tokenizer.json "
-                         f"exported with the model)")
-            positions = (f"the graph takes fewer positions than max_length {self.folder.max_length} (set "
-                         f"max_length to at most {rows - 2} in {self.folder.path / 'rag_model.json'})")
-            where = f"{self.folder.onnx_path} with {self.folder.tokenizer_path}"
-            if in_ids and not position_like:
-                raise BadInput(f"{where}: token id {bad} is outside the {rows}-row embedding table: "
-                               f"{tokenizer}") from None
-            if position_like and not in_ids:
-                raise BadInput(f"{where}: a {length}-token input needs position {bad}, outside a {rows}-row "
-                               f"table: {positions}") from None
-            if in_ids and position_like:
-                raise BadInput(f"{where}: index {bad} (a token id, or a position of this {length}-token "
-                               f"input) is outside a {rows}-row table: either {tokenizer}, or {positions}") from None
-            raise  # some other table: nothing to add to onnxruntime's message
+            raise explained from None
+
+    def _out_of_table(self, message: str, ids: np.ndarray) -> BadInput | None:
+        """What onnxruntime's "indices element out of data bounds" means for
+        this folder, given the batch's (b, s) input_ids: a token id past the
+        embedding table (tokenizer.json of another model), a position past
+        the position table (max_length larger than the graph takes), or,
+        when the index could be either, both. None for any other error, or a
+        small table (token types)."""
+        found = re.search(r"out of data bounds, idx=(-?\d+) .*inclusive range \[-?\d+,\s*(\d+)\]", message)
+        if not found:
+            return None
+        bad, rows = int(found.group(1)), int(found.group(2)) + 1
+        length = ids.shape[1]
+        in_ids = bool((ids == bad).any())
+        # position ids run to about the sequence length (+2 in XLM-R); a position table has
+        # about max_length rows, a token-type table 1 or 2
+        position_like = rows >= 8 and rows < length + 2 and bad <= length + 2
+        tokenizer = ("the tokenizer and the graph come from different models (use the tokenizer.json "
+                     "exported with the model)")
+        positions = (f"the graph takes fewer positions than max_length {self.folder.max_length} (set "
+                     f"max_length to at most {rows - 2} in {self.folder.path / 'rag_model.json'})")
+        where = f"{self.folder.onnx_path} with {self.folder.tokenizer_path}"
+        if in_ids and not position_like:
+            return BadInput(f"{where}: token id {bad} is outside the {rows}-row embedding table: {tokenizer}")
+        if position_like and not in_ids:
+            return BadInput(f"{where}: a {length}-token input needs position {bad}, outside a {rows}-row "
+                            f"table: {positions}")
+        if in_ids and position_like:
+            return BadInput(f"{where}: index {bad} (a token id, or a position of this {length}-token "
+                            f"input) is outside a {rows}-row table: either {tokenizer}, or {positions}")
+        return None  # some other table: nothing to add to onnxruntime's message
 
     def iter_batched(
         self,
