@@ -79,7 +79,8 @@ class Searcher:
         if embedder is not None and embedder.folder.fingerprint != meta["model_fingerprint"]:
             raise BadInput(
                 f"the index in {folder} was built with model {meta['model_fingerprint']} but the "
-                f"embedder is {embedder.folder.fingerprint}; use the same --model, or rerun `rag embed` and `rag index`"
+                f"embedder is {embedder.folder.fingerprint}; set model.embedder and model.precision in rag.toml back to the ones the index was built with, "
+                "or rerun `rag embed` and `rag index`"
             )
         s = cls(folder, meta, chunks, dense, sparse, embedder)
         s._chunk_ids = chunks.column("chunk_id").to_pylist()
