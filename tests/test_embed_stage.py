@@ -59,7 +59,9 @@ def project(chunked, tmp_path) -> Project:
 
 
 def _encoder(folder: Path) -> BiEncoder:
-    return BiEncoder(ModelFolder.load(folder))
+    # one batch at a time: CountingSession numbers and counts calls, which only means "batch k" in order
+    # (batches in parallel are tested in test_models_runtime.py)
+    return BiEncoder(ModelFolder.load(folder), threads=1)
 
 
 def _texts(project: Project) -> list[str]:
