@@ -17,9 +17,10 @@ Measures, over the first N SciFact documents (`passage: ` + title + " " + text):
   (`rag_cli.models.e5_convert.read_e5_bin`); torch, transformers and
   sentence-transformers are benchmark-only (`pip install torch==2.13.0
   transformers sentence-transformers`), never dependencies of rag-cli;
-- ours (`BiEncoder`): fp32, int8 (the default recipe), int8 with the FFN
-  outlier split (`rag models quantize --calibrate`) and with SmoothQuant on
-  top (`VARIANTS`), length-sorted vs plain (input-order) token-budget
+- ours (`BiEncoder`): fp32, int8 (the default model's int8 graph: the FFN
+  outlier split, as `rag models quantize --calibrate` makes), the
+  uncalibrated int8 recipe (FFN down-projections float32, the default before
+  conversion 4) and SmoothQuant + split (`VARIANTS`), length-sorted vs plain (input-order) token-budget
   batching, several token budgets, and the default int8 one batch at a time
   on all threads instead of one batch per thread;
 - passages/s, tokens/s (real tokens, padding not counted), useful GFLOP/s and
@@ -244,9 +245,9 @@ def build_cross_encoder(header: dict, tensors: dict, tokenizer_json: Path, out: 
 # ---------------------------------------------------------------- main
 
 
-#: int8 variants besides the default model's, built with these rewrites of
-#: `rag_cli.models.quantize.quantize_int8` (`rag models quantize --calibrate` is the split)
-VARIANTS = {"int8-split": ("split",), "int8-smooth-split": ("smooth", "split")}
+#: int8 variants besides the default model's (the split), built with these rewrites of
+#: `rag_cli.models.quantize.quantize_int8` (none: the uncalibrated recipe)
+VARIANTS = {"int8-plain": (), "int8-smooth-split": ("smooth", "split")}
 
 
 def main() -> None:

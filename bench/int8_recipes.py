@@ -2,37 +2,41 @@
 2018 for fp32 and each int8 recipe, with a paired significance test against
 fp32.
 
-    python bench/int8_recipes.py [scifact|cmrc2018-trial] [--recipes fp32,int8,split,smooth-split,smooth]
+    python bench/int8_recipes.py [scifact|cmrc2018-trial] [--recipes fp32,int8,int8-alone,plain,smooth-split,smooth]
                                  [--project DIR] [--limit N]
 
-Recipes (`rag_cli.models.quantize.quantize_int8`):
+A recipe is a pair of graphs, one for the chunks and one for the queries:
 
-- `fp32`: the default model's float32 graph;
-- `int8`: the default recipe (FFN down-projections float32);
-- `split`: `rag models quantize --calibrate`, the FFN outlier split (FFN
-  down-projections int8 but for each FFN's 4 outlier channels);
-- `smooth-split`: SmoothQuant, then the split; `smooth`: SmoothQuant alone
-  (FFN down-projections float32).
+- `fp32`: the default model's float32 graph for both;
+- `int8`: what `--precision int8` runs: the int8 graph (the calibrated
+  recipe, FFN outlier split; `rag_cli.models.quantize.quantize_int8`) for the
+  chunks, its query graph (float32 with int8 embedding tables,
+  `quantize_query_graph`) for the queries;
+- `int8-alone`: the int8 graph for the queries too (no query graph);
+- `plain`: the uncalibrated recipe (FFN down-projections float32; the default
+  before conversion 4) for both;
+- `smooth-split`: SmoothQuant, then the split; `smooth`: SmoothQuant alone;
+  each for both.
 
 Reads the chunks of a project made by `bench/pipeline.py DATASET --size 500
 --overlap 50` (its `embed_text` column, what `rag embed` embeds), embeds them
-and the test queries with each recipe (length-sorted batches, the library
+and the test queries with each graph (length-sorted batches, the library
 default token budget), and searches exactly (numpy, cosine; a document scores
-its best chunk; top 200 chunks per query). Prints each int8 recipe's cosine
-to fp32 (chunks and queries), nDCG@10 with documents and queries from the same
-recipe, its difference to fp32 and the two-sided p-value of a paired
-randomization test over the queries (sign flips of the per-query differences,
-Smucker et al. 2007, "A comparison of statistical significance tests for
-information retrieval evaluation"; scipy.stats.permutation_test, 10,000
-resamples), then nDCG@10 for every pairing of chunk vectors and query vectors
-from different recipes, and writes `bench/results/int8-recipes-DATASET.json`.
+its best chunk; top 200 chunks per query). Prints each recipe's cosine to
+fp32 (chunks and queries), nDCG@10, its difference to fp32 and the two-sided
+p-value of a paired randomization test over the queries (sign flips of the
+per-query differences, Smucker et al. 2007, "A comparison of statistical
+significance tests for information retrieval evaluation";
+scipy.stats.permutation_test, 10,000 resamples), then nDCG@10 for every
+pairing of chunk graph and query graph, and writes
+`bench/results/int8-recipes-DATASET.json`.
 
-Vectors are kept in `bench/out/int8-recipes-cache/` under the model's
-fingerprint and the texts' hash, so a rerun with more recipes embeds only the
-new ones. One SciFact embedding (6,025 chunks) takes about 15 minutes on 2
-cores; CMRC 2018 trial (369 chunks, 1,000 queries) about 1.5 minutes.
-`--limit N` takes the first N chunks (a quick check, not comparable to the
-full numbers).
+Vectors are kept in `bench/out/int8-recipes-cache/` under the graph's
+fingerprint and the texts' hash (chunks and queries apart, so a graph used
+for queries only never embeds the chunks). One SciFact embedding (6,025
+chunks) takes about 15 minutes on 2 cores; CMRC 2018 trial (369 chunks, 1,000
+queries) about 1.5 minutes. `--limit N` takes the first N chunks (a quick
+check, not comparable to the full numbers).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -60,9 +65,13 @@ from rag_cli.models.defaults import ensure_default_model  # noqa: E402
 from rag_cli.models.encoder import BiEncoder  # noqa: E402
 from rag_cli.models.folder import ModelFolder  # noqa: E402
 
-#: recipe -> the rewrites of `quantize_int8` it applies (None: fp32, or the default int8 file)
-RECIPES = {"fp32": None, "int8": None, "split": ("split",), "smooth-split": ("smooth", "split"),
-           "smooth": ("smooth",)}
+#: graph -> a file of the default model folder, or the rewrites `quantize_int8` applies (() : none, uncalibrated)
+GRAPHS = {"fp32": e5_convert.ONNX_FP32, "int8": e5_convert.ONNX_INT8, "query": e5_convert.ONNX_INT8_QUERY,
+          "plain": (), "smooth-split": ("smooth", "split"), "smooth": ("smooth",)}
+#: recipe -> (graph of the chunks, graph of the queries)
+RECIPES = {"fp32": ("fp32", "fp32"), "int8": ("int8", "query"), "int8-alone": ("int8", "int8"),
+           "plain": ("plain", "plain"), "smooth-split": ("smooth-split", "smooth-split"),
+           "smooth": ("smooth", "smooth")}
 
 
 def per_query_ndcg10(queries: np.ndarray, chunks: np.ndarray, doc_ids: np.ndarray, qids: list[str],
@@ -89,28 +98,32 @@ def paired_p_value(a: np.ndarray, b: np.ndarray) -> float:
     return float(res.pvalue)
 
 
-def embed(recipe: str, folder: Path, tmp: Path, texts: list[str], queries: list[str], cache: Path):
-    """(chunks (n, d), queries (q, d)) float32 unit vectors of ``recipe``, from the cache when there."""
-    if recipe == "fp32":
-        onnx_file = folder / e5_convert.ONNX_FP32
-    elif recipe == "int8":
-        onnx_file = folder / e5_convert.ONNX_INT8
+def graph_encoder(graph: str, folder: Path, tmp: Path) -> BiEncoder:
+    """A BiEncoder running ``graph`` (`GRAPHS`) alone, for queries and passages alike."""
+    spec = GRAPHS[graph]
+    if isinstance(spec, str):
+        onnx_file = folder / spec
     else:
-        onnx_file = tmp / f"{recipe}.onnx"
-        e5_convert.quantize_int8(folder / e5_convert.ONNX_FP32, onnx_file, folder / "tokenizer.json",
-                                 rewrites=RECIPES[recipe])
-    enc = BiEncoder(ModelFolder.load(folder, onnx_file=onnx_file))
-    h = hashlib.sha256(json.dumps([texts, queries]).encode()).hexdigest()[:16]
-    path = cache / f"{recipe}-{enc.folder.fingerprint[:16]}-{h}.npz"
+        onnx_file = tmp / f"{graph}.onnx"
+        if not onnx_file.exists():
+            e5_convert.quantize_int8(folder / e5_convert.ONNX_FP32, onnx_file,
+                                     folder / "tokenizer.json" if spec else None, rewrites=spec)
+    return BiEncoder(replace(ModelFolder.load(folder, onnx_file=onnx_file), query_onnx_path=None))
+
+
+def embed(graph: str, role: str, texts: list[str], folder: Path, tmp: Path, cache: Path) -> np.ndarray:
+    """(n, d) float32 unit vectors of ``texts`` as ``role`` ("chunks" or "queries") by ``graph``, cached."""
+    enc = graph_encoder(graph, folder, tmp)
+    h = hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:16]
+    path = cache / f"{graph}-{enc.folder.fingerprint[:16]}-{role}-{h}.npy"
     if path.exists():
-        with np.load(path) as z:
-            return z["chunks"], z["queries"]
+        return np.load(path)
     t = time.perf_counter()
-    vecs = enc.encode_passages(texts), enc.encode_queries(queries)
-    print(f"{recipe}: {len(texts)} chunks, {len(queries)} queries in {time.perf_counter() - t:.0f} s", flush=True)
+    vecs = enc.encode_queries(texts) if role == "queries" else enc.encode_passages(texts)
+    print(f"{graph}: {len(texts)} {role} in {time.perf_counter() - t:.0f} s", flush=True)
     cache.mkdir(parents=True, exist_ok=True)
-    np.savez(path.with_suffix(".tmp.npz"), chunks=vecs[0], queries=vecs[1])
-    path.with_suffix(".tmp.npz").replace(path)
+    np.save(path.with_suffix(".tmp.npy"), vecs)
+    path.with_suffix(".tmp.npy").replace(path)
     return vecs
 
 
@@ -139,8 +152,13 @@ def main() -> None:
     qids = [qid for qid, _ in queries]
 
     folder = ensure_default_model()
+    chunk_graphs = list(dict.fromkeys(RECIPES[r][0] for r in recipes))
+    query_graphs = list(dict.fromkeys(RECIPES[r][1] for r in recipes))
     with tempfile.TemporaryDirectory() as tmp:
-        vecs = {r: embed(r, folder, Path(tmp), texts, [q for _, q in queries], args.cache) for r in recipes}
+        by_chunks = {g: embed(g, "chunks", texts, folder, Path(tmp), args.cache) for g in chunk_graphs}
+        by_queries = {g: embed(g, "queries", [q for _, q in queries], folder, Path(tmp), args.cache)
+                      for g in query_graphs}
+    vecs = {r: (by_chunks[RECIPES[r][0]], by_queries[RECIPES[r][1]]) for r in recipes}
 
     ndcg = {r: per_query_ndcg10(vecs[r][1], vecs[r][0], doc_ids, qids, qrels) for r in recipes}
     res: dict = {"dataset": args.dataset, "project": str(project.relative_to(REPO) if project.is_relative_to(REPO)
@@ -154,18 +172,19 @@ def main() -> None:
         c_q = (vecs[r][1] * vecs["fp32"][1]).sum(1)
         diff = float(ndcg[r].mean() - ndcg["fp32"].mean())
         p = paired_p_value(ndcg[r], ndcg["fp32"])
-        res["recipes"][r] = {"cosine_to_fp32": {"chunks_mean": float(c_docs.mean()), "chunks_min": float(c_docs.min()),
+        res["recipes"][r] = {"graphs": {"chunks": RECIPES[r][0], "queries": RECIPES[r][1]},
+                             "cosine_to_fp32": {"chunks_mean": float(c_docs.mean()), "chunks_min": float(c_docs.min()),
                                                 "queries_mean": float(c_q.mean()), "queries_min": float(c_q.min())},
                              "ndcg@10": float(ndcg[r].mean()), "ndcg@10_minus_fp32": diff, "p_value": p,
                              "queries_changed": int((ndcg[r] != ndcg["fp32"]).sum())}
         print(f"{r:>12s} {c_docs.mean():11.5f} {c_docs.min():8.5f} {c_q.mean():12.5f} {c_q.min():8.5f} "
               f"{ndcg[r].mean():8.4f} {diff:+8.4f} {p:7.3f}")
     # every pairing: which side (chunk or query vectors) carries the loss
-    res["ndcg@10_docs_x_queries"] = {d: {q: float(per_query_ndcg10(vecs[q][1], vecs[d][0], doc_ids, qids,
-                                                                   qrels).mean()) for q in recipes}
-                                     for d in recipes}
-    print(f"\nnDCG@10, chunk vectors (rows) x query vectors (columns)\n{'':>14s}"
-          + "".join(f"{q:>14s}" for q in recipes))
+    res["ndcg@10_docs_x_queries"] = {d: {q: float(per_query_ndcg10(by_queries[q], by_chunks[d], doc_ids, qids,
+                                                                   qrels).mean()) for q in query_graphs}
+                                     for d in chunk_graphs}
+    print(f"\nnDCG@10, chunk graph (rows) x query graph (columns)\n{'':>14s}"
+          + "".join(f"{q:>14s}" for q in query_graphs))
     for d, row in res["ndcg@10_docs_x_queries"].items():
         print(f"{d:>14s}" + "".join(f"{row[q]:14.4f}" for q in recipes))
     out.parent.mkdir(parents=True, exist_ok=True)

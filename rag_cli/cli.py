@@ -652,16 +652,17 @@ def models_info(name: NameArg, precision: PrecisionOpt = "int8", json_out: JsonO
         return _emit_json(res)
     out = _stdout()
     keys = ["name", "path", "kind", "kind_source", "dim", "n_logits", "max_length", "pooling", "pooled_in_graph",
-            "normalize", "query_prefix", "passage_prefix", "onnx_file", "precision", "fingerprint"]
+            "normalize", "query_prefix", "passage_prefix", "onnx_file", "query_onnx_file", "precision", "fingerprint"]
     for k in keys:
-        if k in res:
+        if res.get(k) is not None:
             out.print(f"{k:15} {res[k]!r}" if isinstance(res[k], str) and k.endswith("prefix") else f"{k:15} {res[k]}",
                       highlight=False, markup=False)
     for k in ("inputs", "outputs"):
         shown = ", ".join(f"{v['name']} {v['type'].lower()} {v['shape']}" for v in res[k])
         out.print(f"{k:15} {shown}", highlight=False, markup=False)
     for f in res["onnx_files"]:
-        out.print(f"{'file':15} {f['path']}  {f['precision']}  {_size(f['bytes'])}", highlight=False, markup=False)
+        role = f"  (query graph of {f['query_graph_of']})" if f.get("query_graph_of") else ""
+        out.print(f"{'file':15} {f['path']}  {f['precision']}  {_size(f['bytes'])}{role}", highlight=False, markup=False)
     for w in res["warnings"]:
         _stderr().print(f"[yellow]warning:[/] {w}", highlight=False)
 
@@ -698,7 +699,7 @@ def models_quantize(
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ):
-    """Dynamic int8 quantisation (per channel): writes model_quantized.onnx beside the float32 graph."""
+    """Dynamic int8 quantisation (per channel): writes model_quantized.onnx beside the float32 graph (and, for an embedder, its query graph model_quantized_query.onnx)."""
     from rag_cli.models.manage import quantize_model
 
     res = quantize_model(directory, out, calibrate=calibrate)

@@ -102,6 +102,11 @@ def int8(model_dir):
     return _session(model_dir / "model_int8.onnx")
 
 
+@pytest.fixture(scope="session")
+def int8_query(model_dir):
+    return _session(model_dir / "model_int8_query.onnx")
+
+
 # ---------------------------------------------------------------- Q4_0
 
 
@@ -176,7 +181,8 @@ def test_tokenizer_wraps_in_bos_eos(tokenizer):
 @needs_model
 def test_model_folder_layout(model_dir):
     names = {p.name for p in model_dir.iterdir()}
-    assert names == {"model.onnx", "model_int8.onnx", "tokenizer.json", "config.json", "rag_model.json"}
+    assert names == {"model.onnx", "model_int8.onnx", "model_int8_query.onnx", "tokenizer.json", "config.json",
+                     "rag_model.json"}
     meta = json.loads((model_dir / "rag_model.json").read_text())
     assert meta == {
         "kind": "embedder", "pooling": "mean", "normalize": True,
@@ -258,9 +264,22 @@ def test_graphs_are_fused(model_dir):
     # nothing left unfused: no Softmax, Erf or plain per-layer LayerNormalization (only the embeddings' one)
     assert fp32_ops["Softmax"] == fp32_ops["Erf"] == 0 and fp32_ops["LayerNormalization"] == 1
     int8_ops = _op_counts(model_dir / "model_int8.onnx")
-    # 12 QAttention; MatMulInteger: attention output + FFN up-projection per layer; FFN down stays float32
-    assert (int8_ops["QAttention"], int8_ops["MatMulInteger"], int8_ops["MatMul"]) == (12, 24, 12)
-    assert (int8_ops["BiasGelu"], int8_ops["SkipLayerNormalization"]) == (12, 24)
+    # 12 QAttention; MatMulInteger: attention output, FFN up and down per layer; each FFN's outlier
+    # channels in a float32 branch (MatMul, BiasGelu, MatMul) beside it
+    assert (int8_ops["QAttention"], int8_ops["MatMulInteger"], int8_ops["MatMul"]) == (12, 36, 24)
+    assert (int8_ops["BiasGelu"], int8_ops["SkipLayerNormalization"]) == (24, 24)
+    # the query graph: the float32 graph with int8 embedding tables (word, position, token type)
+    query_ops = _op_counts(model_dir / "model_int8_query.onnx")
+    assert {op: n - fp32_ops[op] for op, n in query_ops.items() if n != fp32_ops[op]} == {"DequantizeLinear": 3}
+
+
+@needs_model
+def test_query_graph_is_float32_close(fp32, int8, int8_query, tokenizer):
+    queries = [TEXTS["en"], "query: 如何重置我的密码？", "query: does aspirin lower the risk of myocardial infarction?"]
+    ref = _embed(fp32, tokenizer, queries)
+    by_query_graph = _cos(ref, _embed(int8_query, tokenizer, queries))
+    by_int8 = _cos(ref, _embed(int8, tokenizer, queries))
+    assert by_query_graph.min() >= 0.9999 and by_query_graph.min() > by_int8.max(), (by_query_graph, by_int8)
 
 
 @needs_model

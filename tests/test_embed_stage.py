@@ -78,7 +78,7 @@ def test_killed_run_resumes_with_the_same_vectors(project, tmp_path, tiny_bi_enc
     shutil.copytree(project.root, whole.root)
     enc = _encoder(tiny_bi_encoder)
     counter = CountingSession(enc.session)
-    monkeypatch.setattr(enc, "session", counter)
+    monkeypatch.setattr(enc, "_session", counter)
     summary = embed_chunks(whole, enc, **SMALL)
     assert summary["n_embedded"] == len(texts) and counter.rows == n_unique
     n_batches = counter.calls
@@ -88,7 +88,7 @@ def test_killed_run_resumes_with_the_same_vectors(project, tmp_path, tiny_bi_enc
     k = n_batches // 2 + 1
     enc = _encoder(tiny_bi_encoder)
     killer = CountingSession(enc.session, fail_at=k)
-    monkeypatch.setattr(enc, "session", killer)
+    monkeypatch.setattr(enc, "_session", killer)
     with pytest.raises(KeyboardInterrupt):
         embed_chunks(project, enc, **SMALL)
     assert not project.embeddings_path.exists()
@@ -101,7 +101,7 @@ def test_killed_run_resumes_with_the_same_vectors(project, tmp_path, tiny_bi_enc
     # the rerun embeds only what was not stored, in the same batches, to the same bits
     enc = _encoder(tiny_bi_encoder)
     counter = CountingSession(enc.session)
-    monkeypatch.setattr(enc, "session", counter)
+    monkeypatch.setattr(enc, "_session", counter)
     summary = embed_chunks(project, enc, **SMALL)
     assert counter.rows == n_unique - len(cache)
     assert summary["n_embedded"] == sum(sha256_text(t) not in cache for t in texts)
@@ -136,7 +136,7 @@ def test_rerun_embeds_nothing_and_damaged_parts_are_dropped(project, tiny_bi_enc
     embed_chunks(project, enc, **SMALL)
     first = pq.read_table(project.embeddings_path)
     counter = CountingSession(enc.session)
-    monkeypatch.setattr(enc, "session", counter)
+    monkeypatch.setattr(enc, "_session", counter)
     assert embed_chunks(project, enc, **SMALL)["n_embedded"] == 0 and counter.calls == 0
     assert pq.read_table(project.embeddings_path).equals(first)
 

@@ -103,7 +103,7 @@ def test_info_tiny_bi_encoder(tiny_bi_encoder):
     assert info["outputs"] == [{"name": "last_hidden_state", "type": "FLOAT", "shape": ["batch", "sequence", 16]}]
     assert info["fingerprint"] == ModelFolder.load(tiny_bi_encoder).fingerprint
     size = (tiny_bi_encoder / "model.onnx").stat().st_size
-    assert info["onnx_files"] == [{"path": "model.onnx", "bytes": size, "precision": "fp32"}]
+    assert info["onnx_files"] == [{"path": "model.onnx", "bytes": size, "precision": "fp32", "query_graph_of": None}]
     assert info["int8_ops"] == [] and info["warnings"] == []
 
 
@@ -187,18 +187,26 @@ def test_quantize_bi_encoder_to_new_folder(tiny_bi_encoder, tmp_path):
 
     out = tmp_path / "int8"
     res = rag_json("models", "quantize", tiny_bi_encoder, "--out", out)
-    assert listing(out) == {"config.json", "model_quantized.onnx", "rag_model.json", "tokenizer.json",
-                            "tokenizer_config.json"}
+    assert listing(out) == {"config.json", "model_quantized.onnx", "model_quantized_query.onnx", "rag_model.json",
+                            "tokenizer.json", "tokenizer_config.json"}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary leftovers
     assert (res["onnx_file"], res["path"], res["fp32_matmuls"]) == ("model_quantized.onnx", str(out.resolve()), [])
+    assert res["query_onnx_file"] == "model_quantized_query.onnx"
     assert res["bytes_int8"] == (out / "model_quantized.onnx").stat().st_size
     for name in ("tokenizer.json", "config.json", "rag_model.json"):
         assert sha(out / name) == sha(tiny_bi_encoder / name)
 
     info = rag_json("models", "info", out)
     assert info["precision"] == "int8" and {"MatMulInteger", "DynamicQuantizeLinear"} <= set(info["int8_ops"])
-    assert info["onnx_files"] == [{"path": "model_quantized.onnx", "bytes": res["bytes_int8"], "precision": "int8"}]
+    query_bytes = (out / "model_quantized_query.onnx").stat().st_size
+    assert info["onnx_files"] == [
+        {"path": "model_quantized.onnx", "bytes": res["bytes_int8"], "precision": "int8", "query_graph_of": None},
+        {"path": "model_quantized_query.onnx", "bytes": query_bytes, "precision": "fp32",
+         "query_graph_of": "model_quantized.onnx"}]
+    assert info["query_onnx_file"] == "model_quantized_query.onnx"
     assert info["fingerprint"] != ModelFolder.load(tiny_bi_encoder).fingerprint
+    text = rag("models", "info", out).stdout
+    assert "query_onnx_file model_quantized_query.onnx" in text and "(query graph of model_quantized.onnx)" in text
 
     # int8-only folder: int8 picks the quantised file, fp32 has none, ModelFolder falls back to it
     assert resolve_model(out).onnx_file == out / "model_quantized.onnx"
@@ -210,6 +218,25 @@ def test_quantize_bi_encoder_to_new_folder(tiny_bi_encoder, tmp_path):
     assert cos.min() > 0.99, cos
     assert np.abs(fp32 - int8).max() > 1e-6  # really quantised, not a copy
     assert res["agreement"]["value"] > 0.99
+
+    # queries run the query graph: float32 MatMuls, only the embedding tables in int8
+    import onnx
+
+    query_graph = onnx.load(str(out / "model_quantized_query.onnx"))
+    ops = {n.op_type for n in query_graph.graph.node}
+    assert "DequantizeLinear" in ops and not ops & manage.INT8_OPS
+    enc = BiEncoder(ModelFolder.load(out), threads=1)
+    queries = enc.encode_queries(TEXTS)
+    assert enc._session is None  # the int8 graph was not needed
+    q_cos = (fp32 * queries).sum(1)
+    assert q_cos.min() > 0.9999 and q_cos.min() > cos.min(), (q_cos, cos)
+    assert np.abs(queries - int8).max() > 1e-6
+    # the fingerprint covers the query graph: without it the folder is another model
+    with_query = ModelFolder.load(out).fingerprint
+    (out / "model_quantized_query.onnx").unlink()
+    alone = ModelFolder.load(out)
+    assert alone.query_onnx_path is None and alone.fingerprint != with_query
+    np.testing.assert_array_equal(BiEncoder(alone, threads=1).encode_queries(TEXTS), int8)
 
 
 def test_quantize_in_place_adds_the_int8_file(tiny_cross_encoder, tmp_path):
@@ -239,7 +266,9 @@ def test_quantize_onnx_subfolder_layout(tiny_bi_encoder, tmp_path):
     out = tmp_path / "out"
     res = rag_json("models", "quantize", folder, "--out", out)
     assert res["onnx_file"] == "onnx/model_quantized.onnx"
-    assert listing(out) == {"tokenizer.json", "config.json", "rag_model.json", "onnx/model_quantized.onnx"}
+    assert listing(out) == {"tokenizer.json", "config.json", "rag_model.json", "onnx/model_quantized.onnx",
+                            "onnx/model_quantized_query.onnx"}
+    assert ModelFolder.load(out).query_onnx_path == out / "onnx" / "model_quantized_query.onnx"
 
 
 def test_quantize_bad_inputs_leave_nothing(tiny_bi_encoder, tmp_path):
@@ -479,11 +508,19 @@ def test_default_model_info_verify_list(default_model):
         "query_prefix": "query: ", "passage_prefix": "passage: ", "onnx_file": "model_int8.onnx", "precision": "int8",
     }
     assert {"MatMulInteger", "DynamicQuantizeLinear"} <= set(info["int8_ops"])
-    assert [(f["path"], f["precision"]) for f in info["onnx_files"]] == [("model.onnx", "fp32"),
-                                                                         ("model_int8.onnx", "int8")]
+    assert [(f["path"], f["precision"], f["query_graph_of"]) for f in info["onnx_files"]] == [
+        ("model.onnx", "fp32", None), ("model_int8.onnx", "int8", None),
+        ("model_int8_query.onnx", "fp32", "model_int8.onnx")]
+    assert info["query_onnx_file"] == "model_int8_query.onnx"
     assert info["fingerprint"] == ModelFolder.load(default_model, onnx_file="model_int8.onnx").fingerprint
     fp32 = rag_json("models", "info", DEFAULT_MODEL, "--precision", "fp32")
     assert (fp32["onnx_file"], fp32["precision"], fp32["int8_ops"]) == ("model.onnx", "fp32", [])
+    assert fp32["query_onnx_file"] is None
+
+    # the int8 graph is the calibrated recipe: float32 MatMuls only for each FFN's outlier channels
+    int8 = onnx.load(str(default_model / "model_int8.onnx"), load_external_data=False)
+    outlier = [n.name for n in int8.graph.node if n.op_type == "MatMul"]
+    assert len(outlier) == 24 and all(name.endswith("MatMul_outlier") for name in outlier)
 
     # the graph is fused (attention inside Attention nodes): without calibration
     # the recipe keeps only the FFN down-projection of each of the 12 layers in float32

@@ -317,8 +317,9 @@ def test_bad_rag_model_json_is_bad_input(tmp_path):
 def test_unloadable_onnx_is_bad_input(tmp_path):
     folder = make_bi_encoder(tmp_path / "bi")
     (folder / "model.onnx").write_bytes(b"not an onnx graph")
+    encoder = BiEncoder(ModelFolder.load(folder))  # the graph is loaded on first use
     with pytest.raises(BadInput, match="model.onnx"):
-        BiEncoder(ModelFolder.load(folder))
+        encoder.encode_passages(["a passage"])
 
 
 # ------------------------------------------------------------- fingerprint
@@ -409,7 +410,8 @@ def test_position_beyond_the_graph_is_bad_input(tmp_path, monkeypatch):
                                "running Gather node. Name:'pos' Status Message: indices element out of data "
                                "bounds, idx=8 must be within the inclusive range [-8,7]")
 
-    monkeypatch.setattr(enc, "session", Session())
+    assert enc.output  # loads the graph and picks its output before the session is replaced
+    monkeypatch.setattr(enc, "_session", Session())
     with pytest.raises(BadInput, match=r"a 8-token input needs position 8, outside a 8-row table: the graph takes "
                                        r"fewer positions than max_length 128 \(set max_length to at most 6 in .*rag_model.json"):
         enc.encode(["the cat sat on the mat"])

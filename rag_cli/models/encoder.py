@@ -60,6 +60,10 @@ class BiEncoder(OnnxTextModel):
         providers: onnxruntime execution providers; default CPU.
         parallel_batches: False: one batch at a time (see `OnnxTextModel`).
 
+    Queries go through the folder's query graph when it has one
+    (`query_encoder`; `rag_cli.models.folder`), passages through its graph;
+    each graph is loaded on first use.
+
     After each `encode*` call, `n_truncated` (int) and `truncated` ((n,)
     bool) say which texts were longer than `folder.max_length` tokens and
     were cut; the caller reports them.
@@ -77,7 +81,21 @@ class BiEncoder(OnnxTextModel):
                 "use a bi-encoder (sentence embedding) model here, or set kind to embedder in rag_model.json"
             )
         super().__init__(folder, threads, providers, parallel_batches)
-        self.output, self.pooled = self._pick_output()
+        self._output: tuple[str, bool] | None = None
+        self._queries: BiEncoder | None = None
+
+    @property
+    def output(self) -> str:
+        """The graph output used: `sentence_embedding`, else token vectors (loads the graph)."""
+        if self._output is None:
+            self._output = self._pick_output()
+        return self._output[0]
+
+    @property
+    def pooled(self) -> bool:
+        """True when `output` is already one vector per text (no pooling here)."""
+        self.output  # noqa: B018  (picks it)
+        return self._output[1]
 
     def _pick_output(self) -> tuple[str, bool]:
         for name in POOLED_OUTPUTS:
@@ -100,9 +118,26 @@ class BiEncoder(OnnxTextModel):
         last = self.outputs[self.output].shape[-1]
         return int(last) if isinstance(last, int) and last > 0 else self.folder.dim
 
+    @property
+    def query_encoder(self) -> "BiEncoder":
+        """What encodes queries: a `BiEncoder` on the folder's query graph
+        (`ModelFolder.query_onnx_path`, loaded on first use, same threads and
+        providers), or this one when the folder has none."""
+        if self.folder.query_onnx_path is None:
+            return self
+        if self._queries is None:
+            self._queries = BiEncoder(self.folder.query_folder(), self.threads, self.providers,
+                                      self.parallel_batches)
+        return self._queries
+
     def encode_queries(self, texts: Sequence[str], **kwargs) -> np.ndarray:
-        """Encode search queries (with the folder's `query_prefix`): (n, d) float32."""
-        return self.encode(texts, self.folder.query_prefix, **kwargs)
+        """Encode search queries (with the folder's `query_prefix`) with the
+        query graph when the folder has one (`query_encoder`): (n, d)
+        float32. Sets `truncated` / `n_truncated` as `encode` does."""
+        enc = self.query_encoder
+        vectors = enc.encode(texts, self.folder.query_prefix, **kwargs)
+        self.truncated, self.n_truncated = enc.truncated, enc.n_truncated
+        return vectors
 
     def encode_passages(self, texts: Sequence[str], **kwargs) -> np.ndarray:
         """Encode passages / chunks (with the folder's `passage_prefix`): (n, d) float32."""

@@ -7,6 +7,16 @@ Layout (what `optimum-cli export onnx` writes, see DESIGN.md "Models"):
     config.json                         HF model config
     tokenizer_config.json               optional; `model_max_length`
     rag_model.json                      optional; what the files don't say
+    <graph>_query.onnx                  optional query graph of an embedder (below)
+
+An embedder's graph `X.onnx` may have a *query graph* `X_query.onnx` beside
+it, which then encodes the queries while `X.onnx` encodes the passages.
+`rag models quantize` and the default model's conversion write one next to
+each int8 graph (`model_int8_query.onnx`, `model_quantized_query.onnx`): the
+float32 graph with only its embedding tables in int8
+(`rag_cli.models.quantize.quantize_query_graph`). Queries are few and short,
+so they get float32 accuracy at little cost, and the int8 loss on the
+passage side alone is small (README "int8 and retrieval quality").
 
 `rag_model.json` keys (all optional): `kind` (`embedder` | `cross-encoder`),
 `pooling` (`mean` | `cls`), `normalize` (bool), `query_prefix`,
@@ -14,8 +24,9 @@ Layout (what `optimum-cli export onnx` writes, see DESIGN.md "Models"):
 `name` (str), `dim` (int, the vector size when it differs from
 `config.json` `hidden_size`).
 
-`ModelFolder.fingerprint` identifies what a vector depends on: the ONNX bytes,
-the tokenizer bytes and the pooling/normalize/prefix/max_length settings.
+`ModelFolder.fingerprint` identifies what a vector depends on: the ONNX bytes
+(the query graph's too, when there is one), the tokenizer bytes and the
+pooling/normalize/prefix/max_length settings.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +52,14 @@ _POSITION_OFFSET_2 = {"xlm-roberta", "xlm-roberta-xl", "roberta", "camembert", "
 # tokenizer_config.json `model_max_length` above this is HF's "no limit" sentinel (1e30).
 _SANE_MAX_LENGTH = 1_000_000
 _FINGERPRINT_VERSION = "rag-cli-model-v1"
+#: `X.onnx` -> query graph `X_query.onnx` (module docstring).
+QUERY_GRAPH_SUFFIX = "_query"
+
+
+def query_graph_path(onnx_path: str | os.PathLike) -> Path:
+    """Where the query graph of the graph `onnx_path` lives: `X.onnx` -> `X_query.onnx` beside it."""
+    p = Path(onnx_path)
+    return p.with_name(f"{p.stem}{QUERY_GRAPH_SUFFIX}{p.suffix}")
 
 
 @dataclass
@@ -63,6 +82,8 @@ class ModelFolder:
             counted as truncated.
         name: a short human name (rag_model.json `name`, else the folder name).
         pad_token_id: id used for padding.
+        query_onnx_path: the embedder's query graph (`X_query.onnx` beside
+            `onnx_path`), or None: `onnx_path` encodes queries too.
     """
 
     path: Path
@@ -78,6 +99,7 @@ class ModelFolder:
     name: str = ""
     pad_token_id: int = 0
     declared_dim: int | None = None
+    query_onnx_path: Path | None = None
     _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
     _probed_dim: int | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -128,6 +150,7 @@ class ModelFolder:
             raise BadInput(f"{rag_path}: max_length is {max_length}; it must be a number of tokens >= 2")
         name = _typed(rag, "name", str, "", rag_path) or folder.resolve().name
         dim = _typed(rag, "dim", int, None, rag_path)
+        query_graph = query_graph_path(onnx_path)
         return cls(
             path=folder,
             onnx_path=onnx_path,
@@ -142,6 +165,7 @@ class ModelFolder:
             name=name,
             pad_token_id=_pad_token_id(config, tokenizer_path),
             declared_dim=dim,
+            query_onnx_path=query_graph if kind == "embedder" and query_graph.is_file() else None,
         )
 
     # ----------------------------------------------------------- properties
@@ -158,8 +182,9 @@ class ModelFolder:
 
     @property
     def fingerprint(self) -> str:
-        """sha256 (64 hex) of the ONNX bytes (plus external-data files), the
-        tokenizer.json bytes and `settings()`. The ONNX hash is cached by
+        """sha256 (64 hex) of the ONNX bytes (plus external-data files; the
+        query graph's too, when there is one), the tokenizer.json bytes and
+        `settings()`. The ONNX hash is cached by
         (path, size, mtime), in memory and in the user cache folder, so
         repeating it is cheap."""
         if self._fingerprint is None:
@@ -167,10 +192,21 @@ class ModelFolder:
             h.update(_FINGERPRINT_VERSION.encode())
             for p in [self.onnx_path, *_external_data_files(self.onnx_path)]:
                 h.update(b"\0onnx\0" + file_sha256(p).encode())
+            if self.query_onnx_path is not None:  # absent: the same fingerprint as before query graphs existed
+                for p in [self.query_onnx_path, *_external_data_files(self.query_onnx_path)]:
+                    h.update(b"\0query-onnx\0" + file_sha256(p).encode())
             h.update(b"\0tokenizer\0" + file_sha256(self.tokenizer_path).encode())
             h.update(b"\0settings\0" + json.dumps(self.settings(), sort_keys=True).encode())
             self._fingerprint = h.hexdigest()
         return self._fingerprint
+
+    def query_folder(self) -> "ModelFolder":
+        """This folder as the query graph sees it: `onnx_path` is the query
+        graph (itself when there is none), no further query graph. Its
+        fingerprint is not the folder's: vectors are stored under this one."""
+        if self.query_onnx_path is None:
+            return self
+        return replace(self, onnx_path=self.query_onnx_path, query_onnx_path=None)
 
     @property
     def short_fingerprint(self) -> str:

@@ -9,6 +9,8 @@ File naming of an int8 graph written here: `model_quantized.onnx` beside the
 float32 graph (`model.onnx` -> `model_quantized.onnx`, `onnx/model.onnx` ->
 `onnx/model_quantized.onnx`), the name `optimum-cli onnxruntime quantize`
 writes and Hugging Face ONNX repositories use; `--precision int8` picks it.
+An embedder also gets its query graph `model_quantized_query.onnx`
+(`rag_cli.models.folder`, `rag_cli.models.quantize.quantize_query_graph`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 from rag_cli import atomic
 from rag_cli.errors import BadInput, WorkFailed
 from rag_cli.models import defaults
-from rag_cli.models.folder import RAG_MODEL_FILE, ModelFolder, _external_data_files
+from rag_cli.models.folder import RAG_MODEL_FILE, ModelFolder, _external_data_files, query_graph_path
 
 QUANTIZED_NAME = "model_quantized.onnx"
 #: onnxruntime ops that only an integer-quantised graph has.
@@ -134,15 +136,20 @@ def onnx_files(folder: Path) -> list[dict[str, Any]]:
 
     Returns:
         Sorted by path: {path (relative), bytes (with external-data files),
-        precision (`graph_precision`)}.
+        precision (`graph_precision`), query_graph_of (the graph whose
+        queries it encodes, `rag_cli.models.folder`; None for a main graph)}.
     """
     out = []
-    for p in sorted(folder.rglob("*.onnx")):
+    paths = sorted(folder.rglob("*.onnx"))
+    queries_of = {query_graph_path(p): p for p in paths}
+    for p in paths:
         rel = p.relative_to(folder)
         if any(part.startswith(".") for part in rel.parts):
             continue
+        main = queries_of.get(p)
         out.append({"path": str(rel), "bytes": sum(f.stat().st_size for f in _onnx_companions(p)),
-                    "precision": graph_summary(p)["precision"]})
+                    "precision": graph_summary(p)["precision"],
+                    "query_graph_of": str(main.relative_to(folder)) if main is not None else None})
     return out
 
 
@@ -202,7 +209,8 @@ def model_info(name_or_dir: str, precision: str = "int8") -> dict[str, Any]:
         the output's static last dimension, else config `hidden_size`),
         n_logits (cross-encoders), max_length (tokens), pooling /
         pooled_in_graph / normalize / query_prefix / passage_prefix
-        (embedders), onnx_file, precision, inputs, outputs, fingerprint,
+        (embedders), onnx_file, query_onnx_file (the query graph, or None),
+        precision, inputs, outputs, fingerprint,
         onnx_files (every graph in the folder with bytes and precision),
         bytes (whole folder).
 
@@ -237,6 +245,8 @@ def model_info(name_or_dir: str, precision: str = "int8") -> dict[str, Any]:
         info.update(n_logits=int(last) if isinstance(last, int) else None)
     info.update(
         onnx_file=str(folder.onnx_path.relative_to(folder.path)),
+        query_onnx_file=(str(folder.query_onnx_path.relative_to(folder.path))
+                         if folder.query_onnx_path is not None else None),
         precision=graph["precision"],
         int8_ops=graph["int8_ops"],
         inputs=graph["inputs"],
@@ -436,16 +446,18 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     Args:
         src_dir: a model folder with a float32 `model.onnx` or `onnx/model.onnx`.
         out_dir: None: add `model_quantized.onnx` beside the float32 graph in
-            `src_dir` (one atomic file write). A folder: write a complete int8
-            model folder there (every file of `src_dir` but its ONNX graphs,
-            plus `model_quantized.onnx` at the float32 graph's place), built in
-            a temporary folder and renamed into place; an existing model
-            folder there is replaced.
+            `src_dir` (an atomic file write each, the query graph first). A
+            folder: write a complete int8 model folder there (every file of
+            `src_dir` but its ONNX graphs, plus `model_quantized.onnx` at the
+            float32 graph's place), built in a temporary folder and renamed
+            into place; an existing model folder there is replaced. An
+            embedder also gets `model_quantized_query.onnx`, its query graph.
         calibrate: for a fused graph, the calibrated recipe
             (`rag_cli.models.outliers`, with the folder's tokenizer.json).
 
     Returns:
-        src, path (the output folder), onnx_file (relative), bytes_fp32,
+        src, path (the output folder), onnx_file (relative), query_onnx_file
+        (relative; None for a cross-encoder), bytes_fp32,
         bytes_int8, fp32_matmuls (MatMul nodes kept in float32),
         agreement ({metric, value}: min cosine of the probe vectors between
         float32 and int8 for an embedder, max |score difference| for a
@@ -458,7 +470,7 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
             float32 graph (or it is already quantised), or `out_dir` is a
             non-empty folder that is not a model folder.
     """
-    from rag_cli.models.quantize import quantize_int8
+    from rag_cli.models.quantize import quantize_int8, quantize_query_graph
 
     src = Path(src_dir).expanduser()
     if not src.is_dir():
@@ -469,6 +481,7 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     if have != "fp32":
         raise BadInput(f"{ref.onnx_file}: the graph is already {have}; quantise the float32 export (model.onnx)")
     rel = ref.onnx_file.relative_to(ref.folder).with_name(QUANTIZED_NAME)
+    query_rel = query_graph_path(rel) if fp32.kind == "embedder" else None
     a = _probe_outputs(fp32)  # a graph the runtime cannot feed fails here, before anything is written
     tokenizer = fp32.tokenizer_path if calibrate else None
     result: dict[str, Any] = {"src": str(src.resolve())}
@@ -479,6 +492,9 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
         if not os.access((src / rel).parent, os.W_OK):
             raise BadInput(f"{(src / rel).parent}: the folder is not writable; "
                            "write the int8 model folder elsewhere with --out DIR")
+        if query_rel is not None:
+            with atomic.atomic_path(src / query_rel, suffix=".onnx") as tmp:
+                quantize_query_graph(ref.onnx_file, tmp)
         with atomic.atomic_path(src / rel, suffix=".onnx") as tmp:
             skipped = quantize_int8(ref.onnx_file, tmp, tokenizer)
         dest = src
@@ -492,6 +508,8 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
             result["copied"] = _copy_model_files(src, tmp)
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             skipped = quantize_int8(ref.onnx_file, tmp / rel, tokenizer)
+            if query_rel is not None:
+                quantize_query_graph(ref.onnx_file, tmp / query_rel)
         dest = out
     int8 = ModelFolder.load(dest, onnx_file=rel)
     b = _probe_outputs(int8)
@@ -504,6 +522,7 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     result.update(
         path=str(dest.resolve()),
         onnx_file=str(rel),
+        query_onnx_file=str(query_rel) if query_rel is not None else None,
         bytes_fp32=sum(f.stat().st_size for f in _onnx_companions(ref.onnx_file)),
         bytes_int8=sum(f.stat().st_size for f in _onnx_companions(dest / rel)),
         fp32_matmuls=skipped,

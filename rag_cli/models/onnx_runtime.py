@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, Sequence
@@ -169,30 +170,61 @@ class OnnxTextModel:
     passages, 2 cores: 6.79 passages/s with 2 batches at once against 6.59
     (median of 3; 3.48 on one thread).
 
-    Raises:
-        BadInput: the graph needs an input this runtime cannot feed.
+    The graph is loaded on first use (`session`), so a bad graph raises then.
     """
 
     def __init__(self, folder: ModelFolder, threads: int | None = None, providers: Sequence[str] | None = None,
                  parallel_batches: bool = True):
         self.folder = folder
-        threads = int(threads) if threads else default_threads()
-        cpu_only = list(providers or ["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
+        self.threads = int(threads) if threads else default_threads()
+        self.providers = list(providers or ["CPUExecutionProvider"])
+        self.parallel_batches = parallel_batches
+        cpu_only = self.providers == ["CPUExecutionProvider"]
         #: batches in flight at once (each on one intra-op thread when > 1)
-        self.workers = min(threads, default_threads()) if parallel_batches and cpu_only and threads > 1 else 1
-        self.session = create_session(folder.onnx_path, 1 if self.workers > 1 else threads, providers)
+        self.workers = (min(self.threads, default_threads())
+                        if parallel_batches and cpu_only and self.threads > 1 else 1)
         self.tokenizer = TextTokenizer(folder.tokenizer_path, folder.max_length)
-        self.input_dtypes: dict[str, type] = {}
-        for inp in self.session.get_inputs():
-            if inp.name not in KNOWN_INPUTS:
-                raise BadInput(
-                    f"{folder.onnx_path}: graph input {inp.name!r} is not one of {', '.join(KNOWN_INPUTS)}; "
-                    "export an encoder without past key values or position ids"
-                )
-            self.input_dtypes[inp.name] = np.int32 if inp.type == "tensor(int32)" else np.int64
-        self.outputs = {o.name: o for o in self.session.get_outputs()}
+        self._session: ort.InferenceSession | None = None
+        self._session_lock = threading.Lock()
+        self._input_dtypes: dict[str, type] = {}
         self.n_truncated = 0
         self.truncated = np.zeros(0, dtype=bool)
+
+    @property
+    def session(self) -> ort.InferenceSession:
+        """The onnxruntime session of `folder.onnx_path`, created on first
+        use (a `BiEncoder` with a query graph needs only one of its two
+        graphs per command).
+
+        Raises:
+            BadInput: the file is not a loadable ONNX graph, or the graph
+                needs an input this runtime cannot feed.
+        """
+        with self._session_lock:
+            if self._session is None:
+                session = create_session(self.folder.onnx_path, 1 if self.workers > 1 else self.threads,
+                                         self.providers)
+                dtypes = {}
+                for inp in session.get_inputs():
+                    if inp.name not in KNOWN_INPUTS:
+                        raise BadInput(
+                            f"{self.folder.onnx_path}: graph input {inp.name!r} is not one of "
+                            f"{', '.join(KNOWN_INPUTS)}; export an encoder without past key values or position ids"
+                        )
+                    dtypes[inp.name] = np.int32 if inp.type == "tensor(int32)" else np.int64
+                self._input_dtypes, self._session = dtypes, session
+            return self._session
+
+    @property
+    def input_dtypes(self) -> dict[str, type]:
+        """Graph input name -> numpy integer dtype it takes."""
+        self.session  # noqa: B018  (loads the graph)
+        return self._input_dtypes
+
+    @property
+    def outputs(self) -> dict[str, ort.NodeArg]:
+        """Graph output name -> its onnxruntime NodeArg (name, type, shape)."""
+        return {o.name: o for o in self.session.get_outputs()}
 
     def count_tokens(self, texts: Sequence[str], prefix: str = "") -> np.ndarray:
         """(n,) int64: tokens (special tokens included) per `prefix + text`, no truncation."""
