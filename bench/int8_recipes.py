@@ -186,7 +186,7 @@ def main() -> None:
     print(f"\nnDCG@10, chunk graph (rows) x query graph (columns)\n{'':>14s}"
           + "".join(f"{q:>14s}" for q in query_graphs))
     for d, row in res["ndcg@10_docs_x_queries"].items():
-        print(f"{d:>14s}" + "".join(f"{row[q]:14.4f}" for q in recipes))
+        print(f"{d:>14s}" + "".join(f"{row[q]:14.4f}" for q in query_graphs))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n")
     print(f"-> {out}")
