@@ -26,11 +26,29 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+def _print_version(value: bool) -> None:
+    if value:
+        from rag_cli import __version__
+
+        typer.echo(f"rag-cli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Retrieval-augmented generation in the shell: chunk, embed, index, search, rerank, ask, eval."""
+
+
 ProjectOpt = Annotated[Optional[Path], typer.Option("-p", "--project", help="Project folder (env RAG_PROJECT; default ./.rag)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout, nothing else.")]
 QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="No progress or summaries on stderr.")]
 ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Bi-encoder: a model folder or a default name (config: model.embedder)")]
-PrecisionOpt = Annotated[Optional[str], typer.Option("--precision", help="int8 or fp32, for a default model (config: model.precision)")]
+PrecisionOpt = Annotated[Optional[str], typer.Option(
+    "--precision", help="int8 or fp32, for a default model (config: model.precision)",
+    callback=lambda value: value.lower() if value else value)]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="CPU cores for the models (that many batches at once); 0 = all cores (config: model.threads)")]
 ProviderOpt = Annotated[Optional[str], typer.Option("--provider", help="onnxruntime execution provider: cpu, cuda or coreml, if onnxruntime has it (config: model.provider)")]
 

@@ -550,3 +550,21 @@ def test_pulled_cross_encoder_is_a_reranker_name(tiny_cross_encoder, tmp_path, m
     assert ce.folder.path == tmp_path / "cache" / "models" / "Org--ce"
     q, p = "what is the capital of france ?", "paris is the capital city of france ."
     assert ce.score(q, [p])[0] == pytest.approx(tiny_score(tiny_cross_encoder, q, p), abs=1e-5)
+
+
+# ------------------------------------------------------------------- small CLI conveniences
+def test_version_precision_case_and_quantize_names_dir(tiny_bi_encoder, tmp_path):
+    from rag_cli import __version__
+
+    res = rag("--version")
+    assert res.exit_code == 0 and res.stdout == f"rag-cli {__version__}\n"
+    # --precision is case-insensitive; a bad value still exits 2
+    assert rag_json("models", "info", tiny_bi_encoder, "--precision", "FP32")["precision"] == "fp32"
+    res = rag("models", "info", tiny_bi_encoder, "--precision", "FP16")
+    assert res.exit_code == 2 and "fp16" in res.stderr
+    # quantize takes a positional DIR, and its errors say so (not --model)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = rag("models", "quantize", empty)
+    assert res.exit_code == 2 and f"DIR '{empty}': the folder has no ONNX model" in res.stderr, res.stderr
+    assert "--model" not in res.stderr.split("optimum-cli")[0]

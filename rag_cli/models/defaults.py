@@ -93,7 +93,7 @@ def _pick_onnx(folder: Path, precision: str) -> ModelRef | None:
     return None
 
 
-def _folder_ref(folder: Path, value: str, precision: str) -> ModelRef:
+def _folder_ref(folder: Path, value: str, precision: str, flag: str = "--model") -> ModelRef:
     ref = _pick_onnx(folder, precision)
     if ref is None and precision == "fp32" and (int8 := _pick_onnx(folder, "int8")) is not None:
         raise BadInput(
@@ -103,13 +103,13 @@ def _folder_ref(folder: Path, value: str, precision: str) -> ModelRef:
         )
     if ref is None:
         raise BadInput(
-            f"--model {value!r}: the folder has no ONNX model "
+            f"{flag} {value!r}: the folder has no ONNX model "
             f"(looked for {', '.join(_ONNX_CANDIDATES['fp32'] + _ONNX_CANDIDATES['int8'])}); "
             "pass a folder exported with `optimum-cli export onnx --model MODEL_ID DIR`"
         )
     if not (folder / "tokenizer.json").is_file():
         raise BadInput(
-            f"--model {value!r}: the folder has no tokenizer.json; "
+            f"{flag} {value!r}: the folder has no tokenizer.json; "
             "pass a folder exported with `optimum-cli export onnx --model MODEL_ID DIR`"
         )
     return ref
@@ -193,7 +193,7 @@ def model_setting(name_or_dir: str | os.PathLike) -> str:
     return str(path.resolve()) if value and path.is_dir() else value
 
 
-def resolve_model(name_or_dir: str | os.PathLike, *, precision: str = "int8") -> ModelRef:
+def resolve_model(name_or_dir: str | os.PathLike, *, precision: str = "int8", flag: str = "--model") -> ModelRef:
     """Turn a ``--model`` value into the ONNX file to run.
 
     Args:
@@ -206,6 +206,7 @@ def resolve_model(name_or_dir: str | os.PathLike, *, precision: str = "int8") ->
             ``model_quantized.onnx`` (also under ``onnx/``) and falls back to
             the float32 model if the folder has none; ``"fp32"`` picks
             ``model.onnx`` or ``onnx/model.onnx``.
+        flag: how error messages name the value (``DIR`` for a positional argument).
 
     Returns:
         :class:`ModelRef`; ``precision`` on it says which file was chosen.
@@ -221,7 +222,7 @@ def resolve_model(name_or_dir: str | os.PathLike, *, precision: str = "int8") ->
     value = os.fspath(name_or_dir)
     path = Path(value).expanduser()
     if path.is_dir():
-        return _folder_ref(path, value, precision)
+        return _folder_ref(path, value, precision, flag)
     if value in _DEFAULT_ALIASES:
         return _folder_ref(ensure_default_model(), value, precision)
     pulled = pulled_model_dir(value)

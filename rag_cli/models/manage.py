@@ -475,7 +475,7 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     src = Path(src_dir).expanduser()
     if not src.is_dir():
         raise BadInput(f"{src_dir}: not a folder; `rag models quantize` takes a model folder with model.onnx")
-    ref = defaults.resolve_model(src, precision="fp32")
+    ref = defaults.resolve_model(src, precision="fp32", flag="DIR")
     fp32 = ModelFolder.load(src, onnx_file=ref.onnx_file)
     have = graph_summary(ref.onnx_file)["precision"]
     if have != "fp32":

@@ -52,9 +52,11 @@ def load_generator(ask_cfg: dict, embedder, sparse):
 
     if ask_cfg["generator"] != "extractive":
         raise BadInput(f"generator {ask_cfg['generator']!r} is unknown; use extractive")
+    # the sentences are compared with the question's vector: both from the query graph when the
+    # model has one (already loaded for the question, and float32-close; `BiEncoder.query_encoder`)
     return ExtractiveGenerator(
         lambda q: embedder.encode_queries([q])[0],
-        lambda ps: embedder.encode_passages(ps),
+        lambda ps: embedder.query_encoder.encode_passages(ps),
         sparse.coverage,
         max_sentences=ask_cfg["max_sentences"],
     )
