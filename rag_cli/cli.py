@@ -713,7 +713,7 @@ def models_verify(name: NameArg, precision: PrecisionOpt = "int8", json_out: Jso
 def models_quantize(
     directory: Annotated[Path, typer.Argument(help="A model folder with a float32 model.onnx or onnx/model.onnx")],
     out: Annotated[Optional[Path], typer.Option("--out", help="Write a complete int8 model folder here (default: add model_quantized.onnx to DIRECTORY)")] = None,
-    calibrate: Annotated[bool, typer.Option("--calibrate", help="Fused graphs: each FFN's outlier channels in float32, the rest of the FFN int8 (about a tenth faster; see README)")] = False,
+    calibrate: Annotated[bool, typer.Option("--calibrate", help="Fused graphs: each FFN's outlier channels in float32, the rest of the FFN int8 (the default model's recipe; about a tenth faster; see README)")] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ):
@@ -727,7 +727,9 @@ def models_quantize(
         a = res["agreement"]
         _stderr().print(
             f"{res['onnx_file']}: {_size(res['bytes_fp32'])} -> {_size(res['bytes_int8'])} "
-            f"({len(res['fp32_matmuls'])} MatMuls kept in float32); {a['metric']}: {a['value']:.4f} -> {res['path']}",
+            f"({len(res['fp32_matmuls'])} MatMuls kept in float32)"
+            + (f", query graph {res['query_onnx_file']}" if res.get("query_onnx_file") else "")
+            + f"; {a['metric']}: {a['value']:.4f} -> {res['path']}",
             highlight=False, markup=False,
         )
         if "shadowed_by" in res:

@@ -30,15 +30,16 @@ The graph must be fused by onnxruntime's transformer optimizer (``BiasGelu``
 FFNs, ``Attention`` nodes; :func:`rag_cli.models.e5_convert.fuse_transformer`).
 A graph without that pattern is left as it is.
 
-``rag models quantize --calibrate`` (opt-in) applies the split alone
-(:data:`rag_cli.models.quantize.CALIBRATED`). multilingual-e5-small, SciFact
-dense nDCG@10 (``bench/int8_recipes.py``, exact search over 6,025 chunks, 300
-queries; float32 0.6602): the split 0.6553, about 10% faster than the default
-recipe (0.6562; both differences to float32 not significant, paired
-randomization test p = 0.36 and 0.30). SmoothQuant on top raises the cosine to
-float32 (chunks 0.99940 against 0.99902) yet lowers nDCG@10 to 0.6487
-(p = 0.009), so it is available to ``quantize_int8(rewrites=...)`` for
-measurement only.
+``rag models quantize --calibrate`` and the default model's conversion apply
+the split alone (:data:`rag_cli.models.quantize.CALIBRATED`).
+multilingual-e5-small, SciFact dense nDCG@10 (``bench/int8_recipes.py``,
+exact search over 6,025 chunks, 300 queries; float32 0.6602): split chunks
+with float32-close queries (the query graph,
+:func:`rag_cli.models.quantize.quantize_query_graph`) 0.6599, with int8
+queries 0.6553; the uncalibrated recipe 0.6562; the split is about 10%
+faster. SmoothQuant on top raises the cosine to float32 (chunks 0.99940
+against 0.99902) yet lowers nDCG@10 to 0.6487 (p = 0.009), so it is
+available to ``quantize_int8(rewrites=...)`` for measurement only.
 """
 
 from __future__ import annotations

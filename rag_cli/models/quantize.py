@@ -17,17 +17,21 @@ https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html):
   a per-batch uint8 scale coarse. Measured on multilingual-e5-small (60
   SciFact abstracts, 100 queries): cosine to float32 0.9992 mean / 0.998 min
   with these kept in float32, 0.9960 / 0.993 without;
-- with a tokenizer (``rag models quantize --calibrate``), a **fused** graph
-  (``BiasGelu`` FFNs) is first calibrated and rewritten by
-  :mod:`rag_cli.models.outliers`: each FFN's 4 massive-activation channels go
-  to a float32 side branch, and the rest of the FFN, the down-projection
-  included, is int8. multilingual-e5-small: about 10% faster; SciFact dense
-  nDCG@10 0.6553 against the default recipe's 0.6562 (fp32 0.6602; paired
-  randomization test against fp32 p = 0.36 and 0.30;
-  ``bench/int8_recipes.py``), so the default model keeps the recipe above.
+- with a tokenizer (``rag models quantize --calibrate``, and the default
+  model's conversion), a **fused** graph (``BiasGelu`` FFNs) is first
+  calibrated and rewritten by :mod:`rag_cli.models.outliers`: each FFN's 4
+  massive-activation channels go to a float32 side branch, and the rest of
+  the FFN, the down-projection included, is int8. multilingual-e5-small:
+  about 10% faster (1,000 SciFact passages, 2 cores: 7.49 passages/s against
+  6.67); SciFact dense nDCG@10 0.6553 with int8 queries, 0.6599 with the
+  query graph below (fp32 0.6602; ``bench/int8_recipes.py``).
   SmoothQuant (``rewrites=("smooth", "split")``) raises the cosine to
   float32 (0.99940 against 0.99902) but lowers nDCG@10 to 0.6487
   (p = 0.009), so it is not part of ``--calibrate``.
+
+:func:`quantize_query_graph` writes the *query graph* that goes with an int8
+graph of an embedder (:mod:`rag_cli.models.folder`): the float32 graph with
+only its embedding tables in int8.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ def float_matmuls(model) -> list[str]:
 
 #: The graph rewrites :func:`quantize_int8` knows (:mod:`rag_cli.models.outliers`), in the order applied.
 REWRITES = ("smooth", "split")
-#: The calibrated recipe (``rag models quantize --calibrate``): the outlier split alone (module docstring).
+#: The calibrated recipe (``rag models quantize --calibrate``, the default model): the outlier split alone.
 CALIBRATED = ("split",)
 
 
@@ -163,8 +167,8 @@ def quantize_query_graph(src: str | os.PathLike, dst: str | os.PathLike) -> None
     :mod:`rag_cli.models.outliers`). Queries are few and short, so they can
     run in float32; the int8 embedding table keeps the file and its load time
     close to the int8 graph's. multilingual-e5-small: query cosine to float32
-    0.99997 mean (SciFact test queries), 181 MB, loads in 0.9 s (float32
-    graph: 470 MB, 3.4 s; int8 graph: 0.7 s).
+    0.99997 mean (SciFact test queries), 181 MB, loads in 0.6 s to 272 MiB
+    RSS (float32 graph: 470 MB, 1.9 s, 550 MiB; int8 graph: 0.4 s, 200 MiB).
 
     Args:
         src: a float32 ONNX file (external data is read from beside it and
