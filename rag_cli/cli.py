@@ -696,7 +696,8 @@ def models_verify(name: NameArg, precision: PrecisionOpt = "int8", json_out: Jso
         _emit_json(res)
     else:
         out = _stdout()
-        out.print(f"{res['name']} ({res['kind']}, {res['onnx_file']}, {res['precision']}): {res['score']}s",
+        queries = f", queries on {res['query_onnx_file']}" if res.get("query_onnx_file") else ""
+        out.print(f"{res['name']} ({res['kind']}, {res['onnx_file']}, {res['precision']}{queries}): {res['score']}s",
                   highlight=False, markup=False)
         for c in res["checks"]:
             mark = "ok" if c["ok"] else "FAIL"

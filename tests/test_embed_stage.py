@@ -152,3 +152,49 @@ def test_rerun_embeds_nothing_and_damaged_parts_are_dropped(project, tiny_bi_enc
     got = pq.read_table(project.embeddings_path)
     np.testing.assert_allclose(np.array(got.column("vector").to_pylist()),
                                np.array(first.column("vector").to_pylist()), atol=1e-6)
+
+
+# ------------------------------------------------------------------ query graphs
+def test_query_graph_is_checked_before_embedding_and_does_not_key_the_cache(project, tmp_path, tiny_bi_encoder):
+    from rag_cli.errors import BadInput
+    from rag_cli.project import DEFAULT_CONFIG
+    from rag_cli.stages.index import build_index
+    from rag_cli.stages.search import Searcher
+    from tiny_models import make_bi_encoder
+
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_bi_encoder, folder)
+    foreign = make_bi_encoder(tmp_path / "other", dim=4)  # another model: 4-dimension vectors
+    shutil.copy(foreign / "model.onnx", folder / "model_query.onnx")
+    with pytest.raises(BadInput, match=r"model_query\.onnx: the query graph gives 4-dimension vectors but "
+                                       r"model\.onnx gives 16"):
+        embed_chunks(project, BiEncoder(ModelFolder.load(folder), threads=1), **SMALL)
+    (folder / "model_query.onnx").write_bytes(b"not an onnx graph")
+    with pytest.raises(BadInput, match=r"model_query\.onnx: onnxruntime cannot load it"):
+        embed_chunks(project, BiEncoder(ModelFolder.load(folder), threads=1), **SMALL)
+    assert not project.embeddings_path.exists()  # both stopped before embedding anything
+
+    # a good query graph (here a copy of the graph): the vectors are cached under the passage fingerprint
+    shutil.copy(folder / "model.onnx", folder / "model_query.onnx")
+    with_query = ModelFolder.load(folder)
+    assert with_query.query_onnx_path == folder / "model_query.onnx"
+    summary = embed_chunks(project, BiEncoder(with_query, threads=1), **SMALL)
+    assert summary["fingerprint"] == with_query.fingerprint != with_query.passage_fingerprint
+    assert vector_cache_dir(project, with_query.passage_fingerprint).is_dir()
+    # without it the model is another one (search would refuse the index), but no passage is embedded again
+    (folder / "model_query.onnx").unlink()
+    alone = ModelFolder.load(folder)
+    assert alone.fingerprint == alone.passage_fingerprint == with_query.passage_fingerprint
+    summary = embed_chunks(project, BiEncoder(alone, threads=1), **SMALL)
+    assert summary["n_embedded"] == 0 and summary["n_reused"] == summary["n_chunks"] > 0
+
+    # a foreign query graph that got past the checks: dense search says so instead of reading past the vectors
+    build_index(project, DEFAULT_CONFIG["index"], threads=1)
+    shutil.copy(foreign / "model.onnx", folder / "model_query.onnx")
+    searcher = Searcher.open(project)  # no embedder: no fingerprint check
+    searcher.embedder = BiEncoder(ModelFolder.load(folder), threads=1)
+    with pytest.raises(BadInput, match=r"model_query\.onnx gives 4-dimension query vectors but the index in .* "
+                                       r"holds 16-dimension vectors"):
+        searcher.search(["paris"], mode="dense")
+    with pytest.raises(ValueError, match=r"shape \(1, 4\); the index holds 16-dimension vectors"):
+        searcher.dense.search(np.zeros((1, 4), np.float32), 3)

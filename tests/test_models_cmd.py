@@ -207,6 +207,8 @@ def test_quantize_bi_encoder_to_new_folder(tiny_bi_encoder, tmp_path):
     assert info["fingerprint"] != ModelFolder.load(tiny_bi_encoder).fingerprint
     text = rag("models", "info", out).stdout
     assert "query_onnx_file model_quantized_query.onnx" in text and "(query graph of model_quantized.onnx)" in text
+    verify = rag("models", "verify", out, "--json")  # the random tiny model may fail its sanity check (exit 1)
+    assert verify.exit_code in (0, 1) and json.loads(verify.stdout)["query_onnx_file"] == "model_quantized_query.onnx"
 
     # int8-only folder: int8 picks the quantised file, fp32 has none, ModelFolder falls back to it
     assert resolve_model(out).onnx_file == out / "model_quantized.onnx"
@@ -246,8 +248,15 @@ def test_quantize_in_place_adds_the_int8_file(tiny_cross_encoder, tmp_path):
     shutil.copytree(tiny_cross_encoder, folder)
     before = {n: sha(folder / n) for n in listing(folder)}
     res = rag_json("models", "quantize", folder)
-    assert listing(folder) == set(before) | {"model_quantized.onnx"}
+    assert listing(folder) == set(before) | {"model_quantized.onnx"}  # no query graph for a cross-encoder
     assert all(sha(folder / n) == h for n, h in before.items())  # nothing else changed
+    # a cross-encoder has no use for X_query.onnx: not labelled as one, not in the fingerprint
+    fingerprint = ModelFolder.load(folder).fingerprint
+    shutil.copy(folder / "model.onnx", folder / "model_query.onnx")
+    info = rag_json("models", "info", folder, "--precision", "fp32")
+    assert all(f["query_graph_of"] is None for f in info["onnx_files"]) and info["query_onnx_file"] is None
+    assert info["fingerprint"] == fingerprint
+    (folder / "model_query.onnx").unlink()
     assert resolve_model(folder).onnx_file == folder / "model_quantized.onnx"
     assert resolve_model(folder, precision="fp32").onnx_file == folder / "model.onnx"
     pairs = [(a, b) for a in TEXTS[:2] for b in TEXTS]

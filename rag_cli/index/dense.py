@@ -54,7 +54,14 @@ class DenseIndex:
 
         Returns per query (rows (m,) int64, cosines (m,) float32), best first,
         m = min(k, number of allowed rows). `mask` (n,) bool restricts the rows.
+
+        Raises:
+            ValueError: the vectors are not (q, d) with the index's d (hnswlib
+                would read past them).
         """
+        if query_vectors.ndim != 2 or query_vectors.shape[1] != self.params["dim"]:
+            raise ValueError(f"query vectors of shape {query_vectors.shape}; the index holds "
+                             f"{self.params['dim']}-dimension vectors")
         n = self.params["n"]
         if n == 0:
             return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(query_vectors))]

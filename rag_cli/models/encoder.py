@@ -130,6 +130,32 @@ class BiEncoder(OnnxTextModel):
                                       self.parallel_batches)
         return self._queries
 
+    def check_query_graph(self) -> None:
+        """Load the folder's query graph, if it has one, and check that it
+        gives vectors of this graph's size, so that a damaged or foreign
+        query graph fails before a long `rag embed` rather than at search
+        time. Encodes one probe text with each graph; frees the query
+        graph's session afterwards.
+
+        Raises:
+            BadInput: the query graph cannot be loaded or run, or its
+                vectors have another size; the message names the file.
+        """
+        if self.folder.query_onnx_path is None:
+            return
+        try:
+            d_query = self.query_encoder.encode(["probe"], self.folder.query_prefix).shape[1]
+        finally:
+            self._queries = None
+        d = self.encode(["probe"], self.folder.passage_prefix).shape[1]
+        if d_query != d:
+            q = self.folder.query_onnx_path
+            raise BadInput(
+                f"{q}: the query graph gives {d_query}-dimension vectors but {self.folder.onnx_path.name} gives "
+                f"{d}; a query graph must come from the same model (delete {q.name}, or write both again "
+                "with `rag models quantize`)"
+            )
+
     def encode_queries(self, texts: Sequence[str], **kwargs) -> np.ndarray:
         """Encode search queries (with the folder's `query_prefix`) with the
         query graph when the folder has one (`query_encoder`): (n, d)

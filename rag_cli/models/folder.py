@@ -200,6 +200,16 @@ class ModelFolder:
             self._fingerprint = h.hexdigest()
         return self._fingerprint
 
+    @property
+    def passage_fingerprint(self) -> str:
+        """The fingerprint of what a passage vector depends on: `fingerprint`
+        without the query graph (equal to it when there is none). The vector
+        cache of `rag embed` is keyed by it, so adding or replacing a query
+        graph does not re-embed the passages."""
+        if self.query_onnx_path is None:
+            return self.fingerprint
+        return replace(self, query_onnx_path=None).fingerprint
+
     def query_folder(self) -> "ModelFolder":
         """This folder as the query graph sees it: `onnx_path` is the query
         graph (itself when there is none), no further query graph. Its

@@ -131,17 +131,18 @@ def graph_summary(onnx_path: str | os.PathLike) -> dict[str, Any]:
     }
 
 
-def onnx_files(folder: Path) -> list[dict[str, Any]]:
+def onnx_files(folder: Path, embedder: bool = True) -> list[dict[str, Any]]:
     """Every `*.onnx` file in a model folder (hidden folders skipped).
 
     Returns:
         Sorted by path: {path (relative), bytes (with external-data files),
         precision (`graph_precision`), query_graph_of (the graph whose
-        queries it encodes, `rag_cli.models.folder`; None for a main graph)}.
+        queries it encodes, `rag_cli.models.folder`; None for a main graph,
+        and for every file when not `embedder`: only embedders use one)}.
     """
     out = []
     paths = sorted(folder.rglob("*.onnx"))
-    queries_of = {query_graph_path(p): p for p in paths}
+    queries_of = {query_graph_path(p): p for p in paths} if embedder else {}
     for p in paths:
         rel = p.relative_to(folder)
         if any(part.startswith(".") for part in rel.parts):
@@ -252,7 +253,7 @@ def model_info(name_or_dir: str, precision: str = "int8") -> dict[str, Any]:
         inputs=graph["inputs"],
         outputs=graph["outputs"],
         fingerprint=folder.fingerprint,
-        onnx_files=onnx_files(folder.path),
+        onnx_files=onnx_files(folder.path, embedder=kind == "embedder"),
         bytes=_tree_bytes(folder.path),
         warnings=[warning] if warning else [],
     )
@@ -362,6 +363,7 @@ def probe_scores(folder: ModelFolder, threads: int | None = 1) -> list[dict[str,
         from rag_cli.models.encoder import BiEncoder
 
         enc = BiEncoder(folder, threads=threads)
+        enc.check_query_graph()
         for lang, p in PROBES.items():
             q = enc.encode_queries([p["query"]])[0]
             rel, irr = enc.encode_passages([p["relevant"], p["irrelevant"]])
@@ -384,7 +386,8 @@ def verify_model(name_or_dir: str, precision: str = "int8", threads: int | None 
     passage that answers it and one that does not; see `probe_scores`.
 
     Returns:
-        name, path, kind, onnx_file, precision (the file's), score
+        name, path, kind, onnx_file, query_onnx_file (the query graph the
+        queries ran on, or None), precision (the file's), score
         (`"cosine"` or `"logit"`), checks (`probe_scores`), ok (every check
         passed).
 
@@ -399,6 +402,8 @@ def verify_model(name_or_dir: str, precision: str = "int8", threads: int | None 
         "path": str(folder.path.resolve()),
         "kind": folder.kind,
         "onnx_file": str(folder.onnx_path.relative_to(folder.path)),
+        "query_onnx_file": (str(folder.query_onnx_path.relative_to(folder.path))
+                            if folder.query_onnx_path is not None else None),
         "precision": graph_summary(folder.onnx_path)["precision"],
         "score": "cosine" if folder.kind == "embedder" else "logit",
         "checks": checks,
@@ -446,7 +451,7 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
     Args:
         src_dir: a model folder with a float32 `model.onnx` or `onnx/model.onnx`.
         out_dir: None: add `model_quantized.onnx` beside the float32 graph in
-            `src_dir` (an atomic file write each, the query graph first). A
+            `src_dir` (an atomic file write each, the query graph last). A
             folder: write a complete int8 model folder there (every file of
             `src_dir` but its ONNX graphs, plus `model_quantized.onnx` at the
             float32 graph's place), built in a temporary folder and renamed
@@ -492,11 +497,13 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
         if not os.access((src / rel).parent, os.W_OK):
             raise BadInput(f"{(src / rel).parent}: the folder is not writable; "
                            "write the int8 model folder elsewhere with --out DIR")
+        # the int8 graph first: interrupted in between, the folder has an int8 graph without a
+        # query graph (queries then run on the int8 graph), never a query graph alone
+        with atomic.atomic_path(src / rel, suffix=".onnx") as tmp:
+            skipped = quantize_int8(ref.onnx_file, tmp, tokenizer)
         if query_rel is not None:
             with atomic.atomic_path(src / query_rel, suffix=".onnx") as tmp:
                 quantize_query_graph(ref.onnx_file, tmp)
-        with atomic.atomic_path(src / rel, suffix=".onnx") as tmp:
-            skipped = quantize_int8(ref.onnx_file, tmp, tokenizer)
         dest = src
     else:
         if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not _looks_like_model(out))):

@@ -19,7 +19,7 @@ measured on the text the generator reads (a single sentence rarely holds
 every term of a question; its window or parent does).
 
 Measured on sample_corpus (multilingual-e5-small, int8): the 8 answerable
-questions have cosine 0.86-0.92 and coverage 0.49-1.0; off-topic questions
+questions have cosine 0.86-0.93 and coverage 0.49-1.0; off-topic questions
 ("今天天气怎么样？", "hello", "?", "Who won the FIFA World Cup in 1998?")
 have cosine 0.76-0.84 and coverage 0.0-0.21. Only evidence at or above
 `min_score` is given to the generator; it keeps its number [n].

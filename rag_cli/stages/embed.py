@@ -227,8 +227,9 @@ def embed_chunks(project: Project, encoder, progress=None, *, batch_tokens: int 
     col = "embed_text" if "embed_text" in names else "text"
     folder = encoder.folder
     fingerprint = folder.fingerprint
+    encoder.check_query_graph()  # a broken query graph fails now, not at the first search
     dim = encoder.dim
-    cache = VectorCache(vector_cache_dir(project, fingerprint), dim)
+    cache = VectorCache(vector_cache_dir(project, folder.passage_fingerprint), dim)
 
     unreadable = None
     if project.embeddings_path.exists():
@@ -307,5 +308,5 @@ def embed_chunks(project: Project, encoder, progress=None, *, batch_tokens: int 
                    inputs={"chunks.parquet": sha256_file(project.chunks_path)},
                    outputs=["embeddings.parquet"], rows=len(shas), model_fingerprint=fingerprint,
                    n_embedded=n_embedded, n_truncated=n_truncated, seconds=round(seconds, 3),
-                   vector_cache=str(vector_cache_dir(project, fingerprint).relative_to(project.root)))
+                   vector_cache=str(vector_cache_dir(project, folder.passage_fingerprint).relative_to(project.root)))
     return summary

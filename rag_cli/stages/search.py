@@ -108,11 +108,20 @@ class Searcher:
     def encode_queries(self, queries: list[str]) -> np.ndarray:
         """(q, d) float32 bi-encoder vectors of `queries`; adds the number of
         queries cut to the model's max_length (tokens) to `n_queries_truncated`.
-        Raises BadInput when no embedder is loaded."""
+        Raises BadInput when no embedder is loaded, or when the vectors are
+        not of the index's size (a foreign query graph)."""
         if self.embedder is None:
             raise BadInput("dense search needs the embedder the index was built with")
         vectors = self.embedder.encode_queries(queries)
         self.n_queries_truncated += int(self.embedder.n_truncated)
+        if vectors.shape[1] != self.dense.params["dim"]:
+            folder = self.embedder.folder
+            graph = folder.query_onnx_path or folder.onnx_path
+            raise BadInput(
+                f"{graph} gives {vectors.shape[1]}-dimension query vectors but the index in {self.index_dir} "
+                f"holds {self.dense.params['dim']}-dimension vectors; the query graph must come from the "
+                "same model as the graph that embedded the chunks"
+            )
         return vectors
 
     def search(self, queries: list[str], *, mode: str = "hybrid", k: int = 10, candidates: int = 100,
