@@ -628,8 +628,8 @@ def quantize_int8(src: Path, dst: Path, tokenizer_json: Path | None = None,
     (:mod:`rag_cli.models.outliers`; ``rewrites`` default
     :data:`rag_cli.models.quantize.CALIBRATED`, the FFN outlier split): the
     down-projections are int8 too but for each FFN's 4 outlier channels.
-    multilingual-e5-small, first 1,000 SciFact documents on 2 cores: 7.52
-    passages/s against 6.81 without the split (float32 5.66); SciFact dense
+    multilingual-e5-small, first 1,000 SciFact documents on 2 cores: 7.49
+    passages/s against 6.67 without the split (float32 5.62); SciFact dense
     nDCG@10 with float32 queries (the query graph): split passages 0.6599,
     float32 passages 0.6606 (README "int8 and retrieval quality").
     """
