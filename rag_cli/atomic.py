@@ -61,6 +61,24 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     shutil.rmtree(old, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def atomic_named(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield `path`'s own name inside a temporary folder beside it, for a
+    writer that names companion files after its output (an ONNX graph over
+    2 GB writes `NAME.data` beside `NAME`). On success every file written
+    there moves into place, `path` last, each by an atomic rename; on failure
+    the folder is removed and `path` is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent) as tmp:
+        out = Path(tmp) / path.name
+        yield out
+        for f in sorted(Path(tmp).iterdir(), key=lambda p: p == out):  # the named file last
+            os.chmod(f, 0o666 & ~_umask())
+            os.replace(f, path.parent / f.name)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -577,3 +577,31 @@ def test_version_precision_case_and_quantize_names_dir(tiny_bi_encoder, tmp_path
     res = rag("models", "quantize", empty)
     assert res.exit_code == 2 and f"DIR '{empty}': the folder has no ONNX model" in res.stderr, res.stderr
     assert "--model" not in res.stderr.split("optimum-cli")[0]
+
+
+def test_quantize_in_place_keeps_external_data_names(tmp_path):
+    """A graph with its weights in an external-data file (how exports over 2 GB are saved): the
+    int8 graph and its query graph get data files named after their final names, nothing hidden."""
+    import onnx
+
+    from rag_cli.models.encoder import BiEncoder
+
+    from tiny_models import make_bi_encoder
+
+    folder = make_bi_encoder(tmp_path / "m", dim=512)  # weights large enough for onnx to store them outside
+    model = onnx.load(str(folder / "model.onnx"))
+    onnx.save_model(model, str(folder / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="model.onnx_data", size_threshold=1024)
+    assert (folder / "model.onnx_data").is_file()
+    res = rag_json("models", "quantize", folder)
+    names = listing(folder)
+    assert not [n for n in names if n.startswith(".")] and not [p for p in folder.iterdir() if p.name.startswith(".")]
+    assert {"model_quantized.onnx", "model_quantized_query.onnx"} <= names
+    data = sorted(n for n in names - {"model.onnx_data"} if not n.endswith((".onnx", ".json")))
+    assert data and all(n.startswith(("model_quantized.onnx", "model_quantized_query.onnx")) for n in data), names
+    assert res["bytes_int8"] > (folder / "model_quantized.onnx").stat().st_size  # the data file counted
+    enc = BiEncoder(ModelFolder.load(folder, onnx_file="model_quantized.onnx"), threads=1)
+    assert enc.folder.query_onnx_path == folder / "model_quantized_query.onnx"
+    fp32 = BiEncoder(ModelFolder.load(folder), threads=1).encode(TEXTS)
+    assert (fp32 * enc.encode_queries(TEXTS)).sum(1).min() > 0.9999
+    assert (fp32 * enc.encode_passages(TEXTS)).sum(1).min() > 0.99

@@ -499,10 +499,10 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
                            "write the int8 model folder elsewhere with --out DIR")
         # the int8 graph first: interrupted in between, the folder has an int8 graph without a
         # query graph (queries then run on the int8 graph), never a query graph alone
-        with atomic.atomic_path(src / rel, suffix=".onnx") as tmp:
+        with atomic.atomic_named(src / rel) as tmp:
             skipped = quantize_int8(ref.onnx_file, tmp, tokenizer)
         if query_rel is not None:
-            with atomic.atomic_path(src / query_rel, suffix=".onnx") as tmp:
+            with atomic.atomic_named(src / query_rel) as tmp:
                 quantize_query_graph(ref.onnx_file, tmp)
         dest = src
     else:
