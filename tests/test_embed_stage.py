@@ -181,12 +181,21 @@ def test_query_graph_is_checked_before_embedding_and_does_not_key_the_cache(proj
     summary = embed_chunks(project, BiEncoder(with_query, threads=1), **SMALL)
     assert summary["fingerprint"] == with_query.fingerprint != with_query.passage_fingerprint
     assert vector_cache_dir(project, with_query.passage_fingerprint).is_dir()
-    # without it the model is another one (search would refuse the index), but no passage is embedded again
+    # without it the model is another one (search refuses the index, saying why), but no passage is embedded again
+    build_index(project, DEFAULT_CONFIG["index"], threads=1)
     (folder / "model_query.onnx").unlink()
+    with pytest.raises(BadInput, match=r"only the query graph differs: the folder no longer has the query graph .*"
+                                       r"Rerun `rag embed` \(it reuses every cached vector\) and `rag index`"):
+        Searcher.open(project, BiEncoder(ModelFolder.load(folder), threads=1))
     alone = ModelFolder.load(folder)
     assert alone.fingerprint == alone.passage_fingerprint == with_query.passage_fingerprint
     summary = embed_chunks(project, BiEncoder(alone, threads=1), **SMALL)
     assert summary["n_embedded"] == 0 and summary["n_reused"] == summary["n_chunks"] > 0
+    build_index(project, DEFAULT_CONFIG["index"], threads=1)
+    shutil.copy(folder / "model.onnx", folder / "model_query.onnx")  # and back: a query graph the index lacks
+    with pytest.raises(BadInput, match=r"only the query graph differs: the folder now has .*model_query\.onnx"):
+        Searcher.open(project, BiEncoder(ModelFolder.load(folder), threads=1))
+    (folder / "model_query.onnx").unlink()
 
     # a foreign query graph that got past the checks: dense search says so instead of reading past the vectors
     build_index(project, DEFAULT_CONFIG["index"], threads=1)

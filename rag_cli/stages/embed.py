@@ -56,6 +56,7 @@ class Embeddings:
     fingerprint: str
     model_name: str
     dim: int
+    passage_fingerprint: str = ""  # the model's fingerprint without its query graph (`ModelFolder.passage_fingerprint`)
 
 
 def read_embeddings(path: Path) -> Embeddings:
@@ -68,7 +69,7 @@ def read_embeddings(path: Path) -> Embeddings:
     vectors = _to_matrix(table.column("vector"), dim) if dim else np.zeros((0, 0), np.float32)
     sha = table.column("text_sha256").to_pylist() if "text_sha256" in table.column_names else [""] * table.num_rows
     return Embeddings(table.column("chunk_id").to_pylist(), sha, vectors, meta["model_fingerprint"],
-                      meta.get("model_name", ""), dim)
+                      meta.get("model_name", ""), dim, meta.get("passage_fingerprint", meta["model_fingerprint"]))
 
 
 def embeddings_schema(fingerprint: str, model_name: str, dim: int, extra_meta: dict | None = None) -> pa.Schema:
@@ -287,7 +288,7 @@ def embed_chunks(project: Project, encoder, progress=None, *, batch_tokens: int 
             flush()
             n_truncated += int(encoder.n_truncated)
 
-    schema = embeddings_schema(fingerprint, folder.name, dim)
+    schema = embeddings_schema(fingerprint, folder.name, dim, {"passage_fingerprint": folder.passage_fingerprint})
     with atomic.atomic_path(project.embeddings_path) as tmp:
         with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
             row = 0

@@ -58,6 +58,7 @@ def build_index(project: Project, params: dict, threads: int = 0) -> dict:
 
     meta = {
         "model_fingerprint": emb.fingerprint,
+        "passage_fingerprint": emb.passage_fingerprint,
         "model_name": emb.model_name,
         "dim": int(vectors.shape[1]) if len(vectors) else emb.dim,
         "n_chunks": len(chunk_ids),

@@ -77,9 +77,18 @@ class Searcher:
             raise BadInput(f"{folder} cannot be read ({type(exc).__name__}: {exc}); "
                            "rebuild it with `rag index`") from exc
         if embedder is not None and embedder.folder.fingerprint != meta["model_fingerprint"]:
+            model = embedder.folder
+            if meta.get("passage_fingerprint") == model.passage_fingerprint:  # the same graph, another query graph
+                query = model.query_onnx_path
+                what = (f"only the query graph differs: the folder now has {query}" if query is not None else
+                        "only the query graph differs: the folder no longer has the query graph the index was "
+                        f"built with, beside {model.onnx_path}")
+                raise BadInput(f"the index in {folder} was built with model {meta['model_fingerprint']} but the "
+                               f"embedder is {model.fingerprint}; {what}. Rerun `rag embed` (it reuses every cached "
+                               "vector) and `rag index`")
             raise BadInput(
                 f"the index in {folder} was built with model {meta['model_fingerprint']} but the "
-                f"embedder is {embedder.folder.fingerprint}; set model.embedder and model.precision in rag.toml back to the ones the index was built with, "
+                f"embedder is {model.fingerprint}; set model.embedder and model.precision in rag.toml back to the ones the index was built with, "
                 "or rerun `rag embed` and `rag index`"
             )
         s = cls(folder, meta, chunks, dense, sparse, embedder)
