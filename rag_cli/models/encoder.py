@@ -130,12 +130,13 @@ class BiEncoder(OnnxTextModel):
                                       self.parallel_batches)
         return self._queries
 
-    def check_query_graph(self) -> None:
+    def check_query_graph(self, keep: bool = False) -> None:
         """Load the folder's query graph, if it has one, and check that it
         gives vectors of this graph's size, so that a damaged or foreign
         query graph fails before a long `rag embed` rather than at search
         time. Encodes one probe text with each graph; frees the query
-        graph's session afterwards.
+        graph's session afterwards unless `keep` (the caller encodes
+        queries next).
 
         Raises:
             BadInput: the query graph cannot be loaded or run, or its
@@ -146,7 +147,8 @@ class BiEncoder(OnnxTextModel):
         try:
             d_query = self.query_encoder.encode(["probe"], self.folder.query_prefix).shape[1]
         finally:
-            self._queries = None
+            if not keep:
+                self._queries = None
         d = self.encode(["probe"], self.folder.passage_prefix).shape[1]
         if d_query != d:
             q = self.folder.query_onnx_path

@@ -154,6 +154,11 @@ def onnx_files(folder: Path, embedder: bool = True) -> list[dict[str, Any]]:
     return out
 
 
+def _query_file(folder: ModelFolder) -> str | None:
+    """The folder's query graph relative to it, or None."""
+    return str(folder.query_onnx_path.relative_to(folder.path)) if folder.query_onnx_path is not None else None
+
+
 def _available_precisions(folder: Path) -> list[str]:
     """Which of `--precision int8|fp32` the folder has its own file for (by file name)."""
     return [p for p in defaults.PRECISIONS if any((folder / n).is_file() for n in defaults.ONNX_CANDIDATES[p])]
@@ -246,8 +251,7 @@ def model_info(name_or_dir: str, precision: str = "int8") -> dict[str, Any]:
         info.update(n_logits=int(last) if isinstance(last, int) else None)
     info.update(
         onnx_file=str(folder.onnx_path.relative_to(folder.path)),
-        query_onnx_file=(str(folder.query_onnx_path.relative_to(folder.path))
-                         if folder.query_onnx_path is not None else None),
+        query_onnx_file=_query_file(folder),
         precision=graph["precision"],
         int8_ops=graph["int8_ops"],
         inputs=graph["inputs"],
@@ -363,7 +367,7 @@ def probe_scores(folder: ModelFolder, threads: int | None = 1) -> list[dict[str,
         from rag_cli.models.encoder import BiEncoder
 
         enc = BiEncoder(folder, threads=threads)
-        enc.check_query_graph()
+        enc.check_query_graph(keep=True)
         for lang, p in PROBES.items():
             q = enc.encode_queries([p["query"]])[0]
             rel, irr = enc.encode_passages([p["relevant"], p["irrelevant"]])
@@ -402,8 +406,7 @@ def verify_model(name_or_dir: str, precision: str = "int8", threads: int | None 
         "path": str(folder.path.resolve()),
         "kind": folder.kind,
         "onnx_file": str(folder.onnx_path.relative_to(folder.path)),
-        "query_onnx_file": (str(folder.query_onnx_path.relative_to(folder.path))
-                            if folder.query_onnx_path is not None else None),
+        "query_onnx_file": _query_file(folder),
         "precision": graph_summary(folder.onnx_path)["precision"],
         "score": "cosine" if folder.kind == "embedder" else "logit",
         "checks": checks,

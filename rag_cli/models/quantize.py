@@ -113,19 +113,12 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike,
         ValueError: a rewrite not in :data:`REWRITES`.
         onnx / onnxruntime errors if ``src`` is not a readable ONNX graph.
     """
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
     if isinstance(rewrites, str):
         rewrites = (rewrites,)
     unknown = set(rewrites) - set(REWRITES)
     if unknown:
         raise ValueError(f"rewrites {sorted(unknown)}: known ones are {', '.join(REWRITES)}")
-    src, dst = Path(src), Path(dst)
-    model = onnx.load(str(src), load_external_data=False)
-    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
-    if external:
-        onnx.load_external_data_for_model(model, str(src.parent))
+    model, external = _load_graph(src)
     skip = float_matmuls(model)
     inputs = {i.name for i in model.graph.input}
     if (tokenizer_json is not None and rewrites and not external and outliers.find_ffns(model)
@@ -137,22 +130,8 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike,
             kept = outliers.split_ffn_outliers(model, calib)
             # the split FFN down-projections no longer match is_ffn_down: their bulk part is quantised
             skip = kept + [n for n in float_matmuls(model) if n not in kept]
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # quiet "consider pre-processing" advice on stderr
-    try:
-        kwargs = {"use_external_data_format": True} if external else {}
-        # a ModelProto, not a path: given a path, quantize_dynamic writes "<src>-inferred.onnx"
-        # beside the source (which may be read-only, or another folder than dst)
-        quantize_dynamic(
-            model, dst, op_types_to_quantize=list(QUANTIZED_OPS), per_channel=True,
-            reduce_range=True, weight_type=QuantType.QInt8, nodes_to_exclude=skip,
-            # fused com.microsoft nodes (Attention, SkipLayerNormalization) have
-            # no ONNX type inference; their outputs are float32
-            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT}, **kwargs,
-        )
-    finally:
-        root.setLevel(level)
+    _quantize_dynamic(model, dst, external, op_types_to_quantize=list(QUANTIZED_OPS), per_channel=True,
+                      reduce_range=True, nodes_to_exclude=skip)
     return skip
 
 
@@ -178,22 +157,39 @@ def quantize_query_graph(src: str | os.PathLike, dst: str | os.PathLike) -> None
     Raises:
         onnx / onnxruntime errors if ``src`` is not a readable ONNX graph.
     """
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    model, external = _load_graph(src)
+    _quantize_dynamic(model, dst, external, op_types_to_quantize=["Gather"], per_channel=False)
 
-    src, dst = Path(src), Path(dst)
+
+def _load_graph(src: str | os.PathLike):
+    """(onnx.ModelProto with its weights, whether they came from an external-data file)."""
+    import onnx
+
     model = onnx.load(str(src), load_external_data=False)
     external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
     if external:
-        onnx.load_external_data_for_model(model, str(src.parent))
+        onnx.load_external_data_for_model(model, str(Path(src).parent))
+    return model, external
+
+
+def _quantize_dynamic(model, dst: str | os.PathLike, external: bool, **options) -> None:
+    """onnxruntime ``quantize_dynamic`` of ``model`` into ``dst`` with int8 weights and ``options``;
+    external data written beside ``dst`` when the source had it."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
     root = logging.getLogger()
     level = root.level
-    root.setLevel(logging.ERROR)
+    root.setLevel(logging.ERROR)  # quiet "consider pre-processing" advice on stderr
     try:
+        # a ModelProto, not a path: given a path, quantize_dynamic writes "<src>-inferred.onnx"
+        # beside the source (which may be read-only, or another folder than dst)
         quantize_dynamic(
-            model, dst, op_types_to_quantize=["Gather"], per_channel=False, weight_type=QuantType.QInt8,
+            model, Path(dst), weight_type=QuantType.QInt8,
+            # fused com.microsoft nodes (Attention, SkipLayerNormalization) have
+            # no ONNX type inference; their outputs are float32
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-            **({"use_external_data_format": True} if external else {}),
+            **({"use_external_data_format": True} if external else {}), **options,
         )
     finally:
         root.setLevel(level)

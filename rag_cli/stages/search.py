@@ -78,19 +78,17 @@ class Searcher:
                            "rebuild it with `rag index`") from exc
         if embedder is not None and embedder.folder.fingerprint != meta["model_fingerprint"]:
             model = embedder.folder
-            if meta.get("passage_fingerprint") == model.passage_fingerprint:  # the same graph, another query graph
-                query = model.query_onnx_path
-                what = (f"only the query graph differs: the folder now has {query}" if query is not None else
-                        "only the query graph differs: the folder no longer has the query graph the index was "
-                        f"built with, beside {model.onnx_path}")
-                raise BadInput(f"the index in {folder} was built with model {meta['model_fingerprint']} but the "
-                               f"embedder is {model.fingerprint}; {what}. Rerun `rag embed` (it reuses every cached "
-                               "vector) and `rag index`")
-            raise BadInput(
-                f"the index in {folder} was built with model {meta['model_fingerprint']} but the "
-                f"embedder is {model.fingerprint}; set model.embedder and model.precision in rag.toml back to the ones the index was built with, "
-                "or rerun `rag embed` and `rag index`"
-            )
+            if meta.get("passage_fingerprint") != model.passage_fingerprint:
+                what = ("set model.embedder and model.precision in rag.toml back to the ones the index was built "
+                        "with, or rerun `rag embed` and `rag index`")
+            else:  # the same graph, another query graph
+                what = ("only the query graph differs: "
+                        + (f"the folder now has {model.query_onnx_path}" if model.query_onnx_path is not None else
+                           f"the folder no longer has the query graph the index was built with, beside "
+                           f"{model.onnx_path}")
+                        + ". Rerun `rag embed` (it reuses every cached vector) and `rag index`")
+            raise BadInput(f"the index in {folder} was built with model {meta['model_fingerprint']} but the "
+                           f"embedder is {model.fingerprint}; {what}")
         s = cls(folder, meta, chunks, dense, sparse, embedder)
         s._chunk_ids = chunks.column("chunk_id").to_pylist()
         s._doc_ids = chunks.column("doc_id").to_pylist()
