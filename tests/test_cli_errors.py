@@ -89,6 +89,16 @@ def test_empty_folder(project, tmp_path):
     assert_bad_input(["chunk", empty, "-p", project], project, empty)
 
 
+def test_corpus_without_text_stops_at_index(tmp_path, tiny_bi_encoder):
+    corpus = tmp_path / "empty.jsonl"
+    corpus.write_text('{"_id": "a", "title": "t", "text": ""}\n', encoding="utf-8")  # a title, no text: no chunk
+    p = tmp_path / "p"
+    for args in (("chunk", corpus, "--model", tiny_bi_encoder), ("embed",)):
+        res = rag(*args, "-p", p)
+        assert res.exit_code == 0, (args, res.stderr)
+    assert_bad_input(["index", "-p", p], p, "chunks.parquet has no chunks", "rag chunk")
+
+
 def test_overlap_not_smaller_than_size(project):
     msg = assert_bad_input(["chunk", SAMPLE_DOCS, "--size", 64, "--overlap", 64, "-p", project], project,
                            "--overlap 64", "--size 64")

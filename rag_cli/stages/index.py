@@ -42,6 +42,9 @@ def build_index(project: Project, params: dict, threads: int = 0) -> dict:
     cols = [c for c in INDEX_COLUMNS if c in chunks.column_names]
     chunks = chunks.select(cols)
     chunk_ids = chunks.column("chunk_id").to_pylist()
+    if not chunk_ids:
+        raise BadInput(f"{project.chunks_path} has no chunks (its documents have no text); "
+                       "run `rag chunk` on documents with text")
     row_of = {cid: i for i, cid in enumerate(emb.chunk_ids)}
     missing = [cid for cid in chunk_ids if cid not in row_of]
     if missing:
