@@ -1,0 +1,54 @@
+"""Load the configured models: the bi-encoder and the cross-encoder of a `[model]` config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rag_cli.errors import BadInput
+
+
+def load_embedder(model_cfg: dict):
+    """The `[model]` config's bi-encoder as a `BiEncoder` (a default is converted on first use),
+    on the config's execution provider (`provider`: cpu, cuda, coreml).
+
+    `model_cfg` is a mapping with embedder, precision, threads, provider.
+    Raises BadInput for a bad precision or provider, or a missing model.
+    """
+    from rag_cli.models.defaults import resolve_model
+    from rag_cli.models.encoder import BiEncoder
+    from rag_cli.models.folder import ModelFolder
+    from rag_cli.models.onnx_runtime import execution_providers
+
+    providers = execution_providers(model_cfg.get("provider") or "cpu")
+    if model_cfg.get("precision") not in ("int8", "fp32"):
+        raise BadInput(f"--precision {model_cfg.get('precision')!r}: use int8 or fp32")
+    ref = resolve_model(str(model_cfg["embedder"]), precision=model_cfg["precision"])
+    folder = ModelFolder.load(ref.folder, onnx_file=ref.onnx_file)
+    return BiEncoder(folder, threads=model_cfg.get("threads") or None, providers=providers)
+
+
+def load_cross_encoder(name_or_dir: str, threads: int = 0, provider: str = "cpu"):
+    """A cross-encoder model folder, or the Hugging Face id of one fetched by
+    `rag models pull`, as a `CrossEncoder` on `provider` (cpu, cuda, coreml).
+
+    Raises BadInput for a missing folder or a provider onnxruntime lacks.
+    """
+    from rag_cli.models.cross_encoder import CrossEncoder
+    from rag_cli.models.defaults import pulled_model_dir
+    from rag_cli.models.folder import ModelFolder
+    from rag_cli.models.onnx_runtime import execution_providers
+
+    providers = execution_providers(provider)
+    pulled = None if Path(name_or_dir).expanduser().is_dir() else pulled_model_dir(str(name_or_dir))
+    folder = ModelFolder.load(pulled or name_or_dir)
+    return CrossEncoder(folder, threads=threads or None, providers=providers)
+
+
+def load_embedder_tokenizer(model_cfg: dict):
+    """The `tokenizers.Tokenizer` of the configured bi-encoder (chunk sizes in
+    tokens are in its tokens), without loading any ONNX session."""
+    from rag_cli.models.defaults import resolve_model
+    from rag_cli.models.tokens import load_tokenizer
+
+    ref = resolve_model(str(model_cfg["embedder"]), precision=model_cfg["precision"])
+    return load_tokenizer(ref.folder)
