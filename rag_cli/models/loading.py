@@ -51,4 +51,4 @@ def load_embedder_tokenizer(model_cfg: dict):
     from rag_cli.models.tokens import load_tokenizer
 
     ref = resolve_model(str(model_cfg["embedder"]), precision=model_cfg["precision"])
-    return load_tokenizer(ref.folder)
+    return load_tokenizer(Path(ref.folder) / "tokenizer.json")
