@@ -1,5 +1,5 @@
-"""The `rag` command: thin typer commands that parse flags, call the stage
-functions in `rag_cli.stages`, and render the result.
+"""The `rag` command: thin typer commands that parse flags, make one call to
+the library (`rag_cli.project.Project`), and render the result.
 
 Exit codes: 0 success, 1 the work failed, 2 bad usage or bad input.
 Heavy imports happen inside the commands, so `rag --help` is instant.
@@ -7,6 +7,7 @@ Heavy imports happen inside the commands, so `rag --help` is instant.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -100,40 +101,36 @@ def _emit_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
 
 
-def _progress(quiet: bool, description: str):
-    """A rich progress bar on stderr, only on a terminal; returns (context, callback(done, total))."""
-    import contextlib
+def _note(message: str) -> None:
+    """A plain message on stderr (printed verbatim: no markup, no highlighting)."""
+    _stderr().print(message, highlight=False, markup=False)
 
+
+def _warn(message: str) -> None:
+    """A message on stderr in yellow (printed verbatim)."""
+    from rich.text import Text
+
+    _stderr().print(Text(message, style="yellow"))
+
+
+@contextlib.contextmanager
+def _progress(quiet: bool):
+    """Yield the library's progress callback (task, done, total), rendered as
+    a rich progress bar on stderr, or None when quiet or stderr is not a terminal."""
     if quiet or not sys.stderr.isatty():
-        return contextlib.nullcontext(), None
+        yield None
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    progress = Progress(TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                        console=_stderr(), transient=True)
-    task = progress.add_task(description, total=None)
+    tasks: dict[str, int] = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=_stderr(), transient=True) as bar:
+        def update(task: str, done: int, total: int | None) -> None:
+            if task not in tasks:
+                tasks[task] = bar.add_task(task, total=total)
+            bar.update(tasks[task], completed=done, total=total)
 
-    def update(done: int, total: int) -> None:
-        progress.update(task, completed=done, total=total)
-
-    return progress, update
-
-
-def _model_flags(model, precision, threads, provider=None) -> dict:
-    """The `[model]` overrides given as flags (None = not given); a model folder as its absolute path."""
-    from rag_cli.models.defaults import model_setting
-
-    return {"embedder": model_setting(model) if model else None, "precision": precision, "threads": threads,
-            "provider": provider}
-
-
-def _one_of(a_flag: str, a, b_flag: str, b) -> None:
-    """BadInput unless exactly one of two alternative inputs is given (the message says which case)."""
-    from rag_cli.errors import BadInput
-
-    if a is None and b is None:
-        raise BadInput(f"give {a_flag} or {b_flag}; neither was given")
-    if a is not None and b is not None:
-        raise BadInput(f"give either {a_flag} or {b_flag}, not both")
+        yield update
 
 
 # --------------------------------------------------------------------------- init
@@ -151,15 +148,12 @@ def init(
     from rag_cli.project import Project
 
     p = Project.open(directory or project)
-    existed = p.config_path.exists()
-    cfg = p.load_config()
-    if not existed:
-        p.save_config(cfg)
+    cfg, created = p.init()
     if json_out:
-        _emit_json({"project": str(p.root), "config": cfg, "created": not existed})
+        _emit_json({"project": str(p.root), "config": cfg.to_dict(), "created": created})
     else:
-        state = "kept (already there)" if existed else "written with the defaults"
-        _stdout().print(f"{p.config_path}: {state}", highlight=False)
+        state = "written with the defaults" if created else "kept (already there)"
+        _stdout().print(f"{p.config_path}: {state}", highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------------- chunk
@@ -183,35 +177,28 @@ def chunk(
 ):
     """Load documents and split them into chunks: docs.parquet, chunks.parquet."""
     from rag_cli.project import Project
-    from rag_cli.stages.chunk import chunk_sources
 
     p = Project.open(project)
-    cfg = p.config("chunk", {"strategy": strategy, "size": size, "overlap": overlap, "unit": unit,
-                             "context_sentences": context_sentences, "parent_size": parent_size,
-                             "breakpoint_percentile": breakpoint_percentile})
-    mflags = _model_flags(model, precision, None)
-    mcfg = p.config("model", mflags)
-    summary = chunk_sources(p, sources, fmt=fmt, params=cfg, model_cfg=mcfg)  # locks only to write
-    with p.lock():
-        p.config("chunk", cfg, save=True)
-        p.config("model", mflags, save=True)
+    with _progress(quiet or json_out) as progress:
+        summary = p.chunk(sources, format=fmt, strategy=strategy, size=size, overlap=overlap, unit=unit,
+                          context_sentences=context_sentences, parent_size=parent_size,
+                          breakpoint_percentile=breakpoint_percentile, model=model, precision=precision,
+                          progress=progress)
     if json_out:
-        _emit_json(summary)
-    elif not quiet:
-        err = _stderr()
-        parents = f" (+ {summary['n_parents']} parents -> {p.parents_path})" if summary["n_parents"] else ""
-        err.print(
-            f"{summary['n_docs']} documents -> {summary['n_chunks']} chunks{parents} "
-            f"({cfg['strategy']}, size {cfg['size']}, overlap {cfg['overlap']} {cfg['unit']}) "
-            f"in {summary['seconds']:.1f}s -> {p.chunks_path}",
-            highlight=False,
-        )
-        if summary["n_oversized"]:
-            err.print(f"{summary['n_oversized']} chunk(s) exceed the size: each is one unbreakable unit", highlight=False)
-        for s in summary["skipped"][:20]:
-            err.print(f"skipped {s['path']}: {s['reason']}", highlight=False)
-        if len(summary["skipped"]) > 20:
-            err.print(f"... and {len(summary['skipped']) - 20} more skipped", highlight=False)
+        return _emit_json(summary)
+    if quiet:
+        return
+    cfg = p.config.chunk
+    parents = f" (+ {summary['n_parents']} parents -> {p.parents_path})" if summary["n_parents"] else ""
+    _note(f"{summary['n_docs']} documents -> {summary['n_chunks']} chunks{parents} "
+          f"({cfg.strategy}, size {cfg.size}, overlap {cfg.overlap} {cfg.unit}) "
+          f"in {summary['seconds']:.1f}s -> {p.chunks_path}")
+    if summary["n_oversized"]:
+        _note(f"{summary['n_oversized']} chunk(s) exceed the size: each is one unbreakable unit")
+    for s in summary["skipped"][:20]:
+        _note(f"skipped {s['path']}: {s['reason']}")
+    if len(summary["skipped"]) > 20:
+        _note(f"... and {len(summary['skipped']) - 20} more skipped")
 
 
 # --------------------------------------------------------------------------- embed
@@ -227,38 +214,22 @@ def embed(
     quiet: QuietOpt = False,
 ):
     """Embed chunks.parquet with an ONNX bi-encoder: embeddings.parquet (only new or changed chunks)."""
-    from rich.markup import escape
-
     from rag_cli.project import Project
-    from rag_cli.stages.embed import embed_chunks
-    from rag_cli.stages.models import load_embedder
 
     p = Project.open(project)
-    p.require(p.chunks_path, "chunk")
-    mflags = _model_flags(model, precision, threads, provider)
-    encoder = load_embedder(p.config("model", mflags))  # checks every flag before rag.toml records it
-    ctx, update = _progress(quiet or json_out, "embedding")
-    with p.lock(), ctx:
-        summary = embed_chunks(p, encoder, progress=update)
-        p.config("model", mflags, save=True)
+    with _progress(quiet or json_out) as progress:
+        summary = p.embed(model=model, precision=precision, threads=threads, provider=provider, progress=progress)
     if json_out:
-        _emit_json(summary)
-    elif not quiet:
-        err = _stderr()
-        if summary["rebuilt_unreadable"]:
-            err.print(f"[yellow]the old embeddings could not be read and were rebuilt: "
-                      f"{escape(summary['rebuilt_unreadable'])}[/]", highlight=False)
-        err.print(
-            f"{summary['n_embedded']} chunks embedded, {summary['n_reused']} reused, in {summary['seconds']:.1f}s "
-            f"with {encoder.folder.name} ({summary['fingerprint']}) -> {p.embeddings_path}",
-            highlight=False,
-        )
-        if summary["n_truncated"]:
-            err.print(
-                f"[yellow]{summary['n_truncated']} chunk(s) are longer than the model's max_length "
-                f"({summary['max_length']} tokens) and were truncated: use a smaller --size[/]",
-                highlight=False,
-            )
+        return _emit_json({k: v for k, v in summary.items() if k != "model"})
+    if quiet:
+        return
+    if summary["rebuilt_unreadable"]:
+        _warn(f"the old embeddings could not be read and were rebuilt: {summary['rebuilt_unreadable']}")
+    _note(f"{summary['n_embedded']} chunks embedded, {summary['n_reused']} reused, in {summary['seconds']:.1f}s "
+          f"with {summary['model']} ({summary['fingerprint']}) -> {p.embeddings_path}")
+    if summary["n_truncated"]:
+        _warn(f"{summary['n_truncated']} chunk(s) are longer than the model's max_length "
+              f"({summary['max_length']} tokens) and were truncated: use a smaller --size")
 
 
 # --------------------------------------------------------------------------- index
@@ -277,21 +248,15 @@ def index(
 ):
     """Build index/: hnswlib (cosine) over the embeddings and bm25s over the chunk texts."""
     from rag_cli.project import Project
-    from rag_cli.stages.index import build_index
 
     p = Project.open(project)
-    params = p.config("index", {"hnsw_m": hnsw_m, "hnsw_ef_construction": ef_construction, "hnsw_ef": ef,
-                                "bm25_k1": k1, "bm25_b": b, "bm25_method": bm25_method})
-    p.require(p.chunks_path, "chunk")  # before the lock, which would create the folder
-    p.require(p.embeddings_path, "embed")
-    with p.lock():
-        summary = build_index(p, params, threads=p.load_config()["model"]["threads"])
-        p.config("index", params, save=True)
+    with _progress(quiet or json_out) as progress:
+        summary = p.index(hnsw_m=hnsw_m, hnsw_ef_construction=ef_construction, hnsw_ef=ef, bm25_k1=k1, bm25_b=b,
+                          bm25_method=bm25_method, progress=progress)
     if json_out:
         _emit_json(summary)
     elif not quiet:
-        _stderr().print(f"indexed {summary['n_chunks']} chunks (dim {summary['dim']}) in {summary['seconds']:.1f}s -> {p.index_dir}",
-                        highlight=False)
+        _note(f"indexed {summary['n_chunks']} chunks (dim {summary['dim']}) in {summary['seconds']:.1f}s -> {p.index_dir}")
 
 
 # --------------------------------------------------------------------------- search
@@ -313,60 +278,43 @@ def search(
     quiet: QuietOpt = False,
 ):
     """Search the index: one query prints a table (or --json); --queries writes a run."""
-    from rag_cli.project import check_name
-    from rag_cli.stages.search import run_queries, search_one
+    from rag_cli.project import Project, check_name, one_of
 
-    _one_of("a QUERY argument", query, "--queries FILE", queries)
+    one_of("a QUERY argument", query, "--queries FILE", queries)
     check_name(name)
-    p, s, cfg, mask = _open_searcher(project, mode, k, filter_, rrf_k=rrf_k, candidates=candidates)
-    if query is not None:
-        hits = search_one(s, query, cfg, mask)
-        rows = [_hit_json(s, h) for h in hits]
-        _report_queries_truncated(s, quiet)
-        if json_out:
-            _emit_json({"query": query, "mode": cfg["mode"], "results": rows,
-                        "n_queries_truncated": s.n_queries_truncated})
-        else:
-            _print_hits(query, cfg["mode"], rows)
-        return
-    path = run_queries(p, s, queries, cfg, mask, name=name, fmt=fmt, output=output)
-    _report_queries_truncated(s, quiet)
-    if json_out:
-        _emit_json({"run": str(path), "mode": cfg["mode"], "k": cfg["k"], "n_queries_truncated": s.n_queries_truncated})
-    elif not quiet:
-        _stderr().print(f"run written: {path}", highlight=False)
-
-
-def _open_searcher(project, mode, k, filter_, *, rrf_k=None, candidates=None):
-    from rag_cli.project import Project
-    from rag_cli.stages.models import load_embedder
-    from rag_cli.stages.search import Searcher
-
     p = Project.open(project)
-    cfg = p.config("search", {"mode": mode, "k": k, "rrf_k": rrf_k, "candidates": candidates})
-    if cfg["mode"] not in ("dense", "sparse", "hybrid"):
-        from rag_cli.errors import BadInput
+    opts = {"mode": mode, "k": k, "filter": filter_, "rrf_k": rrf_k, "candidates": candidates}
+    if query is not None:
+        res = p.search(query, **opts)
+        rows = [_hit_json(h) for h in res.hits]
+        _report_queries_truncated(res.n_queries_truncated, res.max_length, quiet)
+        if json_out:
+            _emit_json({"query": query, "mode": res.mode, "results": rows,
+                        "n_queries_truncated": res.n_queries_truncated})
+        else:
+            _print_hits(query, res.mode, rows)
+        return
+    with _progress(quiet or json_out) as progress:
+        path = p.search_queries(queries, **opts, name=name, format=fmt, output=output, progress=progress)
+    _report_queries_truncated(p.last_n_queries_truncated, p.last_max_length, quiet)
+    if json_out:
+        cfg = p.config.search
+        _emit_json({"run": str(path), "mode": mode or cfg.mode, "k": k or cfg.k,
+                    "n_queries_truncated": p.last_n_queries_truncated})
+    elif not quiet:
+        _note(f"run written: {path}")
 
-        raise BadInput(f"--mode {cfg['mode']!r} is unknown; use one of dense, sparse, hybrid")
-    Searcher.require(p)
-    embedder = None
-    if cfg["mode"] != "sparse":
-        embedder = load_embedder(p.load_config()["model"])
-    s = Searcher.open(p, embedder)
-    return p, s, cfg, s.mask(filter_)
 
-
-def _report_queries_truncated(s, quiet: bool) -> None:
+def _report_queries_truncated(n: int, max_length: int | None, quiet: bool) -> None:
     """Say on stderr how many queries the bi-encoder cut to its max_length (never cut silently)."""
-    if s.n_queries_truncated and not quiet:
-        _stderr().print(f"[yellow]{s.n_queries_truncated} quer{'y was' if s.n_queries_truncated == 1 else 'ies were'} "
-                        f"longer than the bi-encoder's max_length ({s.embedder.folder.max_length} tokens) "
-                        "and cut before encoding; only the first tokens were searched[/]", highlight=False)
+    if n and not quiet:
+        _warn(f"{n} quer{'y was' if n == 1 else 'ies were'} longer than the bi-encoder's max_length "
+              f"({max_length} tokens) and cut before encoding; only the first tokens were searched")
 
 
-def _hit_json(s, h) -> dict:
+def _hit_json(h) -> dict:
     return {"rank": h.rank, "chunk_id": h.chunk_id, "doc_id": h.doc_id, "score": round(h.score, 6),
-            "stage": h.stage, "text": s.text(h.row)}
+            "stage": h.stage, "text": h.text}
 
 
 def _print_hits(query: str, mode: str, rows: list[dict]) -> None:
@@ -382,7 +330,7 @@ def _print_hits(query: str, mode: str, rows: list[dict]) -> None:
         table.add_row(str(r["rank"]), f"{r['score']:.4f}", r["chunk_id"], text[:200] + ("…" if len(text) > 200 else ""))
     _stdout().print(table)
     if not rows:
-        _stderr().print("no results", highlight=False)
+        _note("no results")
 
 
 # --------------------------------------------------------------------------- rerank
@@ -403,62 +351,35 @@ def rerank(
     quiet: QuietOpt = False,
 ):
     """Rescore the top-N of a search with an ONNX cross-encoder (raw logits, higher is better)."""
-    from rag_cli.errors import BadInput
-    from rag_cli.models.defaults import model_setting
-    from rag_cli.project import Project, check_flag, check_name, file_stem
-    from rag_cli.runs import read_run, write_run
-    from rag_cli.stages.models import load_cross_encoder
-    from rag_cli.stages.rerank import chunk_texts, rerank_rows
+    from rag_cli.project import Project, check_name, one_of
 
-    _one_of("a QUERY argument", query, "--run FILE", run)
+    one_of("a QUERY argument", query, "--run FILE", run)
     check_name(name)
-    check_flag("--candidates", candidates, (1, None))
-    check_flag("--top-n/-k", top_n, (1, None))
     p = Project.open(project)
-    mflags = {"reranker": model_setting(model) if model else None}
-    mcfg = p.config("model", mflags)
-    if not mcfg["reranker"]:
-        raise BadInput("no cross-encoder: pass --model DIR (an ONNX cross-encoder folder) or set model.reranker in rag.toml")
-    if run is not None:
-        p.require(p.chunks_path, "chunk")
-    ce = load_cross_encoder(mcfg["reranker"], threads=mcfg["threads"], provider=mcfg["provider"])
+    with _progress(quiet or json_out) as progress:
+        if query is not None:
+            res = p.rerank(query, model=model, candidates=candidates, top_n=top_n, mode=mode, sigmoid=probability,
+                           progress=progress)
+        else:
+            path = p.rerank_run(run, model=model, candidates=candidates, top_n=top_n, name=name, format=fmt,
+                                sigmoid=probability, progress=progress)
+    if p.last_n_pairs_truncated and not (quiet or json_out):
+        _warn(f"{p.last_n_pairs_truncated} (query, passage) pair(s) were longer than the cross-encoder's "
+              f"max_length ({p.last_reranker_max_length} tokens); their passages were cut")
     if query is not None:
-        from rag_cli.runs import RunRow
-        from rag_cli.stages.search import search_one
-
-        p2, s, cfg, _ = _open_searcher(project, mode, candidates, None)
-        hits = search_one(s, query, {**cfg, "k": candidates}, None)
-        rows = [RunRow("q", query, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits]
-        texts = {h.chunk_id: s.text(h.row, "embed_text" if "embed_text" in s.chunks.column_names else "text") for h in hits}
-        out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, probability=probability)
-        _report_truncated(n_cut, ce, quiet or json_out)
-        _report_queries_truncated(s, quiet)
-        shown = [{"rank": r.rank, "chunk_id": r.chunk_id, "doc_id": r.doc_id, "score": round(r.score, 6),
-                  "stage": r.stage, "text": s.text(s.row_of(r.chunk_id))} for r in out]
+        _report_queries_truncated(res.n_queries_truncated, res.max_length, quiet)
+        shown = [_hit_json(h) for h in res.hits]
         if json_out:
-            _emit_json({"query": query, "mode": "rerank", "results": shown, "n_queries_truncated": s.n_queries_truncated})
+            _emit_json({"query": query, "mode": "rerank", "results": shown,
+                        "n_queries_truncated": res.n_queries_truncated})
         else:
             _print_hits(query, "rerank", shown)
-    else:
-        rows = read_run(run)
-        texts = chunk_texts(p.chunks_path, {r.chunk_id for r in rows})
-        out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, source=str(run),
-                                 probability=probability)
-        _report_truncated(n_cut, ce, quiet or json_out)
-        path = write_run(p.run_path(name or f"{file_stem(run)}-rerank", fmt), out, fmt=fmt)
-        if json_out:
-            _emit_json({"run": str(path), "queries": len({r.query_id for r in out})})
-        elif not quiet:
-            _stderr().print(f"reranked run written: {path}", highlight=False)
-    if model:
-        with p.lock():  # the reranker is remembered once it has worked
-            p.config("model", mflags, save=True)
+    elif json_out:
+        from rag_cli.store.runs import read_run
 
-
-def _report_truncated(n: int, model, quiet: bool) -> None:
-    if n and not quiet:
-        _stderr().print(f"[yellow]{n} (query, passage) pair(s) were longer than the cross-encoder's max_length "
-                        f"({model.folder.max_length} tokens); their passages were cut[/]", highlight=False)
+        _emit_json({"run": str(path), "queries": len({r.query_id for r in read_run(path)})})
+    elif not quiet:
+        _note(f"reranked run written: {path}")
 
 
 # --------------------------------------------------------------------------- ask
@@ -480,37 +401,29 @@ def ask(
     quiet: QuietOpt = False,
 ):
     """Answer from the indexed sources only, with numbered citations; refuse without evidence."""
-    from rag_cli.project import Project, check_name
-    from rag_cli.stages.ask import answer_queries, ask as ask_one
-    from rag_cli.stages.models import load_generator
+    from rag_cli.project import Project, check_name, one_of
 
-    _one_of("a QUESTION argument", question, "--queries FILE", queries)
+    one_of("a QUESTION argument", question, "--queries FILE", queries)
     check_name(name)
-    acfg = Project.open(project).config("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage,
-                                                "strong_score": strong_score, "max_sentences": max_sentences})
-    p, s, scfg, mask = _open_searcher(project, mode, None, filter_)
-    if scfg["mode"] == "sparse":
-        from rag_cli.stages.models import load_embedder
-
-        s.embedder = load_embedder(p.load_config()["model"])
-    gen = load_generator(acfg, s.embedder, s.sparse)
+    p = Project.open(project)
+    opts = {"k": k, "mode": mode, "min_score": min_score, "min_coverage": min_coverage,
+            "strong_score": strong_score, "max_sentences": max_sentences, "filter": filter_}
     if question is not None:
-        res = ask_one(s, gen, question, k=acfg["k"], mode=scfg["mode"], min_score=acfg["min_score"],
-                      min_coverage=acfg["min_coverage"], strong_score=acfg["strong_score"], mask=mask,
-                      candidates=scfg["candidates"], rrf_k=scfg["rrf_k"])
-        _report_queries_truncated(s, quiet)
+        res = p.ask(question, **opts)
+        _report_queries_truncated(p.last_n_queries_truncated, p.last_max_length, quiet)
         if json_out:
-            _emit_json({**_answer_json(res), "n_queries_truncated": s.n_queries_truncated})
+            _emit_json({**_answer_json(res), "n_queries_truncated": p.last_n_queries_truncated})
         else:
             _print_answer(res)
         return
-    path, n, n_refused = answer_queries(p, s, gen, queries, acfg, scfg["mode"], mask, name=name,
-                                        candidates=scfg["candidates"], rrf_k=scfg["rrf_k"])
-    _report_queries_truncated(s, quiet)
+    with _progress(quiet or json_out) as progress:
+        out = p.ask_queries(queries, **opts, name=name, progress=progress)
+    _report_queries_truncated(p.last_n_queries_truncated, p.last_max_length, quiet)
     if json_out:
-        _emit_json({"answers": str(path), "n": n, "refused": n_refused, "n_queries_truncated": s.n_queries_truncated})
+        _emit_json({"answers": str(out["answers"]), "n": out["n"], "refused": out["refused"],
+                    "n_queries_truncated": p.last_n_queries_truncated})
     elif not quiet:
-        _stderr().print(f"{n} answers ({n_refused} refused) -> {path}", highlight=False)
+        _note(f"{out['n']} answers ({out['refused']} refused) -> {out['answers']}")
 
 
 def _answer_json(res) -> dict:
@@ -530,17 +443,19 @@ def _answer_json(res) -> dict:
 
 
 def _print_answer(res) -> None:
+    from rich.text import Text
+
     out = _stdout()
-    out.print(f"[bold]Q:[/] {res.question}", highlight=False)
-    out.print(f"[bold]A:[/] {res.answer.text}", highlight=False)
+    out.print(Text.assemble(("Q:", "bold"), " ", res.question))
+    out.print(Text.assemble(("A:", "bold"), " ", res.answer.text))
     cited = set(res.answer.citations)
     if cited:
-        out.print("[bold]Sources:[/]", highlight=False)
+        out.print(Text("Sources:", style="bold"))
         for e in res.evidence:
             if e.chunk_id in cited:
                 out.print(f"  [{e.number}] {e.chunk_id}  (cosine {e.score:.3f})", highlight=False, markup=False)
     elif res.answer.refused:
-        out.print(f"({res.reason})", highlight=False)
+        out.print(f"({res.reason})", highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------------- eval
@@ -559,7 +474,7 @@ def eval_(
 ):
     """Recall@k, Hit@k, MRR@k and nDCG@k of a run against qrels (document level by best chunk)."""
     from rag_cli.errors import BadInput
-    from rag_cli.stages.evaluation import evaluate
+    from rag_cli.project import Project
 
     try:
         cutoffs = sorted({int(x) for x in ks.split(",") if x.strip()})
@@ -567,19 +482,11 @@ def eval_(
         raise BadInput(f"--ks {ks!r}: expected comma-separated integers such as 1,5,10,20,100") from None
     if not cutoffs or min(cutoffs) < 1:
         raise BadInput(f"--ks {ks!r}: cutoffs must be integers >= 1")
-    from rag_cli.project import Project, check_name
-
-    _one_of("--run FILE (a run to score)", run, "--queries FILE (to search first)", queries)
-    check_name(name)
-    Project.open(project).require_exists()
-    if queries is not None:
-        from rag_cli.stages.search import run_queries
-
-        p, s, cfg, _ = _open_searcher(project, mode, max(cutoffs), None)
-        run = run_queries(p, s, queries, {**cfg, "k": max(cutoffs)}, None, name=name, fmt="parquet", output=None)
-        _report_queries_truncated(s, quiet)
     p = Project.open(project)
-    report, path = evaluate(p, run, qrels, cutoffs, name=name)
+    with _progress(quiet or json_out) as progress:
+        report, path = p.evaluate(qrels, run=run, queries=queries, mode=mode, ks=cutoffs, name=name, progress=progress)
+    if queries is not None:
+        _report_queries_truncated(p.last_n_queries_truncated, p.last_max_length, quiet)
     if json_out:
         _emit_json(report)
         return
@@ -604,9 +511,9 @@ def _print_report(report: dict, path: Path, quiet: bool) -> None:
         return
     missing = report.get("n_queries_missing_from_run", 0)
     if missing:
-        _stderr().print(f"[yellow]{missing} of {report['n_queries']} qrels queries are not in the run and score 0 "
-                        "(is it the run and qrels of the same query set?)[/]", highlight=False)
-    _stderr().print(f"written: {path}", highlight=False)
+        _warn(f"{missing} of {report['n_queries']} qrels queries are not in the run and score 0 "
+              "(is it the run and qrels of the same query set?)")
+    _note(f"written: {path}")
 
 
 # --------------------------------------------------------------------------- models
@@ -630,10 +537,13 @@ def _size(n: int) -> str:
 @handle_errors
 def models_list(project: ProjectOpt = None, json_out: JsonOpt = False):
     """The default models, the cache folder and its size, pulled models, and the project's models."""
-    from rag_cli.models.manage import list_models
-    from rag_cli.project import project_dir
+    from dataclasses import asdict
 
-    res = list_models(project_dir(project))
+    from rag_cli.models.manage import list_models
+    from rag_cli.project import Project
+
+    p = Project.open(project)
+    res = list_models(p.root, asdict(p.config.model) if p.config_path.is_file() else None)
     if json_out:
         return _emit_json(res)
     out = _stdout()

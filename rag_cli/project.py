@@ -1,170 +1,52 @@
-"""The project folder: paths, `rag.toml` config, `manifest.json`, the lock.
+"""The project: a folder with its config, manifest, lock and files, and every
+operation on it. The CLI is a thin layer over this class; a Python program
+uses it directly::
 
-Layout (see DESIGN.md)::
+    from rag_cli import Project
+    p = Project.open("my.rag")              # or Project.create("my.rag", chunk={"size": 200})
+    p.chunk(["docs/"]); p.embed(); p.index()
+    hits = p.search("how does RRF work?", mode="hybrid", k=5)
+    answer = p.ask("What does ef control?")
+
+Layout (docs/layout.md)::
 
     .rag/
       rag.toml  manifest.json  docs.parquet  chunks.parquet
       parents.parquet (parent-child only)
-      embeddings.parquet  index/  runs/  answers/  eval/
+      embeddings.parquet  index/  runs/  answers/  eval/  cache/vectors/
 
-`rag.toml` is the config actually used: a stage reads it, applies the flags
-given on the command line (checked first, see `check_setting`), and writes
-the merged values back once it has succeeded, so a later stage (say
-`search`) uses the same embedder the index was built with.
+Options of an operation are its command's flags, as keyword arguments named
+after the config keys (`p.index(hnsw_m=16)`, `p.chunk(src, size=200)`); None
+means "not given": the value in rag.toml (or the default) is used. Each
+option is checked before any work (BadInput names the flag and the key).
+`chunk`, `embed`, `index` and a `rerank` with a new model write the options
+they were given back to rag.toml once they have succeeded, so rag.toml stays
+the config actually used; `search`, `ask` and `evaluate` never change it.
+
+Operations that write the project hold the project lock (a file lock on
+`.lock`) from start to end; another writer waits up to `lock_timeout`
+seconds, then gets WorkFailed (exit 1). Errors: BadInput (exit 2) for bad
+usage or input, naming the file, row or flag; WorkFailed (exit 1) otherwise.
 """
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import math
+import contextlib
 import os
-import time
-import tomllib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Sequence
 
-import tomli_w
-from filelock import FileLock, Timeout
-
-from rag_cli import __version__, atomic
+from rag_cli.config import Config, check_flag
 from rag_cli.errors import BadInput, WorkFailed
+from rag_cli.progress import Progress
 
 DEFAULT_PROJECT = ".rag"
 
-#: Every key here is also a flag of the stage that uses it.
-DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
-    "model": {
-        "embedder": "multilingual-e5-small",  # a default name or a model folder
-        "precision": "int8",  # int8 | fp32 (which ONNX file of a default model)
-        "reranker": "",  # a cross-encoder model folder; empty = none configured
-        "threads": 0,  # CPU cores for the models (that many batches at once); 0 = all cores
-        "provider": "cpu",  # onnxruntime execution provider: cpu | cuda | coreml (if the build has it)
-    },
-    "chunk": {
-        "strategy": "recursive",
-        "size": 256,
-        "overlap": 32,
-        "unit": "tokens",  # tokens (of the embedder's tokenizer) | chars
-        "context_sentences": 2,  # sentence: sentences of context on each side, for ask
-        "parent_size": 512,  # parent-child: parent size in `unit` (> size, the child size)
-        "breakpoint_percentile": 95.0,  # semantic: break above this percentile of sentence distances
-    },
-    "index": {
-        "hnsw_m": 32,
-        "hnsw_ef_construction": 200,
-        "hnsw_ef": 128,
-        "bm25_k1": 1.2,
-        "bm25_b": 0.75,
-        "bm25_method": "lucene",
-    },
-    "search": {
-        "mode": "hybrid",  # dense | sparse | hybrid
-        "k": 10,
-        "rrf_k": 60,
-        "candidates": 100,  # per retriever, before fusion
-    },
-    "ask": {
-        "k": 5,
-        "generator": "extractive",
-        # Refuse when the best evidence's bi-encoder cosine is below min_score,
-        # or when the evidence holds less than min_coverage of the question's
-        # idf-weighted terms and the cosine is below strong_score. Cosines are
-        # per model (e5 sits in about 0.7-1.0), so these are too.
-        "min_score": 0.82,
-        "min_coverage": 0.3,
-        "strong_score": 0.9,
-        "max_sentences": 3,
-    },
-}
 
-
-#: Flags that set a config key, where the flag is not `--` + the key with `-` for `_`.
-CONFIG_FLAGS: dict[tuple[str, str], str] = {
-    ("model", "embedder"): "--model",
-    ("model", "reranker"): "--model",
-    ("index", "hnsw_ef_construction"): "--ef-construction",
-    ("index", "hnsw_ef"): "--ef",
-    ("index", "bm25_k1"): "--k1",
-    ("index", "bm25_b"): "--b",
-    ("search", "k"): "-k",
-    ("ask", "k"): "-k",
-}
-
-#: Allowed values: (section, key) -> (lowest, highest) (None = unbounded, ends
-#: included) or a tuple of choices. The chunk keys are checked, with the other
-#: chunk flags, by `rag_cli.chunking.units.validate`.
-#: - hnsw_m >= 2: hnswlib's level multiplier is 1/ln(M) (Malkov & Yashunin 2018, HNSW).
-#: - bm25_k1 >= 0, 0 <= bm25_b <= 1 (Robertson & Zaragoza 2009, "The Probabilistic
-#:   Relevance Framework: BM25 and Beyond"; b is a share of length normalisation).
-#: - rrf_k >= 0: RRF score 1/(k + rank), rank from 1 (Cormack, Clarke & Büttcher 2009; k = 60).
-#: - min_score, strong_score: bi-encoder cosines, in [-1, 1]; min_coverage: a share, in [0, 1].
-CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
-    ("model", "precision"): ("int8", "fp32"),
-    ("model", "threads"): (0, None),
-    ("index", "hnsw_m"): (2, None),
-    ("index", "hnsw_ef_construction"): (1, None),
-    ("index", "hnsw_ef"): (1, None),
-    ("index", "bm25_k1"): (0, None),
-    ("index", "bm25_b"): (0, 1),
-    ("search", "k"): (1, None),
-    ("search", "rrf_k"): (0, None),
-    ("search", "candidates"): (1, None),
-    ("ask", "k"): (1, None),
-    ("ask", "min_score"): (-1, 1),
-    ("ask", "strong_score"): (-1, 1),
-    ("ask", "min_coverage"): (0, 1),
-    ("ask", "max_sentences"): (1, None),
-}
-
-
-def config_flag(section: str, key: str) -> str:
-    """The command-line flag of a config key (`index.bm25_k1` -> `--k1`)."""
-    return CONFIG_FLAGS.get((section, key), "--" + key.replace("_", "-"))
-
-
-def limit_problem(value: Any, limits: tuple) -> str | None:
-    """What is wrong with `value` under `limits` ((lowest, highest), None =
-    unbounded, or a tuple of str choices), e.g. "must be ≥ 1"; None if it is
-    allowed. Numbers must be finite."""
-    if limits and isinstance(limits[0], str):
-        return None if value in limits else f"must be one of {', '.join(limits)}"
-    low, high = limits
-    if isinstance(value, float) and not math.isfinite(value):
-        return "must be a finite number"
-    if low is not None and high is not None and not low <= value <= high:
-        return f"must be from {low} to {high}"
-    if low is not None and value < low:
-        return f"must be ≥ {low}"
-    if high is not None and value > high:
-        return f"must be ≤ {high}"
-    return None
-
-
-def check_flag(flag: str, value: Any, limits: tuple) -> None:
-    """Raise BadInput `FLAG VALUE: must be ...` unless `value` is within `limits` (see `limit_problem`)."""
-    problem = limit_problem(value, limits)
-    if problem:
-        raise BadInput(f"{flag} {value}: {problem}")
-
-
-def check_setting(section: str, key: str, value: Any, source: str | None = None) -> None:
-    """Check one config value's type (that of its DEFAULT_CONFIG value; an int
-    is fine for a float) and range (CONFIG_LIMITS).
-
-    `source` is the rag.toml path the value comes from, None for a flag.
-    Raises BadInput naming the flag and the config key (and the file).
-    """
-    default = DEFAULT_CONFIG[section][key]
-    flag = config_flag(section, key)
-    where = f"{source}: [{section}] {key} = {value!r}" if source else f"{flag} {value!r} (config {section}.{key})"
-    want = (int, float) if isinstance(default, float) else type(default)
-    if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, want):
-        raise BadInput(f"{where} should be a {type(default).__name__} like {default!r}")
-    problem = limit_problem(value, CONFIG_LIMITS.get((section, key), (None, None)))
-    if problem:
-        raise BadInput(f"{where}: {problem}" + (f" (flag {flag})" if source else ""))
+def project_dir(option: str | os.PathLike | None = None) -> Path:
+    """The project folder: `option`, else `$RAG_PROJECT`, else `./.rag`."""
+    return Path(option or os.environ.get("RAG_PROJECT") or DEFAULT_PROJECT)
 
 
 def check_name(name: str | None, flag: str = "--name") -> None:
@@ -179,39 +61,108 @@ def check_name(name: str | None, flag: str = "--name") -> None:
                        "e.g. --name bm25-test; use -o/--output to write elsewhere")
 
 
-def project_dir(option: str | os.PathLike | None = None) -> Path:
-    """The project folder: `option`, else `$RAG_PROJECT`, else `./.rag`."""
-    return Path(option or os.environ.get("RAG_PROJECT") or DEFAULT_PROJECT)
-
-
 def file_stem(path: str | os.PathLike) -> str:
     """A file's name up to its first dot (`queries.jsonl.gz` -> `queries`), for default output names."""
     return Path(path).name.split(".")[0]
 
 
-def sha256_file(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB pieces."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk_size):
-            h.update(block)
-    return h.hexdigest()
+def one_of(a_name: str, a: Any, b_name: str, b: Any) -> None:
+    """BadInput unless exactly one of two alternative inputs is given (the message says which case)."""
+    if a is None and b is None:
+        raise BadInput(f"give {a_name} or {b_name}; neither was given")
+    if a is not None and b is not None:
+        raise BadInput(f"give either {a_name} or {b_name}, not both")
 
 
-def sha256_text(text: str) -> str:
-    """Hex sha256 of the UTF-8 bytes of `text`."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def _model_value(value: str | os.PathLike | None) -> str | None:
+    """A `--model` value as rag.toml keeps it: a folder as its absolute path (see `model_setting`)."""
+    if value is None:
+        return None
+    from rag_cli.models.defaults import model_setting
+
+    return model_setting(value)
+
+
+@dataclass
+class SearchResult:
+    """The hits of one query (`Hit`s: rank, chunk_id, doc_id, score, stage, text),
+    the mode used, and how many queries were cut to the bi-encoder's max_length."""
+
+    query: str
+    mode: str
+    hits: list
+    n_queries_truncated: int = 0
+    max_length: int | None = None
+
+    def __iter__(self):
+        return iter(self.hits)
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    def __getitem__(self, i):
+        return self.hits[i]
 
 
 @dataclass
 class Project:
-    """A project folder. Paths are properties; nothing is created until written."""
+    """A project folder. Paths are properties; nothing is created until written.
+
+    Attributes:
+        root: the folder.
+        lock_timeout: seconds a writer waits for another writer's lock.
+    """
 
     root: Path
+    lock_timeout: float = 10.0
+    #: Set by the last search_queries/ask/ask_queries: queries cut to the
+    #: bi-encoder's max_length (tokens), and that max_length.
+    last_n_queries_truncated: int = field(default=0, init=False)
+    last_max_length: int | None = field(default=None, init=False)
+    #: Set by the last rerank/rerank_run: (query, passage) pairs cut to the
+    #: cross-encoder's max_length, and that max_length.
+    last_n_pairs_truncated: int = field(default=0, init=False)
+    last_reranker_max_length: int | None = field(default=None, init=False)
+    _searchers: dict = field(default_factory=dict, repr=False, init=False)
+
+    # -- opening -------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike | None = None) -> "Project":
+        """The project at `path` (else `$RAG_PROJECT`, else `./.rag`); it need not exist yet."""
+        return cls(project_dir(path))
 
     @classmethod
-    def open(cls, option: str | os.PathLike | None = None) -> "Project":
-        return cls(project_dir(option))
+    def create(cls, path: str | os.PathLike | None = None, **sections: Any) -> "Project":
+        """A new project whose rag.toml holds the defaults overlaid with
+        `sections` (`chunk={"size": 200}`, `model=ModelConfig(...)`, ...).
+
+        Raises BadInput if the folder already has a rag.toml, or for an
+        unknown section or key or a bad value (naming it).
+        """
+        p = cls.open(path)
+        if p.config_path.exists():
+            raise BadInput(f"{p.config_path} already exists; use Project.open({str(p.root)!r})")
+        config = Config()
+        for section, values in sections.items():
+            if section not in config.to_dict():
+                raise BadInput(f"unknown config section {section!r}; known: {', '.join(config.to_dict())}")
+            values = asdict(values) if hasattr(values, "__dataclass_fields__") else dict(values)
+            if section == "model":
+                values = {k: _model_value(v) if k in ("embedder", "reranker") and v else v for k, v in values.items()}
+            config, _ = config.with_options(section, values)
+        with p._writing():
+            config.save(p.config_path)
+        return p
+
+    def init(self) -> tuple[Config, bool]:
+        """Write rag.toml with the defaults unless it exists (an existing one is
+        checked and kept). Returns (config, whether it was written)."""
+        existed = self.config_path.exists()
+        config = self.config
+        if not existed:
+            with self._writing():
+                config.save(self.config_path)
+        return config, not existed
 
     # -- paths ---------------------------------------------------------------
     @property
@@ -266,103 +217,348 @@ class Project:
             )
         return path
 
-    # -- config --------------------------------------------------------------
-    def load_config(self) -> dict[str, dict[str, Any]]:
-        """Defaults overlaid with `rag.toml` if it exists.
-
-        Raises BadInput if the file is not valid TOML or has an unknown key.
-        """
-        config = copy.deepcopy(DEFAULT_CONFIG)
-        if not self.config_path.exists():
-            return config
-        try:
-            user = tomllib.loads(self.config_path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise BadInput(f"{self.config_path}: not valid TOML ({exc})") from exc
-        for section, values in user.items():
-            if section not in config or not isinstance(values, dict):
-                raise BadInput(
-                    f"{self.config_path}: unknown section [{section}]; known: {', '.join(config)}"
-                )
-            for key, value in values.items():
-                if key not in config[section]:
-                    raise BadInput(
-                        f"{self.config_path}: unknown key {key!r} in [{section}]; "
-                        f"known: {', '.join(config[section])}"
-                    )
-                check_setting(section, key, value, source=str(self.config_path))
-                config[section][key] = value
-        return config
-
-    def config(self, section: str, overrides: dict[str, Any] | None = None, save: bool = False) -> dict[str, Any]:
-        """One section of the config with `overrides` (flags; None = not given) applied.
-
-        Every override is checked first (`check_setting`; BadInput names the
-        flag and the key). When `save` (call it once the command has
-        succeeded) and a flag changed a value, or there is no rag.toml yet,
-        `rag.toml` is rewritten so that it stays the config actually used.
-        """
-        config = self.load_config()
-        changed = False
-        for key, value in (overrides or {}).items():
-            if value is None:
-                continue
-            check_setting(section, key, value)
-            if config[section].get(key) != value:
-                config[section][key] = value
-                changed = True
-        if save and (changed or not self.config_path.exists()):
-            self.save_config(config)
-        return dict(config[section])
-
     def require_exists(self) -> None:
-        """Raise BadInput unless the project folder exists (for stages that read a project)."""
+        """Raise BadInput unless the project folder exists (for operations that read a project)."""
         if not self.root.is_dir():
             raise BadInput(f"project folder {self.root} does not exist: run `rag chunk` first, "
                            "or choose another with -p/--project or RAG_PROJECT")
 
-    def save_config(self, config: dict[str, dict[str, Any]]) -> None:
-        atomic.write_text(self.config_path, tomli_w.dumps(config))
+    # -- config --------------------------------------------------------------
+    @property
+    def config(self) -> Config:
+        """rag.toml over the defaults (read each time: another process may have changed it).
+        Raises BadInput for a bad rag.toml, naming the file and the key."""
+        return Config.load(self.config_path)
+
+    def _with(self, section: str, options: dict[str, Any]) -> tuple[Config, bool]:
+        """The config with `options` applied to `section` (checked; see `Config.with_options`)."""
+        return self.config.with_options(section, options)
+
+    def _save(self, *updates: tuple[str, dict[str, Any]]) -> None:
+        """Write the given options back to rag.toml (call under the lock, after success)
+        if one changed a value or there is no rag.toml yet."""
+        config, changed = self.config, False
+        for section, options in updates:
+            config, c = config.with_options(section, options)
+            changed = changed or c
+        if changed or not self.config_path.exists():
+            config.save(self.config_path)
 
     # -- manifest ------------------------------------------------------------
-    def load_manifest(self) -> dict[str, Any]:
-        import json
+    def manifest(self) -> dict[str, Any]:
+        """manifest.json ({} when there is none). Raises BadInput if it is not JSON."""
+        from rag_cli.store.manifest import read_manifest
 
-        if not self.manifest_path.exists():
-            return {}
-        try:
-            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise BadInput(f"{self.manifest_path}: not valid JSON ({exc}); delete it to start over") from exc
+        return read_manifest(self.manifest_path)
 
     def record(self, stage: str, **entry: Any) -> None:
-        """Write one stage's entry (params, inputs, outputs, rows, ...) into manifest.json.
+        """Write one stage's entry (params, inputs, outputs, rows, ...) into
+        manifest.json, with `tool_version` and `time` (ISO 8601, UTC)."""
+        from rag_cli.store.manifest import record
 
-        Adds `tool_version` and `time` (ISO 8601, UTC).
-        """
-        manifest = self.load_manifest()
-        entry.setdefault("tool_version", __version__)
-        entry.setdefault("time", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-        manifest[stage] = entry
-        atomic.write_json(self.manifest_path, manifest)
+        record(self.manifest_path, stage, entry)
 
     # -- lock ----------------------------------------------------------------
-    def lock(self, timeout: float = 10.0) -> FileLock:
-        """A lock on the project folder, held by stages that write into it.
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the project lock while writing. A project folder this call
+        created is removed again if the work fails and left it empty, so a bad
+        flag or source creates nothing."""
+        from filelock import FileLock, Timeout
 
-        Raises WorkFailed (exit 1) on entry if another `rag` process holds it
-        for longer than `timeout` seconds.
-        """
+        created = not self.root.exists()
         self.root.mkdir(parents=True, exist_ok=True)
-        return _ProjectLock(str(self.root / ".lock"), timeout=timeout)
-
-
-class _ProjectLock(FileLock):
-    def __enter__(self):  # type: ignore[override]
+        lock_file = self.root / ".lock"
         try:
-            return super().__enter__()
-        except Timeout as exc:
-            raise WorkFailed(
-                f"another rag process is writing to {Path(self.lock_file).parent}; "
-                "wait for it to finish and try again"
-            ) from exc
+            try:
+                lock = FileLock(str(lock_file), timeout=self.lock_timeout)
+                lock.acquire()
+            except Timeout as exc:
+                raise WorkFailed(f"another rag process is writing to {self.root}; "
+                                 "wait for it to finish and try again") from exc
+            try:
+                yield
+            finally:
+                lock.release()
+        except BaseException:
+            if created:
+                lock_file.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    self.root.rmdir()
+            raise
+
+    # -- models --------------------------------------------------------------
+    def _embedder(self, config: Config):
+        from rag_cli.models.loading import load_embedder
+
+        return load_embedder(asdict(config.model))
+
+    def _searcher(self, config: Config, *, with_embedder: bool):
+        """The loaded index (kept while index/meta.json is unchanged), with the
+        embedder when `with_embedder`. Raises BadInput if there is no index or
+        the embedder differs from the index's."""
+        from rag_cli.index.searcher import Searcher
+        from rag_cli.store.index_folder import IndexFolder
+
+        if not IndexFolder.exists(self.index_dir):
+            raise BadInput(f"{self.index_dir} has no index: run `rag index` first (project folder {self.root})")
+        stamp = (self.index_dir / "meta.json").stat().st_mtime_ns
+        key = (with_embedder, asdict(config.model).__repr__() if with_embedder else None)
+        cached = self._searchers.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        searcher = Searcher.open(self.index_dir, self._embedder(config) if with_embedder else None, self.root)
+        self._searchers = {key: (stamp, searcher)}
+        return searcher
+
+    # -- chunk, embed, index -------------------------------------------------
+    def chunk(self, sources: Sequence[str | os.PathLike], *, format: str = "auto", strategy: str | None = None,
+              size: int | None = None, overlap: int | None = None, unit: str | None = None,
+              context_sentences: int | None = None, parent_size: int | None = None,
+              breakpoint_percentile: float | None = None, model: str | os.PathLike | None = None,
+              precision: str | None = None, progress: Progress | None = None) -> dict:
+        """Load documents (files, folders, globs; a BEIR corpus with
+        format="beir") and split them into chunks: docs.parquet, chunks.parquet
+        (see `rag_cli.stages.chunk.chunk_sources`). Returns its summary.
+        Raises BadInput for bad options, missing sources or no documents."""
+        from rag_cli.stages.chunk import chunk_sources
+
+        chunk_opts = {"strategy": strategy, "size": size, "overlap": overlap, "unit": unit,
+                      "context_sentences": context_sentences, "parent_size": parent_size,
+                      "breakpoint_percentile": breakpoint_percentile}
+        model_opts = {"embedder": _model_value(model), "precision": precision}
+        config, _ = self._with("chunk", chunk_opts)
+        config, _ = config.with_options("model", model_opts)
+        with self._writing():
+            summary = chunk_sources(self, [os.fspath(s) for s in sources], fmt=format, params=config.chunk,
+                                    model=config.model, progress=progress)
+            self._save(("chunk", chunk_opts), ("model", model_opts))
+        return summary
+
+    def embed(self, *, model: str | os.PathLike | None = None, precision: str | None = None,
+              threads: int | None = None, provider: str | None = None,
+              progress: Progress | None = None) -> dict:
+        """Embed chunks.parquet with the bi-encoder: embeddings.parquet, only
+        new or changed texts computed (see `rag_cli.stages.embed.embed_chunks`).
+        Returns its summary (plus `model`, the model folder's name).
+        Raises BadInput for bad options, a missing model or chunks.parquet."""
+        from rag_cli.stages.embed import embed_chunks
+
+        self.require(self.chunks_path, "chunk")
+        opts = {"embedder": _model_value(model), "precision": precision, "threads": threads, "provider": provider}
+        config, _ = self._with("model", opts)
+        encoder = self._embedder(config)  # checks every option before rag.toml records it
+        with self._writing():
+            summary = embed_chunks(self, encoder, progress)
+            self._save(("model", opts))
+        return {**summary, "model": encoder.folder.name}
+
+    def index(self, *, hnsw_m: int | None = None, hnsw_ef_construction: int | None = None,
+              hnsw_ef: int | None = None, bm25_k1: float | None = None, bm25_b: float | None = None,
+              bm25_method: str | None = None, progress: Progress | None = None) -> dict:
+        """Build index/: HNSW (cosine) over the embeddings and BM25 over the
+        chunk texts (see `rag_cli.stages.index.build_index`). Returns its summary."""
+        from rag_cli.stages.index import build_index
+
+        opts = {"hnsw_m": hnsw_m, "hnsw_ef_construction": hnsw_ef_construction, "hnsw_ef": hnsw_ef,
+                "bm25_k1": bm25_k1, "bm25_b": bm25_b, "bm25_method": bm25_method}
+        config, _ = self._with("index", opts)
+        self.require(self.chunks_path, "chunk")  # before the lock, which would create the folder
+        self.require(self.embeddings_path, "embed")
+        with self._writing():
+            summary = build_index(self, config.index, threads=config.model.threads, progress=progress)
+            self._save(("index", opts))
+        return summary
+
+    # -- search --------------------------------------------------------------
+    def _search_setup(self, mode, k, rrf_k, candidates, filter):
+        from rag_cli.index.searcher import check_mode
+
+        config, _ = self._with("search", {"mode": mode, "k": k, "rrf_k": rrf_k, "candidates": candidates})
+        check_mode(config.search.mode)
+        searcher = self._searcher(config, with_embedder=config.search.mode != "sparse")
+        return config, searcher, searcher.mask(filter)
+
+    def search(self, query: str, *, mode: str | None = None, k: int | None = None, filter: str | None = None,
+               rrf_k: int | None = None, candidates: int | None = None) -> SearchResult:
+        """Search one query: the top-k chunks (dense, sparse or hybrid).
+        `filter` is FIELD=GLOB over chunk columns (e.g. "doc_id=guides/*").
+
+        Raises BadInput for bad options, an empty query, or no index.
+        """
+        from rag_cli.stages.search import search_one
+
+        config, s, mask = self._search_setup(mode, k, rrf_k, candidates, filter)
+        before = s.n_queries_truncated
+        hits = search_one(s, query, config.search, mask)
+        return SearchResult(query, config.search.mode, hits, s.n_queries_truncated - before, _max_length(s))
+
+    def search_queries(self, queries: str | os.PathLike, *, mode: str | None = None, k: int | None = None,
+                       filter: str | None = None, rrf_k: int | None = None, candidates: int | None = None,
+                       name: str | None = None, format: str = "parquet", output: str | os.PathLike | None = None,
+                       progress: Progress | None = None) -> Path:
+        """Search every query of a query file (JSONL or TSV) and write a run:
+        runs/NAME.parquet (NAME: the file's stem-mode) or .trec, or `output`.
+        Returns the path written. The number of queries cut to the bi-encoder's
+        max_length is `self.last_n_queries_truncated`."""
+        from rag_cli.stages.search import run_queries
+
+        check_name(name)
+        config, s, mask = self._search_setup(mode, k, rrf_k, candidates, filter)
+        path = Path(output) if output else self.run_path(name or f"{file_stem(queries)}-{config.search.mode}", format)
+        before = s.n_queries_truncated
+        out = run_queries(self, s, Path(queries), config.search, mask, path=path, fmt=format, progress=progress)
+        self._note_truncated(s, before)
+        return out
+
+    def _note_truncated(self, searcher, before: int) -> None:
+        self.last_n_queries_truncated = searcher.n_queries_truncated - before
+        self.last_max_length = _max_length(searcher)
+
+    # -- rerank --------------------------------------------------------------
+    def _reranker_config(self, model) -> tuple[Config, dict]:
+        opts = {"reranker": _model_value(model)}
+        config, _ = self._with("model", opts)
+        if not config.model.reranker:
+            raise BadInput("no cross-encoder: pass --model DIR (an ONNX cross-encoder folder) or set "
+                           "model.reranker in rag.toml")
+        return config, opts
+
+    @staticmethod
+    def _cross_encoder(config: Config):
+        from rag_cli.models.loading import load_cross_encoder
+
+        return load_cross_encoder(config.model.reranker, threads=config.model.threads,
+                                  provider=config.model.provider)
+
+    def _remember_reranker(self, model, opts) -> None:
+        if model is not None:
+            with self._writing():  # the reranker is remembered once it has worked
+                self._save(("model", opts))
+
+    def rerank(self, query: str, *, model: str | os.PathLike | None = None, candidates: int = 100,
+               top_n: int = 10, mode: str | None = None, sigmoid: bool = False,
+               progress: Progress | None = None) -> SearchResult:
+        """Retrieve the top `candidates` chunks of `query`, rescore them with
+        the cross-encoder (raw logits, or their sigmoid) and keep `top_n`.
+        The number of (query, passage) pairs cut to the cross-encoder's
+        max_length is `self.last_n_pairs_truncated`."""
+        from rag_cli.index.searcher import Hit
+        from rag_cli.stages.rerank import rerank_rows
+        from rag_cli.stages.search import search_one
+        from rag_cli.store.runs import RunRow
+
+        check_flag("--candidates", candidates, (1, None))
+        check_flag("--top-n/-k", top_n, (1, None))
+        config, opts = self._reranker_config(model)
+        ce = self._cross_encoder(config)
+        sconfig, s, _ = self._search_setup(mode, candidates, None, None, None)
+        before = s.n_queries_truncated
+        hits = search_one(s, query, sconfig.search, None)
+        rows = [RunRow("q", query, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits]
+        column = "embed_text" if "embed_text" in s.chunks.column_names else "text"
+        texts = {h.chunk_id: s.text(h.row, column) for h in hits}
+        out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, probability=sigmoid,
+                                 progress=progress)
+        self.last_n_pairs_truncated, self.last_reranker_max_length = n_cut, ce.folder.max_length
+        self._remember_reranker(model, opts)
+        reranked = [Hit(rank=r.rank, row=s.row_of(r.chunk_id), chunk_id=r.chunk_id, doc_id=r.doc_id, score=r.score,
+                        stage=r.stage, text=s.text(s.row_of(r.chunk_id))) for r in out]
+        return SearchResult(query, "rerank", reranked, s.n_queries_truncated - before, _max_length(s))
+
+    def rerank_run(self, run: str | os.PathLike, *, model: str | os.PathLike | None = None,
+                   candidates: int = 100, top_n: int = 10, name: str | None = None, format: str = "parquet",
+                   sigmoid: bool = False, progress: Progress | None = None) -> Path:
+        """Rerank a Parquet run (from `search_queries`) with the cross-encoder:
+        runs/NAME.parquet (NAME: RUN-rerank). Returns the path written."""
+        from rag_cli.stages.rerank import chunk_texts, rerank_rows
+        from rag_cli.store.runs import read_run, write_run
+
+        check_name(name)
+        check_flag("--candidates", candidates, (1, None))
+        check_flag("--top-n/-k", top_n, (1, None))
+        config, opts = self._reranker_config(model)
+        self.require(self.chunks_path, "chunk")
+        ce = self._cross_encoder(config)
+        rows = read_run(run)
+        texts = chunk_texts(self.chunks_path, {r.chunk_id for r in rows})
+        out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, source=str(run),
+                                 probability=sigmoid, progress=progress)
+        self.last_n_pairs_truncated, self.last_reranker_max_length = n_cut, ce.folder.max_length
+        path = write_run(self.run_path(name or f"{file_stem(run)}-rerank", format), out, fmt=format)
+        self._remember_reranker(model, opts)
+        return path
+
+    # -- ask -----------------------------------------------------------------
+    def _ask_setup(self, k, mode, min_score, min_coverage, strong_score, max_sentences, filter):
+        from rag_cli.generate.factory import load_generator
+
+        config, _ = self._with("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage,
+                                       "strong_score": strong_score, "max_sentences": max_sentences})
+        sconfig, s, mask = self._search_setup(mode, None, None, None, filter)
+        if s.embedder is None:  # sparse retrieval: the evidence is still scored by the bi-encoder
+            s.embedder = self._embedder(config)
+        return config.ask, sconfig.search, s, mask, load_generator(config.ask, s.embedder, s.sparse)
+
+    def ask(self, question: str, *, k: int | None = None, mode: str | None = None,
+            min_score: float | None = None, min_coverage: float | None = None,
+            strong_score: float | None = None, max_sentences: int | None = None,
+            filter: str | None = None):
+        """Answer `question` from the indexed sources only, citing the
+        evidence as [n], or refuse (see `rag_cli.stages.ask`). Returns an
+        `AskResult` (`.answer.text`, `.answer.citations`, `.refused`,
+        `.evidence`, `.best_score`, `.coverage`, `.reason`). The number of
+        questions cut to the bi-encoder's max_length is
+        `self.last_n_queries_truncated`."""
+        from rag_cli.stages.ask import ask
+
+        acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
+                                                   max_sentences, filter)
+        before = s.n_queries_truncated
+        res = ask(s, gen, question, acfg, scfg, mask)
+        self._note_truncated(s, before)
+        return res
+
+    def ask_queries(self, queries: str | os.PathLike, *, k: int | None = None, mode: str | None = None,
+                    min_score: float | None = None, min_coverage: float | None = None,
+                    strong_score: float | None = None, max_sentences: int | None = None,
+                    filter: str | None = None, name: str | None = None,
+                    progress: Progress | None = None) -> dict:
+        """Answer every question of a query file into answers/NAME.parquet
+        (NAME: the file's stem). Returns {"answers": path, "n": answers, "refused": refusals}."""
+        from rag_cli.stages.ask import answer_queries
+
+        check_name(name)
+        acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
+                                                   max_sentences, filter)
+        before = s.n_queries_truncated
+        path, n, n_refused = answer_queries(self, s, gen, Path(queries), acfg, scfg, mask,
+                                            path=self.answers_path(name or file_stem(queries)), progress=progress)
+        self._note_truncated(s, before)
+        return {"answers": path, "n": n, "refused": n_refused}
+
+    # -- eval ----------------------------------------------------------------
+    def evaluate(self, qrels: str | os.PathLike, *, run: str | os.PathLike | None = None,
+                 queries: str | os.PathLike | None = None, mode: str | None = None,
+                 ks: Sequence[int] = (1, 5, 10, 20, 100), name: str | None = None,
+                 progress: Progress | None = None) -> tuple[dict, Path]:
+        """Recall@k, Hit@k, MRR@k and nDCG@k of `run` against `qrels`
+        (document level by the best chunk, MaxP), or of a run searched now
+        from `queries` (k = the largest cutoff). Writes eval/NAME.json (NAME:
+        RUN-QRELS). Returns (report, path)."""
+        from rag_cli.stages.evaluation import evaluate
+
+        cutoffs = sorted({int(x) for x in ks})
+        if not cutoffs or min(cutoffs) < 1:
+            raise BadInput(f"--ks {','.join(map(str, ks))!r}: cutoffs must be integers >= 1")
+        one_of("--run FILE (a run to score)", run, "--queries FILE (to search first)", queries)
+        check_name(name)
+        self.require_exists()
+        if queries is not None:
+            run = self.search_queries(queries, mode=mode, k=max(cutoffs), name=name, progress=progress)
+        path = self.eval_path(name or f"{file_stem(run)}-{file_stem(qrels)}")
+        return evaluate(Path(run), Path(qrels), cutoffs, path), path
+
+
+def _max_length(searcher) -> int | None:
+    return searcher.embedder.folder.max_length if searcher.embedder is not None else None

@@ -14,8 +14,10 @@ from typer.testing import CliRunner
 from rag_cli.cli import app
 from rag_cli.models.encoder import BiEncoder
 from rag_cli.models.folder import ModelFolder
-from rag_cli.project import Project, sha256_text
-from rag_cli.stages.embed import VectorCache, embed_chunks, read_embeddings, vector_cache_dir
+from rag_cli.hashing import sha256_text
+from rag_cli.project import Project
+from rag_cli.stages.embed import embed_chunks
+from rag_cli.store.embeddings import VectorCache, read_embeddings, vector_cache_dir
 
 SAMPLE_DOCS = Path(__file__).resolve().parents[1] / "sample_corpus" / "docs"
 CHECK_CONTRACT = Path(__file__).resolve().parents[2] / "shared" / "tools" / "check_contract.py"
@@ -92,7 +94,7 @@ def test_killed_run_resumes_with_the_same_vectors(project, tmp_path, tiny_bi_enc
     with pytest.raises(KeyboardInterrupt):
         embed_chunks(project, enc, **SMALL)
     assert not project.embeddings_path.exists()
-    cache = VectorCache(vector_cache_dir(project, enc.folder.fingerprint), 16)
+    cache = VectorCache(vector_cache_dir(project.root, enc.folder.fingerprint), 16)
     assert 0 < len(cache) < n_unique
     parts = list(cache.folder.glob("part-*.parquet"))
     assert sum(pq.read_metadata(p).num_rows for p in parts) == len(cache)  # each text stored once
@@ -141,7 +143,7 @@ def test_rerun_embeds_nothing_and_damaged_parts_are_dropped(project, tiny_bi_enc
     assert pq.read_table(project.embeddings_path).equals(first)
 
     # a damaged part is deleted and its texts are embedded again; the rest is reused
-    folder = vector_cache_dir(project, enc.folder.fingerprint)
+    folder = vector_cache_dir(project.root, enc.folder.fingerprint)
     part = sorted(folder.glob("part-*.parquet"))[0]
     lost = pq.read_metadata(part).num_rows
     part.write_bytes(b"not parquet")
@@ -157,9 +159,9 @@ def test_rerun_embeds_nothing_and_damaged_parts_are_dropped(project, tiny_bi_enc
 # ------------------------------------------------------------------ query graphs
 def test_query_graph_is_checked_before_embedding_and_does_not_key_the_cache(project, tmp_path, tiny_bi_encoder):
     from rag_cli.errors import BadInput
-    from rag_cli.project import DEFAULT_CONFIG
+    from rag_cli.config import IndexConfig
+    from rag_cli.index.searcher import Searcher
     from rag_cli.stages.index import build_index
-    from rag_cli.stages.search import Searcher
     from tiny_models import make_bi_encoder
 
     folder = tmp_path / "m"
@@ -180,27 +182,27 @@ def test_query_graph_is_checked_before_embedding_and_does_not_key_the_cache(proj
     assert with_query.query_onnx_path == folder / "model_query.onnx"
     summary = embed_chunks(project, BiEncoder(with_query, threads=1), **SMALL)
     assert summary["fingerprint"] == with_query.fingerprint != with_query.passage_fingerprint
-    assert vector_cache_dir(project, with_query.passage_fingerprint).is_dir()
+    assert vector_cache_dir(project.root, with_query.passage_fingerprint).is_dir()
     # without it the model is another one (search refuses the index, saying why), but no passage is embedded again
-    build_index(project, DEFAULT_CONFIG["index"], threads=1)
+    build_index(project, IndexConfig(), threads=1)
     (folder / "model_query.onnx").unlink()
     with pytest.raises(BadInput, match=r"only the query graph differs: the folder no longer has the query graph .*"
                                        r"Rerun `rag embed` \(it reuses every cached vector\) and `rag index`"):
-        Searcher.open(project, BiEncoder(ModelFolder.load(folder), threads=1))
+        Searcher.open(project.index_dir, BiEncoder(ModelFolder.load(folder), threads=1))
     alone = ModelFolder.load(folder)
     assert alone.fingerprint == alone.passage_fingerprint == with_query.passage_fingerprint
     summary = embed_chunks(project, BiEncoder(alone, threads=1), **SMALL)
     assert summary["n_embedded"] == 0 and summary["n_reused"] == summary["n_chunks"] > 0
-    build_index(project, DEFAULT_CONFIG["index"], threads=1)
+    build_index(project, IndexConfig(), threads=1)
     shutil.copy(folder / "model.onnx", folder / "model_query.onnx")  # and back: a query graph the index lacks
     with pytest.raises(BadInput, match=r"only the query graph differs: the folder now has .*model_query\.onnx"):
-        Searcher.open(project, BiEncoder(ModelFolder.load(folder), threads=1))
+        Searcher.open(project.index_dir, BiEncoder(ModelFolder.load(folder), threads=1))
     (folder / "model_query.onnx").unlink()
 
     # a foreign query graph that got past the checks: dense search says so instead of reading past the vectors
-    build_index(project, DEFAULT_CONFIG["index"], threads=1)
+    build_index(project, IndexConfig(), threads=1)
     shutil.copy(foreign / "model.onnx", folder / "model_query.onnx")
-    searcher = Searcher.open(project)  # no embedder: no fingerprint check
+    searcher = Searcher.open(project.index_dir)  # no embedder: no fingerprint check
     searcher.embedder = BiEncoder(ModelFolder.load(folder), threads=1)
     with pytest.raises(BadInput, match=r"model_query\.onnx gives 4-dimension query vectors but the index in .* "
                                        r"holds 16-dimension vectors"):

@@ -20,7 +20,7 @@ from rag_cli.evaluate.metrics import (
     recall_at_k,
 )
 from rag_cli.evaluate.report import doc_level_run, evaluate_rows, evaluate_run, judged_level
-from rag_cli.runs import RunRow
+from rag_cli.store.runs import RunRow
 
 DATA = Path("/work/shared/data")
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared data not present")

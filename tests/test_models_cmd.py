@@ -549,7 +549,7 @@ def test_default_model_info_verify_list(default_model):
 
 
 def test_pulled_cross_encoder_is_a_reranker_name(tiny_cross_encoder, tmp_path, monkeypatch):
-    from rag_cli.stages.models import load_cross_encoder
+    from rag_cli.models.loading import load_cross_encoder
 
     monkeypatch.setenv("RAG_CACHE", str(tmp_path / "cache"))
     with pytest.raises(BadInput, match="Org/ce"):

@@ -1,4 +1,4 @@
-"""Unit tests of the project folder: config, manifest, atomic writes."""
+"""Unit tests of the project folder: typed config, manifest, atomic writes, the lock."""
 
 import os
 
@@ -6,34 +6,36 @@ import pytest
 
 from rag_cli import atomic
 from rag_cli.errors import BadInput
-from rag_cli.project import DEFAULT_CONFIG, Project
+from rag_cli.config import DEFAULT_CONFIG, ChunkConfig, Config
+from rag_cli.project import Project
 
 
-def test_config_defaults_flags_and_write_back(tmp_path):
+def test_config_defaults_options_and_write_back(tmp_path):
     p = Project(tmp_path / "proj")
-    assert p.load_config() == DEFAULT_CONFIG
-    cfg = p.config("chunk", {"size": 128, "overlap": None}, save=True)
-    assert cfg["size"] == 128 and cfg["overlap"] == DEFAULT_CONFIG["chunk"]["overlap"]
-    assert Project(tmp_path / "proj").load_config()["chunk"]["size"] == 128  # written back
-    cfg = p.config("chunk", {"size": 64}, save=False)
-    assert cfg["size"] == 64 and p.load_config()["chunk"]["size"] == 128
+    assert p.config == Config() and p.config.to_dict() == DEFAULT_CONFIG
+    cfg, changed = p.config.with_options("chunk", {"size": 128, "overlap": None})
+    assert changed and cfg.chunk.size == 128 and cfg.chunk.overlap == ChunkConfig().overlap
+    assert p.config.with_options("chunk", {"size": 256})[1] is False  # the default: nothing changed
+    cfg.save(p.config_path)
+    assert Project(tmp_path / "proj").config.chunk.size == 128  # written back
+    assert Config.load(p.config_path) == cfg
 
 
 def test_config_rejects_unknown_keys_and_bad_toml(tmp_path):
     p = Project(tmp_path)
     p.config_path.write_text("[chunk]\nsise = 3\n")
     with pytest.raises(BadInput, match="unknown key 'sise'"):
-        p.load_config()
+        p.config
     p.config_path.write_text("[chunk\n")
     with pytest.raises(BadInput, match="rag.toml: not valid TOML"):
-        p.load_config()
+        p.config
 
 
 def test_manifest_records_stages(tmp_path):
     p = Project(tmp_path)
     p.record("chunk", rows=3)
     p.record("embed", rows=3, model_fingerprint="abc")
-    m = p.load_manifest()
+    m = p.manifest()
     assert m["chunk"]["rows"] == 3 and m["embed"]["model_fingerprint"] == "abc"
     assert "tool_version" in m["chunk"] and m["chunk"]["time"].endswith("Z")
 
@@ -62,29 +64,30 @@ def test_require_names_the_stage(tmp_path):
         p.require(p.chunks_path, "chunk")
 
 
-def test_flags_are_checked_before_anything_is_written(tmp_path):
+def test_options_are_checked_before_anything_is_written(tmp_path):
     p = Project(tmp_path / "proj")
     with pytest.raises(BadInput, match=r"--k1 -1 \(config index.bm25_k1\): must be ≥ 0"):
-        p.config("index", {"bm25_k1": -1}, save=True)
+        p.index(bm25_k1=-1)
     with pytest.raises(BadInput, match=r"--b 1.5 \(config index.bm25_b\): must be from 0 to 1"):
-        p.config("index", {"bm25_b": 1.5}, save=True)
+        p.index(bm25_b=1.5)
     with pytest.raises(BadInput, match=r"--precision 'fp16' \(config model.precision\): must be one of int8, fp32"):
-        p.config("model", {"precision": "fp16"}, save=True)
+        p.chunk(["nowhere"], precision="fp16")
     with pytest.raises(BadInput, match=r"-k 2.5 \(config search.k\) should be a int"):
-        p.config("search", {"k": 2.5}, save=True)
+        p.search("x", k=2.5)
+    with pytest.raises(BadInput, match="nowhere"):  # a missing source, found inside the lock
+        p.chunk(["nowhere"], unit="chars")
     assert not p.root.exists()
     # boundaries are allowed: b in [0, 1], k1 = 0, rrf_k = 0 (RRF 1/(k + rank), rank from 1)
-    assert p.config("index", {"bm25_b": 0, "bm25_k1": 0})["bm25_b"] == 0
-    assert p.config("index", {"bm25_b": 1.0}, save=True)["bm25_b"] == 1.0
-    assert p.load_config()["index"]["bm25_b"] == 1.0
-    assert p.config("search", {"rrf_k": 0})["rrf_k"] == 0
+    assert p.config.with_options("index", {"bm25_b": 0, "bm25_k1": 0})[0].index.bm25_b == 0
+    assert p.config.with_options("index", {"bm25_b": 1.0})[0].index.bm25_b == 1.0
+    assert p.config.with_options("search", {"rrf_k": 0})[0].search.rrf_k == 0
 
 
 def test_config_file_values_are_range_checked(tmp_path):
     p = Project(tmp_path)
     p.config_path.write_text("[index]\nhnsw_m = 1\n")
     with pytest.raises(BadInput, match=r"rag.toml: \[index\] hnsw_m = 1: must be ≥ 2 \(flag --hnsw-m\)"):
-        p.load_config()
+        p.config
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "a\\b", ".", "..", "", " "])

@@ -7,7 +7,7 @@ import pytest
 
 from rag_cli.models.cross_encoder import CrossEncoder, sigmoid
 from rag_cli.models.folder import ModelFolder
-from rag_cli.runs import RunRow
+from rag_cli.store.runs import RunRow
 from rag_cli.stages.rerank import rerank_rows
 
 TEXTS = {

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rag_cli.errors import BadInput
-from rag_cli.runs import RUN_COLUMNS, RunRow, doc_id_of, read_run, run_table, write_run
+from rag_cli.store.runs import RUN_COLUMNS, RunRow, doc_id_of, read_run, run_table, write_run
 
 ROWS = [
     RunRow("q1", "what is bm25?", 1, "bm25.md#2", "bm25.md", 12.5, "sparse"),

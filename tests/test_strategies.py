@@ -316,7 +316,7 @@ ZH_TOPICS = ("把水烧开后放入面条。煮面时要不停地搅拌。面条
 def test_semantic_breaks_where_the_topic_changes(parts, default_model):
     """The default bi-encoder (multilingual-e5-small) on 5 cooking + 5
     astronomy sentences: one break, exactly at the change of topic."""
-    from rag_cli.stages.models import load_embedder
+    from rag_cli.models.loading import load_embedder
 
     enc = load_embedder({"embedder": str(default_model), "precision": "int8", "threads": 0})
     d = doc("".join(parts))

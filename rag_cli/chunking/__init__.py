@@ -11,14 +11,14 @@ Public API::
     chunk_with_parents(docs, ...) -> (chunks, parents)  # parents: parent-child
     chunk_document(doc, ...) -> list[Chunk]
     chunk_stats(chunks) -> ChunkStats          # n_oversized etc. for reports
-    docs_table(docs) -> pyarrow.Table          # docs.parquet
-    chunks_table(chunks) -> pyarrow.Table      # chunks.parquet
+    docs_table, chunks_table                   # re-exported from rag_cli.store.docs / .chunks
 """
 
 from .chunk import HEADING_SEPARATOR, Chunk, make_embed_text
 from .core import (HEADING_AWARE_FORMATS, ChunkStats, chunk_document, chunk_documents, chunk_stats,
                    chunk_with_parents)
-from .tables import CHUNKS_SCHEMA, DOCS_SCHEMA, chunks_table, docs_table
+from rag_cli.store.chunks import CHUNKS_SCHEMA, chunks_table  # the file formats live in rag_cli.store
+from rag_cli.store.docs import DOCS_SCHEMA, docs_table
 from .units import STRATEGIES, UNITS, load_tokenizer, validate
 
 __all__ = [

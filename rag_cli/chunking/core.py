@@ -110,7 +110,8 @@ def chunk_with_parents(docs, *, strategy: str = "recursive", size: int = 256, ov
                        unit: str = "tokens", tokenizer=None, context_sentences: int = 2, parent_size: int = 512,
                        breakpoint_percentile: float = 95.0,
                        embed: Callable[[list[str]], np.ndarray] | None = None, separators=None,
-                       keep_separator: str = "end") -> tuple[list[Chunk], list[Chunk]]:
+                       keep_separator: str = "end",
+                       progress: Callable[[int, int], None] | None = None) -> tuple[list[Chunk], list[Chunk]]:
     """Chunk every document of `docs` (a list of `Document`); return
     `(chunks, parents)`: all chunks (documents in the given order, chunks in
     document order) and, for `parent-child`, the parent chunks (else `[]`).
@@ -146,6 +147,7 @@ def chunk_with_parents(docs, *, strategy: str = "recursive", size: int = 256, ov
     (`recursive.SEPARATORS`: paragraph, line, sentence incl. CJK
     punctuation, comma, space, character), or a list of literal strings /
     compiled patterns, highest priority first (`""` = single characters);
+    `progress(documents done, documents)` is called after each document.
     `keep_separator="end"` (default) attaches a separator to the piece
     before it, `"start"` to the piece after it. LangChain's
     RecursiveCharacterTextSplitter defaults are
@@ -182,11 +184,13 @@ def chunk_with_parents(docs, *, strategy: str = "recursive", size: int = 256, ov
     tok_counts = token_counters([d.text for d in docs], tok) if tok is not None else [None] * len(docs)
     chunks: list[Chunk] = []
     parents: list[Chunk] = []
-    for doc, tc in zip(docs, tok_counts):
+    for i, (doc, tc) in enumerate(zip(docs, tok_counts)):
         count = tc if unit == "tokens" else char_counter
         c, p = _chunks_for(doc, count, tc, strategy, size, overlap, opts)
         chunks.extend(c)
         parents.extend(p)
+        if progress is not None:
+            progress(i + 1, len(docs))
     return chunks, parents
 
 

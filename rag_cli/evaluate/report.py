@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from rag_cli.evaluate.metrics import METRICS, RELEVANCE_LEVEL, Qrels, Run
-from rag_cli.runs import as_rows
+from rag_cli.store.runs import as_rows
 
 DEFAULT_KS = (1, 5, 10, 20, 100)
 DEFAULT_METRICS = ("recall", "hit", "mrr", "ndcg")
@@ -41,7 +41,7 @@ def doc_level_run(rows: Iterable[Any]) -> dict[str, dict[str, float]]:
     """MaxP: `{query_id: {doc_id: 1/best_rank}}` from run rows.
 
     `rows` are `RunRow`s, 7-tuples, dicts or a `pyarrow.Table` (see
-    `rag_cli.runs`). The best (lowest) rank of a document's chunks decides its
+    `rag_cli.store.runs`). The best (lowest) rank of a document's chunks decides its
     place; the score `1 / best_rank` reproduces that order exactly.
     """
     return _to_scores(_best_ranks(rows, "doc"))

@@ -48,6 +48,10 @@ class DenseIndex:
         index.set_ef(params["ef"])
         return cls(index, params)
 
+    def vectors(self, rows) -> np.ndarray:
+        """(len(rows), d) float32: the stored vectors of `rows` (labels)."""
+        return np.asarray(self.index.get_items(list(rows)), dtype=np.float32).reshape(len(rows), self.params["dim"])
+
     def search(self, query_vectors: np.ndarray, k: int, mask: np.ndarray | None = None,
                ef: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-`k` neighbours of each query (q, d) float32.

@@ -284,12 +284,14 @@ def _where(value: str) -> dict[str, Any]:
     return {"value": value, "path": None, "status": "missing"}
 
 
-def list_models(project_root: str | os.PathLike | None = None) -> dict[str, Any]:
+def list_models(project_root: str | os.PathLike | None = None,
+                project_models: dict[str, Any] | None = None) -> dict[str, Any]:
     """The default models, the cache, models pulled into it, and the project's models.
 
     Args:
-        project_root: a project folder; its `rag.toml` `[model]` embedder,
-            precision and reranker are reported if the file exists.
+        project_root: a project folder.
+        project_models: its `rag.toml` `[model]` section (embedder,
+            precision, reranker), reported when given (None: no rag.toml).
 
     Returns:
         `cache` {path, models_dir, bytes}; `defaults` [{name, aliases, kind,
@@ -302,7 +304,6 @@ def list_models(project_root: str | os.PathLike | None = None) -> dict[str, Any]
         BadInput: the project's rag.toml is invalid.
     """
     from rag_cli.models import e5_convert
-    from rag_cli.project import Project
 
     mdir = defaults.models_dir()
     folder = mdir / defaults.DEFAULT_MODEL
@@ -329,12 +330,10 @@ def list_models(project_root: str | os.PathLike | None = None) -> dict[str, Any]
                 cached.append({"name": d.name.replace("--", "/", 1), "path": str(d),
                                "precisions": _available_precisions(d), "bytes": _tree_bytes(d)})
     project = None
-    if project_root is not None:
-        p = Project.open(project_root)
-        if p.config_path.is_file():
-            mcfg = p.load_config()["model"]
-            project = {"path": str(p.root), "embedder": _where(mcfg["embedder"]),
-                       "precision": mcfg["precision"], "reranker": _where(mcfg["reranker"])}
+    if project_root is not None and project_models is not None:
+        mcfg = project_models
+        project = {"path": str(project_root), "embedder": _where(mcfg["embedder"]),
+                   "precision": mcfg["precision"], "reranker": _where(mcfg["reranker"])}
     cache = defaults.cache_dir()
     return {
         "cache": {"path": str(cache), "models_dir": str(mdir), "bytes": _tree_bytes(cache)},

@@ -18,27 +18,39 @@ rules are unchanged: the cosine is the retrieved chunk's, and the coverage is
 measured on the text the generator reads (a single sentence rarely holds
 every term of a question; its window or parent does).
 
-Measured on sample_corpus (multilingual-e5-small, int8): the 8 answerable
-questions have cosine 0.86-0.93 and coverage 0.49-1.0; off-topic questions
-("今天天气怎么样？", "hello", "?", "Who won the FIFA World Cup in 1998?")
-have cosine 0.76-0.84 and coverage 0.0-0.21. Only evidence at or above
-`min_score` is given to the generator; it keeps its number [n].
+Only evidence at or above `min_score` is given to the generator; it keeps
+its number [n]. (Measured cosines and coverages: docs/results.md.)
+
+The question is normalised once, here (`prepare_query`), as `rag search`
+normalises queries.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rag_cli.chunking import make_embed_text
+from rag_cli.config import AskConfig, SearchConfig
 from rag_cli.generate.base import Answer, Evidence, refusal
-from rag_cli.stages.search import Searcher
+from rag_cli.index.searcher import Searcher, check_query, prepare_query
+from rag_cli.progress import Progress
+from rag_cli.store.answers import write_answers
+
+if TYPE_CHECKING:
+    from rag_cli.project import Project
 
 
 @dataclass
 class AskResult:
+    """The answer to one question: `answer` (text, citations, refused,
+    generator), the numbered `evidence` retrieved, the best evidence cosine,
+    the term coverage (0-1), the latency (ms) and, when refused, why."""
+
     question: str
     answer: Answer
     evidence: list[Evidence]
@@ -46,6 +58,10 @@ class AskResult:
     coverage: float
     latency_ms: float
     reason: str = ""
+
+    @property
+    def refused(self) -> bool:
+        return self.answer.refused
 
 
 def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=None,
@@ -58,12 +74,12 @@ def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=N
     if not hits:
         return [], -1.0
     q = qv[0]
-    vecs = np.asarray(searcher.dense.index.get_items([h.row for h in hits]), dtype=np.float32)
+    vecs = searcher.vectors([h.row for h in hits])
     vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     cos = vecs @ (q / max(np.linalg.norm(q), 1e-12))
     columns = searcher.chunks.column_names
     evidence = [
-        Evidence(number=i + 1, chunk_id=h.chunk_id, doc_id=h.doc_id, text=searcher.text(h.row),
+        Evidence(number=i + 1, chunk_id=h.chunk_id, doc_id=h.doc_id, text=h.text,
                  score=float(cos[i]), title_path=list(searcher.chunks.column("title_path")[h.row].as_py() or [])
                  if "title_path" in columns else [],
                  context=searcher.text(h.row, "context") if "context" in columns else None)
@@ -72,70 +88,60 @@ def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=N
     return evidence, float(cos.max())
 
 
-def ask(searcher: Searcher, generator, question: str, *, k: int = 5, mode: str = "hybrid",
-        min_score: float = 0.82, min_coverage: float = 0.3, strong_score: float = 0.9, mask=None,
-        candidates: int = 100, rrf_k: int = 60) -> AskResult:
-    """Answer `question` from the index only. See the module docstring for refusal.
-    `candidates` and `rrf_k` are the hybrid retrieval's (`search.candidates`, `search.rrf_k`).
+def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: SearchConfig,
+        mask=None) -> AskResult:
+    """Answer `question` from the index only, with the `[ask]` config `cfg`
+    (k, thresholds) and the retrieval of the `[search]` config (mode,
+    candidates, rrf_k). See the module docstring for refusal.
 
     Raises BadInput for an empty question.
     """
-    from rag_cli.stages.search import check_query
-
-    check_query(question)
+    question = prepare_query(check_query(question))
     t0 = time.perf_counter()
-    evidence, best = evidence_for(searcher, question, k=k, mode=mode, mask=mask, candidates=candidates,
-                                  rrf_k=rrf_k)
+    evidence, best = evidence_for(searcher, question, k=cfg.k, mode=search.mode, mask=mask,
+                                  candidates=search.candidates, rrf_k=search.rrf_k)
     coverage = searcher.sparse.coverage(question, [make_embed_text(e.title_path, e.context or e.text)
                                                    for e in evidence]) if evidence else 0.0
     reason = ""
     if not evidence:
         reason = "no evidence was retrieved"
-    elif best < min_score:
-        reason = f"best evidence cosine {best:.3f} is below min_score {min_score}"
-    elif coverage < min_coverage and best < strong_score:
-        reason = (f"the evidence holds {coverage:.2f} of the question's terms (min_coverage {min_coverage}) "
-                  f"and its cosine {best:.3f} is below strong_score {strong_score}")
+    elif best < cfg.min_score:
+        reason = f"best evidence cosine {best:.3f} is below min_score {cfg.min_score}"
+    elif coverage < cfg.min_coverage and best < cfg.strong_score:
+        reason = (f"the evidence holds {coverage:.2f} of the question's terms (min_coverage {cfg.min_coverage}) "
+                  f"and its cosine {best:.3f} is below strong_score {cfg.strong_score}")
     if reason:
         answer = Answer(text=refusal(question), citations=[], refused=True, generator=generator.name)
     else:
         answer = generator.generate(question, [replace(e, text=e.context) if e.context else e
-                                               for e in evidence if e.score >= min_score])
+                                               for e in evidence if e.score >= cfg.min_score])
         if answer.refused:
             answer.text = refusal(question)
             reason = "the generator found no sentence to quote"
     return AskResult(question, answer, evidence, best, coverage, (time.perf_counter() - t0) * 1000.0, reason)
 
 
-def answer_queries(project, searcher: Searcher, generator, queries_path, cfg: dict, mode: str, mask=None,
-                   name: str | None = None, candidates: int = 100, rrf_k: int = 60):
-    """Answer every question of a query file into `answers/NAME.parquet`
-    (`cfg`: the `[ask]` config; `candidates`, `rrf_k`: as in `ask`).
+def answer_queries(project: "Project", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,
+                   search: SearchConfig, mask=None, *, path: Path,
+                   progress: Progress | None = None) -> tuple[Path, int, int]:
+    """Answer every question of a query file into `path` (answers/NAME.parquet).
+    Progress: ("answering", questions done, questions).
 
     Returns (path, n answers, n refused).
     """
-    import pyarrow as pa
-
-    from rag_cli import atomic
     from rag_cli.evaluate.datasets import read_queries
-    from rag_cli.loaders.normalize import normalize_text
-    from rag_cli.project import file_stem
 
     rows = []
-    for qid, text in read_queries(queries_path):
-        res = ask(searcher, generator, normalize_text(text), k=cfg["k"], mode=mode, min_score=cfg["min_score"],
-                  min_coverage=cfg["min_coverage"], strong_score=cfg["strong_score"], mask=mask,
-                  candidates=candidates, rrf_k=rrf_k)
+    queries = read_queries(queries_path)
+    for i, (qid, text) in enumerate(queries):
+        res = ask(searcher, generator, text, cfg, search, mask)
         rows.append({"query_id": qid, "question": text, "answer": res.answer.text,
                      "citations": res.answer.citations, "contexts": [e.chunk_id for e in res.evidence],
                      "refused": res.answer.refused, "generator": res.answer.generator,
                      "latency_ms": res.latency_ms, "best_score": res.best_score, "coverage": res.coverage})
-    schema = pa.schema([("query_id", pa.string()), ("question", pa.string()), ("answer", pa.string()),
-                        ("citations", pa.list_(pa.string())), ("contexts", pa.list_(pa.string())),
-                        ("refused", pa.bool_()), ("generator", pa.string()), ("latency_ms", pa.float64()),
-                        ("best_score", pa.float64()), ("coverage", pa.float64())])
-    path = project.answers_path(name or file_stem(queries_path))
-    atomic.write_parquet(path, pa.Table.from_pylist(rows, schema=schema))
-    project.record(f"ask:{path.name}", params=dict(cfg, mode=mode), inputs={"queries": str(queries_path)},
-                   outputs=[str(path)], rows=len(rows))
+        if progress is not None:
+            progress("answering", i + 1, len(queries))
+    write_answers(path, rows)
+    project.record(f"ask:{path.name}", params=dict(cfg.__dict__, mode=search.mode),
+                   inputs={"queries": str(queries_path)}, outputs=[str(path)], rows=len(rows))
     return path, len(rows), sum(r["refused"] for r in rows)

@@ -1,43 +1,44 @@
 """`rag index`: chunks + embeddings -> index/ (hnswlib dense + bm25s sparse).
 
-The index folder is self-contained: besides the two indexes it keeps the
-chunk ids, doc ids and texts it was built from (`index/chunks.parquet`) and
-the embedder fingerprint (`index/meta.json`), so searching never depends on
-files that may have changed since.
+The index folder (`rag_cli.store.index_folder`) is self-contained: besides
+the two indexes it keeps the chunk columns it was built from and the
+embedder fingerprint, so searching never depends on files that may have
+changed since.
 """
 
 from __future__ import annotations
 
-import json
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow.parquet as pq
 
-from rag_cli import atomic
+from rag_cli.config import IndexConfig
 from rag_cli.errors import BadInput
-from rag_cli.parquet_read import read_parquet, rerun
+from rag_cli.hashing import sha256_file
 from rag_cli.index.dense import DenseIndex
 from rag_cli.index.sparse import SparseIndex
-from rag_cli.project import Project, sha256_file
-from rag_cli.stages.embed import read_embeddings
+from rag_cli.progress import Progress
+from rag_cli.store.chunks import read_chunks
+from rag_cli.store.embeddings import read_embeddings
+from rag_cli.store.index_folder import INDEX_COLUMNS, write_index_folder
 
-#: Columns of chunks.parquet kept in index/chunks.parquet; `context` is the
-#: text `rag ask` gives the generator for `sentence` and `parent-child` chunks.
-INDEX_COLUMNS = ["chunk_id", "doc_id", "text", "embed_text", "title_path", "parent_id", "context_start",
-                 "context_end", "context"]
+if TYPE_CHECKING:
+    from rag_cli.project import Project
 
 
-def build_index(project: Project, params: dict, threads: int = 0) -> dict:
+def build_index(project: "Project", params: IndexConfig, threads: int = 0,
+                progress: Progress | None = None) -> dict:
     """Build `index/` from `chunks.parquet` and `embeddings.parquet`.
 
+    Progress: ("indexing", steps done, 3): read, dense (HNSW), sparse (BM25).
     Raises BadInput when an input is missing or the embeddings do not cover
     every chunk (names the first missing chunk and says to run `rag embed`).
     Returns a summary dict (n_chunks, dim, seconds, fingerprint).
     """
     t0 = time.perf_counter()
-    chunks = read_parquet(project.require(project.chunks_path, "chunk"), rerun("chunk"),
-                          required=["chunk_id", "doc_id", "text"])
+    step = (lambda done: progress("indexing", done, 3)) if progress else (lambda done: None)
+    chunks = read_chunks(project.require(project.chunks_path, "chunk"))
     emb = read_embeddings(project.require(project.embeddings_path, "embed"))
     cols = [c for c in INDEX_COLUMNS if c in chunks.column_names]
     chunks = chunks.select(cols)
@@ -54,11 +55,12 @@ def build_index(project: Project, params: dict, threads: int = 0) -> dict:
         )
     vectors = emb.vectors[np.fromiter((row_of[c] for c in chunk_ids), dtype=np.int64, count=len(chunk_ids))]
     texts = chunks.column("embed_text" if "embed_text" in cols else "text").to_pylist()
-
-    dense = DenseIndex.build(vectors, m=params["hnsw_m"], ef_construction=params["hnsw_ef_construction"],
-                             ef=params["hnsw_ef"], threads=threads)
-    sparse = SparseIndex.build(texts, k1=params["bm25_k1"], b=params["bm25_b"], method=params["bm25_method"])
-
+    step(1)
+    dense = DenseIndex.build(vectors, m=params.hnsw_m, ef_construction=params.hnsw_ef_construction,
+                             ef=params.hnsw_ef, threads=threads)
+    step(2)
+    sparse = SparseIndex.build(texts, k1=params.bm25_k1, b=params.bm25_b, method=params.bm25_method)
+    step(3)
     meta = {
         "model_fingerprint": emb.fingerprint,
         "passage_fingerprint": emb.passage_fingerprint,
@@ -68,15 +70,11 @@ def build_index(project: Project, params: dict, threads: int = 0) -> dict:
         "dense": dense.params,
         "sparse": sparse.params,
     }
-    with atomic.atomic_dir(project.index_dir) as tmp:
-        dense.save(tmp / "dense")
-        sparse.save(tmp / "sparse")
-        pq.write_table(chunks, tmp / "chunks.parquet", compression="zstd")
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    write_index_folder(project.index_dir, dense=dense, sparse=sparse, chunks=chunks, meta=meta)
     seconds = time.perf_counter() - t0
     project.record(
         "index",
-        params=params,
+        params=params.__dict__,
         inputs={"chunks.parquet": sha256_file(project.chunks_path),
                 "embeddings.parquet": sha256_file(project.embeddings_path)},
         outputs=["index/"],

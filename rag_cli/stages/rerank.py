@@ -11,13 +11,14 @@ from collections import defaultdict
 
 import numpy as np
 from rag_cli.errors import BadInput
-from rag_cli.parquet_read import read_parquet, rerun
-from rag_cli.runs import RunRow
+from rag_cli.progress import Progress
+from rag_cli.store.chunks import read_chunks
+from rag_cli.store.runs import RunRow
 
 
 def chunk_texts(chunks_path, chunk_ids: set[str]) -> dict[str, str]:
     """Text to score for each wanted chunk id (the embedded text, with its heading path)."""
-    table = read_parquet(chunks_path, rerun("chunk"), required=["chunk_id"])
+    table = read_chunks(chunks_path, required=["chunk_id"])
     col = "embed_text" if "embed_text" in table.column_names else "text"
     ids = table.column("chunk_id").to_pylist()
     texts = table.column(col).to_pylist()
@@ -25,7 +26,8 @@ def chunk_texts(chunks_path, chunk_ids: set[str]) -> dict[str, str]:
 
 
 def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top_in: int = 100,
-                top_out: int = 10, source: str = "the run", probability: bool = False) -> tuple[list[RunRow], int]:
+                top_out: int = 10, source: str = "the run", probability: bool = False,
+                progress: Progress | None = None) -> tuple[list[RunRow], int]:
     """Rerank each query's best `top_in` rows (by rank) and keep the best `top_out`.
 
     `texts` maps chunk_id -> text. All (query, passage) pairs of the run are
@@ -35,6 +37,7 @@ def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top
     `rag_cli.models.cross_encoder` for the scale. Raises BadInput when a chunk
     of the run has no text (the run was made from another project), naming
     the chunk id. Ties in the cross-encoder score keep the earlier rank first.
+    Progress: ("reranking", pairs scored, pairs).
     Returns (rows, number of (query, passage) pairs cut to the model's max_length).
     """
     from rag_cli.models.cross_encoder import sigmoid
@@ -61,7 +64,8 @@ def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top
                            "rerank a run made from the same project (-p/--project)")
         groups.append((qid, cands))
         pairs.extend((query, texts[r.chunk_id]) for r in cands)
-    all_scores = cross_encoder.score_pairs(pairs) if pairs else np.zeros(0, np.float32)
+    report = (lambda done, n: progress("reranking", done, n)) if progress else None
+    all_scores = cross_encoder.score_pairs(pairs, progress=report) if pairs else np.zeros(0, np.float32)
     n_truncated = int(cross_encoder.n_truncated) if pairs else 0
     if probability:
         all_scores = sigmoid(all_scores)

@@ -1,231 +1,65 @@
-"""`rag search`: dense (HNSW), sparse (BM25) or hybrid (RRF) retrieval over `index/`.
+"""`rag search`: one query, or every query of a file into a run.
 
-Hybrid takes the top `candidates` of each retriever and fuses them with RRF
-(k = 60 by default; Cormack et al., SIGIR 2009).
+Retrieval itself (dense, sparse, hybrid; query normalisation) is
+`rag_cli.index.searcher.Searcher`.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow.parquet as pq
 
+from rag_cli.config import SearchConfig
 from rag_cli.errors import BadInput
-from rag_cli.index.dense import DenseIndex
-from rag_cli.index.fusion import rrf
-from rag_cli.index.sparse import SparseIndex
-from rag_cli.project import Project, file_stem
+from rag_cli.index.searcher import Hit, Searcher, check_query
+from rag_cli.progress import Progress
+from rag_cli.store.runs import RunRow, write_run
 
-MODES = ("dense", "sparse", "hybrid")
-
-
-@dataclass
-class Hit:
-    """One ranked chunk. `score` is the stage's score (cosine, BM25 or RRF);
-    `cosine` is the bi-encoder cosine when the dense retriever saw the chunk."""
-
-    rank: int
-    row: int
-    chunk_id: str
-    doc_id: str
-    score: float
-    stage: str
-    cosine: float | None = None
+if TYPE_CHECKING:
+    from rag_cli.project import Project
 
 
-@dataclass
-class Searcher:
-    """A loaded index. `embedder` is needed for dense and hybrid modes only.
-
-    `n_queries_truncated` counts the queries, since the index was opened, that
-    were longer than the bi-encoder's max_length tokens and were cut before
-    encoding (every query encoding goes through `encode_queries`); the CLI
-    reports it on stderr and in --json output, as the contract asks.
-    """
-
-    index_dir: Path
-    meta: dict
-    chunks: "object"  # pyarrow.Table of the index's chunk columns
-    dense: DenseIndex
-    sparse: SparseIndex
-    embedder: object | None = None
-    _chunk_ids: list[str] = field(default_factory=list)
-    _doc_ids: list[str] = field(default_factory=list)
-    n_queries_truncated: int = 0
-
-    @staticmethod
-    def require(project: Project) -> None:
-        """Raise BadInput unless `project` has a built index."""
-        if not (project.index_dir / "meta.json").exists():
-            raise BadInput(f"{project.index_dir} has no index: run `rag index` first (project folder {project.root})")
-
-    @classmethod
-    def open(cls, project: Project, embedder=None) -> "Searcher":
-        """Load `index/`. Raises BadInput if it is missing, or if `embedder`'s
-        fingerprint differs from the one the index was built with."""
-        cls.require(project)
-        folder = project.index_dir
-        try:
-            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-            chunks = pq.read_table(folder / "chunks.parquet")
-            dense, sparse = DenseIndex.load(folder / "dense"), SparseIndex.load(folder / "sparse")
-        except Exception as exc:  # hnswlib, bm25s, json and arrow each raise their own
-            raise BadInput(f"{folder} cannot be read ({type(exc).__name__}: {exc}); "
-                           "rebuild it with `rag index`") from exc
-        if embedder is not None and embedder.folder.fingerprint != meta["model_fingerprint"]:
-            model = embedder.folder
-            if meta.get("passage_fingerprint") != model.passage_fingerprint:
-                what = ("set model.embedder and model.precision in rag.toml back to the ones the index was built "
-                        "with, or rerun `rag embed` and `rag index`")
-            else:  # the same graph, another query graph
-                what = ("only the query graph differs: "
-                        + (f"the folder now has {model.query_onnx_path}" if model.query_onnx_path is not None else
-                           f"the folder no longer has the query graph the index was built with, beside "
-                           f"{model.onnx_path}")
-                        + ". Rerun `rag embed` (it reuses every cached vector) and `rag index`")
-            raise BadInput(f"the index in {folder} was built with model {meta['model_fingerprint']} but the "
-                           f"embedder is {model.fingerprint}; {what}")
-        s = cls(folder, meta, chunks, dense, sparse, embedder)
-        s._chunk_ids = chunks.column("chunk_id").to_pylist()
-        s._doc_ids = chunks.column("doc_id").to_pylist()
-        return s
-
-    def mask(self, expr: str | None) -> np.ndarray | None:
-        """`--filter FIELD=GLOB` -> (n,) bool over the index's chunks, or None.
-
-        FIELD is a chunk column such as doc_id or chunk_id; GLOB uses
-        shell-style wildcards (fnmatch). Raises BadInput for a bad expression.
-        """
-        if not expr:
-            return None
-        field_, sep, pattern = expr.partition("=")
-        field_ = field_.strip()
-        if not sep or field_ not in self.chunks.column_names:
-            raise BadInput(
-                f"--filter {expr!r}: expected FIELD=GLOB with FIELD one of "
-                f"{', '.join(c for c in self.chunks.column_names if c not in ('text', 'embed_text', 'context'))}"
-            )
-        values = self.chunks.column(field_).to_pylist()
-        return np.fromiter((fnmatch.fnmatchcase(str(v), pattern.strip()) for v in values), dtype=bool, count=len(values))
-
-    def encode_queries(self, queries: list[str]) -> np.ndarray:
-        """(q, d) float32 bi-encoder vectors of `queries`; adds the number of
-        queries cut to the model's max_length (tokens) to `n_queries_truncated`.
-        Raises BadInput when no embedder is loaded, or when the vectors are
-        not of the index's size (a foreign query graph)."""
-        if self.embedder is None:
-            raise BadInput("dense search needs the embedder the index was built with")
-        vectors = self.embedder.encode_queries(queries)
-        self.n_queries_truncated += int(self.embedder.n_truncated)
-        if vectors.shape[1] != self.dense.params["dim"]:
-            folder = self.embedder.folder
-            graph = folder.query_onnx_path or folder.onnx_path
-            raise BadInput(
-                f"{graph} gives {vectors.shape[1]}-dimension query vectors but the index in {self.index_dir} "
-                f"holds {self.dense.params['dim']}-dimension vectors; the query graph must come from the "
-                "same model as the graph that embedded the chunks"
-            )
-        return vectors
-
-    def search(self, queries: list[str], *, mode: str = "hybrid", k: int = 10, candidates: int = 100,
-               rrf_k: int = 60, mask: np.ndarray | None = None,
-               query_vectors: np.ndarray | None = None) -> list[list[Hit]]:
-        """Rank chunks for each query; returns per query up to `k` hits, best first.
-
-        `query_vectors` ((q, d) float32) are the queries' bi-encoder vectors
-        when the caller has them already; otherwise they are computed here.
-        Raises BadInput for an unknown `mode` or k < 1.
-        """
-        if mode not in MODES:
-            raise BadInput(f"--mode {mode!r} is unknown; use one of {', '.join(MODES)}")
-        if k < 1:
-            raise BadInput(f"-k {k}: must be at least 1")
-        depth = max(k, candidates) if mode == "hybrid" else k
-        dense_res: list = [None] * len(queries)
-        if mode in ("dense", "hybrid"):
-            qv = self.encode_queries(queries) if query_vectors is None else query_vectors
-            dense_res = self.dense.search(qv, depth, mask=mask)
-        out = []
-        for qi, query in enumerate(queries):
-            cos = {}
-            if dense_res[qi] is not None:
-                rows, sims = dense_res[qi]
-                cos = {int(r): float(s) for r, s in zip(rows, sims)}
-            if mode == "dense":
-                ranked = [(int(r), float(s)) for r, s in zip(*dense_res[qi])]
-            elif mode == "sparse":
-                rows, scores = self.sparse.search(query, depth, mask=mask)
-                ranked = [(int(r), float(s)) for r, s in zip(rows, scores)]
-            else:
-                srows, _ = self.sparse.search(query, depth, mask=mask)
-                ranked = rrf([list(dense_res[qi][0]), list(srows)], k=rrf_k)
-            out.append([
-                Hit(rank=i + 1, row=r, chunk_id=self._chunk_ids[r], doc_id=self._doc_ids[r], score=s,
-                    stage=mode, cosine=cos.get(r))
-                for i, (r, s) in enumerate(ranked[:k])
-            ])
-        return out
-
-    def text(self, row: int, column: str = "text") -> str:
-        return self.chunks.column(column)[row].as_py()
-
-    def row_of(self, chunk_id: str) -> int | None:
-        if not hasattr(self, "_row_of"):
-            self._row_of = {c: i for i, c in enumerate(self._chunk_ids)}
-        return self._row_of.get(chunk_id)
-
-
-def check_query(query: str) -> str:
-    """`query`, or BadInput if it is empty or not valid Unicode (e.g. Latin-1 bytes in a UTF-8 shell)."""
-    try:
-        query.encode("utf-8")
-    except UnicodeEncodeError:
-        raise BadInput(f"the query {query!r} is not valid UTF-8 text; check the terminal's encoding") from None
-    if not query.strip():
-        raise BadInput("the query is empty; give some words to search for")
-    return query
-
-
-def search_one(searcher: Searcher, query: str, cfg: dict, mask=None) -> list[Hit]:
-    """One query with the `[search]` config `cfg` (mode, k, candidates, rrf_k).
+def search_one(searcher: Searcher, query: str, cfg: SearchConfig, mask: np.ndarray | None = None) -> list[Hit]:
+    """One query with the `[search]` config (mode, k, candidates, rrf_k).
 
     Raises BadInput for an empty query or one that is not valid Unicode.
     """
-    from rag_cli.loaders.normalize import normalize_text
-
-    return searcher.search([normalize_text(check_query(query))], mode=cfg["mode"], k=cfg["k"], candidates=cfg["candidates"],
-                           rrf_k=cfg["rrf_k"], mask=mask)[0]
+    return searcher.search([check_query(query)], mode=cfg.mode, k=cfg.k, candidates=cfg.candidates,
+                           rrf_k=cfg.rrf_k, mask=mask)[0]
 
 
-def run_queries(project: Project, searcher: Searcher, queries_path: Path, cfg: dict, mask=None, *,
-                name: str | None = None, fmt: str = "parquet", output: Path | None = None,
-                batch: int = 64) -> Path:
-    """Search every query of `queries_path` and write the run (Parquet or TREC).
-
-    The run is `runs/NAME.parquet` (or `.trec`), NAME defaulting to the query
-    file's stem plus the mode. Returns the path written. Raises BadInput for a
-    bad query file or `fmt`.
-    """
-    from rag_cli.evaluate.datasets import read_queries
-    from rag_cli.loaders.normalize import normalize_text
-    from rag_cli.runs import RunRow, write_run
-
-    if fmt not in ("parquet", "trec"):
-        raise BadInput(f"--format {fmt!r} is unknown; use parquet or trec")
-    queries = read_queries(queries_path)
+def search_rows(searcher: Searcher, queries: list[tuple[str, str]], cfg: SearchConfig,
+                mask: np.ndarray | None = None, *, batch: int = 64,
+                progress: Progress | None = None) -> list[RunRow]:
+    """Search (query_id, text) pairs, `batch` queries at a time; returns run rows.
+    Progress: ("searching", queries done, queries)."""
     rows: list[RunRow] = []
     for start in range(0, len(queries), batch):
         part = queries[start:start + batch]
-        results = searcher.search([normalize_text(t) for _, t in part], mode=cfg["mode"], k=cfg["k"],
-                                  candidates=cfg["candidates"], rrf_k=cfg["rrf_k"], mask=mask)
+        results = searcher.search([t for _, t in part], mode=cfg.mode, k=cfg.k, candidates=cfg.candidates,
+                                  rrf_k=cfg.rrf_k, mask=mask)
         for (qid, text), hits in zip(part, results):
             rows.extend(RunRow(qid, text, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits)
-    path = output or project.run_path(name or f"{file_stem(queries_path)}-{cfg['mode']}", fmt)
+        if progress is not None:
+            progress("searching", start + len(part), len(queries))
+    return rows
+
+
+def run_queries(project: "Project", searcher: Searcher, queries_path: Path, cfg: SearchConfig,
+                mask: np.ndarray | None = None, *, path: Path, fmt: str = "parquet",
+                progress: Progress | None = None) -> Path:
+    """Search every query of `queries_path` and write the run (Parquet or TREC) to `path`.
+
+    Returns the path written. Raises BadInput for a bad query file or `fmt`.
+    """
+    from rag_cli.evaluate.datasets import read_queries
+
+    if fmt not in ("parquet", "trec"):
+        raise BadInput(f"--format {fmt!r} is unknown; use parquet or trec")
+    rows = search_rows(searcher, read_queries(queries_path), cfg, mask, progress=progress)
     write_run(path, rows, fmt=fmt)
-    project.record(f"search:{Path(path).name}", params=dict(cfg), inputs={"queries": str(queries_path)},
+    project.record(f"search:{Path(path).name}", params=dict(cfg.__dict__), inputs={"queries": str(queries_path)},
                    outputs=[str(path)], rows=len(rows), model_fingerprint=searcher.meta["model_fingerprint"])
     return Path(path)

@@ -154,7 +154,7 @@ def _is_parquet(path: Path) -> bool:
 
 
 def _read_parquet_run(path: Path) -> list[RunRow]:
-    from rag_cli.parquet_read import read_parquet
+    from rag_cli.store.parquet import read_parquet
 
     table = read_parquet(path, "is it a run written by `rag search --queries` or `rag rerank`?")
     missing = [c for c in RUN_COLUMNS if c not in table.column_names]

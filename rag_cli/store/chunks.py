@@ -1,17 +1,13 @@
-"""Arrow tables with the contract columns (see DESIGN.md)."""
+"""chunks.parquet (and parents.parquet for `parent-child`): one row per chunk
+(see docs/layout.md)."""
 
 from __future__ import annotations
 
-import json
+import contextlib
+from pathlib import Path
+from typing import Iterator, Sequence
 
 import pyarrow as pa
-
-__all__ = ["DOCS_SCHEMA", "CHUNKS_SCHEMA", "docs_table", "chunks_table"]
-
-DOCS_SCHEMA = pa.schema([
-    ("doc_id", pa.string()), ("path", pa.string()), ("sha256", pa.string()), ("mtime", pa.float64()),
-    ("n_chars", pa.int64()), ("title", pa.string()), ("metadata", pa.string()),
-])
 
 CHUNKS_SCHEMA = pa.schema([
     ("chunk_id", pa.string()), ("doc_id", pa.string()), ("ordinal", pa.int32()), ("text", pa.string()),
@@ -21,28 +17,6 @@ CHUNKS_SCHEMA = pa.schema([
 
 #: Appended to CHUNKS_SCHEMA when a chunk has a context (`sentence`, `parent-child`).
 CONTEXT_FIELDS = [("context_start", pa.int64()), ("context_end", pa.int64()), ("context", pa.string())]
-
-
-def docs_table(docs, *, include_text: bool = False) -> pa.Table:
-    """One row per `Document`: doc_id, path, sha256, mtime (float64 seconds),
-    n_chars (int64), title, metadata (JSON object string, sorted keys, non-ASCII
-    kept). `include_text=True` appends the normalised `text` column.
-    Row order = input order; same input → identical table."""
-    docs = list(docs)
-    cols = {
-        "doc_id": [d.doc_id for d in docs],
-        "path": [d.path for d in docs],
-        "sha256": [d.sha256 for d in docs],
-        "mtime": [float(d.mtime) for d in docs],
-        "n_chars": [d.n_chars for d in docs],
-        "title": [d.title for d in docs],
-        "metadata": [json.dumps(d.metadata, ensure_ascii=False, sort_keys=True, default=str) for d in docs],
-    }
-    schema = DOCS_SCHEMA
-    if include_text:
-        cols["text"] = [d.text for d in docs]
-        schema = schema.append(pa.field("text", pa.string()))
-    return pa.table(cols, schema=schema)
 
 
 def chunks_table(chunks) -> pa.Table:
@@ -75,3 +49,45 @@ def chunks_table(chunks) -> pa.Table:
             cols[name] = [getattr(c, name) for c in chunks]
             schema = schema.append(pa.field(name, type_))
     return pa.table(cols, schema=schema)
+
+
+def write_tables(tables: dict[Path, pa.Table], remove: Sequence[Path] = ()) -> None:
+    """Write several Parquet tables (docs, chunks, parents) so that all are
+    renamed into place together at the end, and remove the files `remove`
+    (a parents.parquet left by another strategy); on error none changes."""
+    import pyarrow.parquet as pq
+
+    from rag_cli import atomic
+
+    with contextlib.ExitStack() as stack:
+        for path, table in tables.items():
+            pq.write_table(table, stack.enter_context(atomic.atomic_path(path)), compression="zstd")
+        for path in remove:
+            Path(path).unlink(missing_ok=True)
+
+
+def read_chunks(path: str | Path, columns: Sequence[str] | None = None,
+                required: Sequence[str] = ("chunk_id", "doc_id", "text")) -> pa.Table:
+    """Read chunks.parquet (or only `columns`). Raises BadInput naming the
+    file if it is unreadable or lacks a `required` column."""
+    from rag_cli.store.parquet import read_parquet, rerun
+
+    return read_parquet(path, rerun("chunk"), columns=columns, required=required)
+
+
+def embed_text_column(path: str | Path) -> str:
+    """The column whose text is embedded: `embed_text` (the text with its
+    heading path) when the file has it, else `text`. Raises BadInput as
+    `read_chunks` for an unreadable file or one without chunk_id/text."""
+    from rag_cli.store.parquet import open_parquet, rerun
+
+    with open_parquet(path, rerun("chunk"), required=["chunk_id", "text"]) as pf:
+        names = pf.schema_arrow.names
+    return "embed_text" if "embed_text" in names else "text"
+
+
+def iter_chunk_batches(path: str | Path, columns: Sequence[str], window: int) -> Iterator[pa.RecordBatch]:
+    """Record batches of at most `window` rows of `columns` of chunks.parquet."""
+    from rag_cli.store.parquet import iter_parquet_batches, rerun
+
+    yield from iter_parquet_batches(path, rerun("chunk"), columns, window)

@@ -1,0 +1,204 @@
+"""Retrieval over a loaded index folder: dense (HNSW), sparse (BM25) or hybrid (RRF).
+
+Hybrid takes the top `candidates` of each retriever and fuses them with RRF
+(k = 60 by default; Cormack, Clarke & Büttcher, SIGIR 2009).
+
+Queries are normalised here, in one place (`prepare_query`: a BOM dropped,
+line ends unified, Unicode NFKC, as the documents were), so `ＨＮＳＷ` and
+`HNSW` retrieve alike whichever command or API call asked.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rag_cli.errors import BadInput
+from rag_cli.index.fusion import rrf
+from rag_cli.loaders.normalize import normalize_text
+from rag_cli.store.index_folder import IndexFolder
+
+MODES = ("dense", "sparse", "hybrid")
+
+
+def check_query(query: str) -> str:
+    """`query`, or BadInput if it is empty or not valid Unicode (e.g. Latin-1 bytes in a UTF-8 shell)."""
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput(f"the query {query!r} is not valid UTF-8 text; check the terminal's encoding") from None
+    if not query.strip():
+        raise BadInput("the query is empty; give some words to search for")
+    return query
+
+
+def prepare_query(query: str) -> str:
+    """A query as the index sees it: normalised like the documents (`normalize_text`)."""
+    return normalize_text(query)
+
+
+def check_mode(mode: str) -> str:
+    """`mode`, or BadInput unless it is dense, sparse or hybrid."""
+    if mode not in MODES:
+        raise BadInput(f"--mode {mode!r} is unknown; use one of {', '.join(MODES)}")
+    return mode
+
+
+@dataclass
+class Hit:
+    """One ranked chunk. `score` is the stage's score (cosine, BM25 or RRF);
+    `cosine` is the bi-encoder cosine when the dense retriever saw the chunk;
+    `text` is the chunk's text."""
+
+    rank: int
+    row: int
+    chunk_id: str
+    doc_id: str
+    score: float
+    stage: str
+    cosine: float | None = None
+    text: str = ""
+
+
+@dataclass
+class Searcher:
+    """A loaded index. `embedder` is needed for dense and hybrid modes only.
+
+    `n_queries_truncated` counts the queries, since the index was opened, that
+    were longer than the bi-encoder's max_length tokens and were cut before
+    encoding (every query encoding goes through `encode_queries`); callers
+    report it, as the contract asks.
+    """
+
+    index_dir: Path
+    meta: dict
+    chunks: "object"  # pyarrow.Table of the index's chunk columns
+    dense: "object"  # DenseIndex
+    sparse: "object"  # SparseIndex
+    embedder: object | None = None
+    _chunk_ids: list[str] = field(default_factory=list)
+    _doc_ids: list[str] = field(default_factory=list)
+    n_queries_truncated: int = 0
+
+    @classmethod
+    def open(cls, index_dir: Path, embedder=None, project_root: Path | None = None) -> "Searcher":
+        """Load the index folder. Raises BadInput if it is missing or
+        unreadable, or if `embedder`'s fingerprint differs from the one the
+        index was built with."""
+        folder = IndexFolder.open(index_dir, project_root)
+        meta = folder.meta
+        if embedder is not None and embedder.folder.fingerprint != meta["model_fingerprint"]:
+            model = embedder.folder
+            if meta.get("passage_fingerprint") != model.passage_fingerprint:
+                what = ("set model.embedder and model.precision in rag.toml back to the ones the index was built "
+                        "with, or rerun `rag embed` and `rag index`")
+            else:  # the same graph, another query graph
+                what = ("only the query graph differs: "
+                        + (f"the folder now has {model.query_onnx_path}" if model.query_onnx_path is not None else
+                           f"the folder no longer has the query graph the index was built with, beside "
+                           f"{model.onnx_path}")
+                        + ". Rerun `rag embed` (it reuses every cached vector) and `rag index`")
+            raise BadInput(f"the index in {folder.path} was built with model {meta['model_fingerprint']} but the "
+                           f"embedder is {model.fingerprint}; {what}")
+        s = cls(folder.path, meta, folder.chunks, folder.dense, folder.sparse, embedder)
+        s._chunk_ids = folder.chunks.column("chunk_id").to_pylist()
+        s._doc_ids = folder.chunks.column("doc_id").to_pylist()
+        return s
+
+    def mask(self, expr: str | None) -> np.ndarray | None:
+        """`--filter FIELD=GLOB` -> (n,) bool over the index's chunks, or None.
+
+        FIELD is a chunk column such as doc_id or chunk_id; GLOB uses
+        shell-style wildcards (fnmatch). Raises BadInput for a bad expression.
+        """
+        if not expr:
+            return None
+        field_, sep, pattern = expr.partition("=")
+        field_ = field_.strip()
+        if not sep or field_ not in self.chunks.column_names:
+            raise BadInput(
+                f"--filter {expr!r}: expected FIELD=GLOB with FIELD one of "
+                f"{', '.join(c for c in self.chunks.column_names if c not in ('text', 'embed_text', 'context'))}"
+            )
+        values = self.chunks.column(field_).to_pylist()
+        return np.fromiter((fnmatch.fnmatchcase(str(v), pattern.strip()) for v in values), dtype=bool, count=len(values))
+
+    def encode_queries(self, queries: list[str]) -> np.ndarray:
+        """(q, d) float32 bi-encoder vectors of `queries` (normalised first);
+        adds the number of queries cut to the model's max_length (tokens) to
+        `n_queries_truncated`. Raises BadInput when no embedder is loaded, or
+        when the vectors are not of the index's size (a foreign query graph)."""
+        if self.embedder is None:
+            raise BadInput("dense search needs the embedder the index was built with")
+        vectors = self.embedder.encode_queries([prepare_query(q) for q in queries])
+        self.n_queries_truncated += int(self.embedder.n_truncated)
+        if vectors.shape[1] != self.dense.params["dim"]:
+            folder = self.embedder.folder
+            graph = folder.query_onnx_path or folder.onnx_path
+            raise BadInput(
+                f"{graph} gives {vectors.shape[1]}-dimension query vectors but the index in {self.index_dir} "
+                f"holds {self.dense.params['dim']}-dimension vectors; the query graph must come from the "
+                "same model as the graph that embedded the chunks"
+            )
+        return vectors
+
+    def search(self, queries: list[str], *, mode: str = "hybrid", k: int = 10, candidates: int = 100,
+               rrf_k: int = 60, mask: np.ndarray | None = None,
+               query_vectors: np.ndarray | None = None) -> list[list[Hit]]:
+        """Rank chunks for each query (normalised first); returns per query up
+        to `k` hits, best first.
+
+        `query_vectors` ((q, d) float32) are the queries' bi-encoder vectors
+        when the caller has them already; otherwise they are computed here.
+        Raises BadInput for an unknown `mode` or k < 1.
+        """
+        check_mode(mode)
+        if k < 1:
+            raise BadInput(f"-k {k}: must be at least 1")
+        queries = [prepare_query(q) for q in queries]
+        depth = max(k, candidates) if mode == "hybrid" else k
+        dense_res: list = [None] * len(queries)
+        if mode in ("dense", "hybrid"):
+            qv = self.encode_queries(queries) if query_vectors is None else query_vectors
+            dense_res = self.dense.search(qv, depth, mask=mask)
+        out = []
+        for qi, query in enumerate(queries):
+            cos = {}
+            if dense_res[qi] is not None:
+                rows, sims = dense_res[qi]
+                cos = {int(r): float(s) for r, s in zip(rows, sims)}
+            if mode == "dense":
+                ranked = [(int(r), float(s)) for r, s in zip(*dense_res[qi])]
+            elif mode == "sparse":
+                rows, scores = self.sparse.search(query, depth, mask=mask)
+                ranked = [(int(r), float(s)) for r, s in zip(rows, scores)]
+            else:
+                srows, _ = self.sparse.search(query, depth, mask=mask)
+                ranked = rrf([list(dense_res[qi][0]), list(srows)], k=rrf_k)
+            out.append([
+                Hit(rank=i + 1, row=r, chunk_id=self._chunk_ids[r], doc_id=self._doc_ids[r], score=s,
+                    stage=mode, cosine=cos.get(r), text=self.text(r))
+                for i, (r, s) in enumerate(ranked[:k])
+            ])
+        return out
+
+    def vectors(self, rows: list[int]) -> np.ndarray:
+        """(len(rows), d) float32 stored vectors of index rows (`DenseIndex.vectors`)."""
+        return self.dense.vectors(rows)
+
+    def text(self, row: int, column: str = "text") -> str:
+        """The `column` (text, embed_text, context) of index row `row`."""
+        if column == "text":
+            if not hasattr(self, "_texts"):
+                self._texts = self.chunks.column("text").to_pylist()
+            return self._texts[row]
+        return self.chunks.column(column)[row].as_py()
+
+    def row_of(self, chunk_id: str) -> int | None:
+        """The index row of `chunk_id`, or None if it is not in the index."""
+        if not hasattr(self, "_row_of"):
+            self._row_of = {c: i for i, c in enumerate(self._chunk_ids)}
+        return self._row_of.get(chunk_id)

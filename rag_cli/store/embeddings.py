@@ -1,0 +1,211 @@
+"""embeddings.parquet and the vector cache (see docs/layout.md).
+
+embeddings.parquet: `chunk_id` string, `text_sha256` string (of the
+embedded text), `vector` fixed_size_list<float32>[dim], one row per chunk in
+the order of chunks.parquet; the schema metadata holds `model_fingerprint`,
+`model_name`, `dim` and `passage_fingerprint`.
+
+The vector cache: `PROJECT/cache/vectors/<passage fingerprint>/part-*.parquet`
+(`text_sha256`, `vector`; one row group each), vectors by the sha256 of the
+embedded text, so a rerun embeds only new or changed texts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rag_cli import atomic
+from rag_cli.errors import BadInput
+from rag_cli.store.parquet import read_parquet, rerun
+
+@dataclass
+class Embeddings:
+    """The content of `embeddings.parquet`: `vectors` is (n, d) float32."""
+
+    chunk_ids: list[str]
+    text_sha256: list[str]
+    vectors: np.ndarray
+    fingerprint: str
+    model_name: str
+    dim: int
+    passage_fingerprint: str = ""  # the model's fingerprint without its query graph (`ModelFolder.passage_fingerprint`)
+
+
+def read_embeddings(path: Path) -> Embeddings:
+    """Read `embeddings.parquet`. Raises BadInput if it lacks the contract's columns or metadata."""
+    table = read_parquet(path, rerun("embed"))
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    if "chunk_id" not in table.column_names or "vector" not in table.column_names or "model_fingerprint" not in meta:
+        raise BadInput(f"{path}: not an embeddings file of rag-cli (needs chunk_id, vector and a model_fingerprint)")
+    dim = int(meta.get("dim", 0))
+    vectors = to_matrix(table.column("vector"), dim) if dim else np.zeros((0, 0), np.float32)
+    sha = table.column("text_sha256").to_pylist() if "text_sha256" in table.column_names else [""] * table.num_rows
+    return Embeddings(table.column("chunk_id").to_pylist(), sha, vectors, meta["model_fingerprint"],
+                      meta.get("model_name", ""), dim, meta.get("passage_fingerprint", meta["model_fingerprint"]))
+
+
+def embeddings_schema(fingerprint: str, model_name: str, dim: int, extra_meta: dict | None = None) -> pa.Schema:
+    """Schema of `embeddings.parquet`: chunk_id string, text_sha256 string,
+    vector fixed_size_list<float32>[dim]; metadata model_fingerprint, model_name, dim."""
+    meta = {"model_fingerprint": fingerprint, "model_name": model_name, "dim": str(dim)}
+    meta.update({k: str(v) for k, v in (extra_meta or {}).items()})
+    return pa.schema([("chunk_id", pa.string()), ("text_sha256", pa.string()),
+                      ("vector", pa.list_(pa.float32(), dim))], metadata=meta)
+
+
+def vector_array(vectors: np.ndarray) -> pa.FixedSizeListArray:
+    """(n, d) float32 -> Arrow fixed_size_list<float32>[d]."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    return pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), type=pa.float32()), vectors.shape[1])
+
+
+def to_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
+    """Arrow list<float32> column of n rows -> (n, dim) float32."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    flat = column.flatten().to_numpy(zero_copy_only=False)
+    return np.asarray(flat, dtype=np.float32).reshape(len(column), dim)
+
+
+class VectorCache:
+    """Vectors of one model, by the sha256 of the embedded text, in Parquet part files.
+
+    Sources are the part files of `folder` (`part-*.parquet`: `text_sha256`,
+    `vector`; one row group each) plus, optionally, an older
+    `embeddings.parquet` of the same model. Only the hashes are held in
+    memory (hash -> source, row group, row); vectors are read row group by
+    row group when gathered.
+
+    Args:
+        folder: `PROJECT/cache/vectors/<fingerprint>`; created on the first write.
+        dim: vector size; part files of another size are ignored.
+    """
+
+    def __init__(self, folder: Path, dim: int):
+        self.folder, self.dim = Path(folder), int(dim)
+        self._files: list[Path] = []  # opened when read: a big cache has more parts than a process may open
+        self._where: dict[str, tuple[int, int, int]] = {}
+        self._loaded: tuple[tuple[int, int], np.ndarray] | None = None  # the last row group read
+        self._seq = 0
+        if self.folder.is_dir():
+            for part in sorted(self.folder.glob("part-*.parquet")):
+                self.add_source(part, remove_if_unreadable=True)
+
+    def __contains__(self, sha: str) -> bool:
+        return sha in self._where
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def add_source(self, path: Path, remove_if_unreadable: bool = False) -> str | None:
+        """Index the `text_sha256` column of a Parquet file with `text_sha256`
+        and `vector` columns. Hashes already known keep their first source.
+
+        Returns:
+            None, or why the file was skipped (unreadable, lacks the columns,
+            another vector size); an unreadable part is deleted when
+            `remove_if_unreadable`.
+        """
+        src = len(self._files)
+        found: dict[str, tuple[int, int, int]] = {}
+        try:
+            with pq.ParquetFile(path) as pf:
+                names = pf.schema_arrow.names
+                vec_type = pf.schema_arrow.field("vector").type if "vector" in names else None
+                if "text_sha256" not in names or getattr(vec_type, "list_size", None) != self.dim:
+                    return f"{path}: no text_sha256 column or no vectors of size {self.dim}"
+                for rg in range(pf.num_row_groups):
+                    shas = pf.read_row_group(rg, columns=["text_sha256"]).column(0).to_pylist()
+                    for row, sha in enumerate(shas):
+                        if sha and sha not in self._where:
+                            found.setdefault(sha, (src, rg, row))
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            if remove_if_unreadable:
+                Path(path).unlink(missing_ok=True)
+            return f"{path}: cannot be read as Parquet ({exc})"
+        self._files.append(Path(path))
+        self._where.update(found)
+        return None
+
+    def write_part(self, shas: list[str], vectors: np.ndarray) -> Path:
+        """Write one part file atomically and index it.
+
+        Args:
+            shas: n text hashes.
+            vectors: (n, dim) float32.
+        """
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._seq += 1
+        path = self.folder / f"part-{time.time_ns():020d}-{os.getpid()}-{self._seq:06d}.parquet"
+        table = pa.Table.from_arrays([pa.array(shas, pa.string()), vector_array(vectors)],
+                                     names=["text_sha256", "vector"])
+        atomic.write_parquet(path, table)
+        self.add_source(path)
+        return path
+
+    def gather(self, shas: list[str]) -> np.ndarray:
+        """(n, dim) float32 vectors of `shas`, each of which must be cached.
+
+        Raises:
+            KeyError: a hash is not cached.
+        """
+        out = np.empty((len(shas), self.dim), dtype=np.float32)
+        locs = [self._where[s] for s in shas]
+        order = sorted(range(len(shas)), key=lambda i: locs[i])  # read each row group once
+        for i in order:
+            src, rg, row = locs[i]
+            if self._loaded is None or self._loaded[0] != (src, rg):
+                with pq.ParquetFile(self._files[src]) as pf:
+                    col = pf.read_row_group(rg, columns=["vector"]).column(0)
+                self._loaded = ((src, rg), to_matrix(col, self.dim))
+            out[i] = self._loaded[1][row]
+        return out
+
+
+def vector_cache_dir(root: Path, fingerprint: str) -> Path:
+    """`PROJECT/cache/vectors/<fingerprint>`: the vector cache of one model (`root` is the project folder)."""
+    return Path(root) / "cache" / "vectors" / fingerprint
+
+
+def stored_fingerprint(path: Path) -> tuple[str | None, str | None]:
+    """(model_fingerprint in the schema metadata of `path` or None, why the
+    file cannot be read or None). A missing file gives (None, None)."""
+    if not Path(path).exists():
+        return None, None
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        return None, f"{path}: cannot be read as Parquet ({exc}); run `rag embed` again"
+    return meta.get(b"model_fingerprint", b"").decode() or None, None
+
+
+@contextlib.contextmanager
+def embeddings_writer(path: Path, fingerprint: str, model_name: str, dim: int,
+                      passage_fingerprint: str) -> Iterator[Callable[[pa.Array, list[str], np.ndarray], None]]:
+    """Write embeddings.parquet atomically, part by part: yields
+    `write(chunk_ids, text_sha256s, vectors (n, dim) float32)`; the file is
+    renamed into place when the block ends without an error."""
+    schema = embeddings_schema(fingerprint, model_name, dim, {"passage_fingerprint": passage_fingerprint})
+    with atomic.atomic_path(path) as tmp:
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+            rows = 0
+
+            def write(chunk_ids, shas: list[str], vectors: np.ndarray) -> None:
+                nonlocal rows
+                ids = chunk_ids.cast(pa.string()) if hasattr(chunk_ids, "cast") else pa.array(chunk_ids, pa.string())
+                writer.write_table(pa.Table.from_arrays([ids, pa.array(shas, pa.string()), vector_array(vectors)],
+                                                        schema=schema))
+                rows += len(shas)
+
+            yield write
+            if rows == 0:
+                writer.write_table(schema.empty_table())
