@@ -295,14 +295,12 @@ def search(
             _print_hits(query, res.mode, rows)
         return
     with _progress(quiet or json_out) as progress:
-        path = p.search_queries(queries, **opts, name=name, format=fmt, output=output, progress=progress)
-    _report_queries_truncated(p.last_n_queries_truncated, p.last_max_length, quiet)
+        run = p.search_queries(queries, **opts, name=name, format=fmt, output=output, progress=progress)
+    _report_queries_truncated(run.n_queries_truncated, run.max_length, quiet)
     if json_out:
-        cfg = p.config.search
-        _emit_json({"run": str(path), "mode": mode or cfg.mode, "k": k or cfg.k,
-                    "n_queries_truncated": p.last_n_queries_truncated})
+        _emit_json({"run": str(run.path), "mode": run.mode, "k": run.k, "n_queries_truncated": run.n_queries_truncated})
     elif not quiet:
-        _note(f"run written: {path}")
+        _note(f"run written: {run.path}")
 
 
 def _report_queries_truncated(n: int, max_length: int | None, quiet: bool) -> None:
@@ -361,11 +359,11 @@ def rerank(
             res = p.rerank(query, model=model, candidates=candidates, top_n=top_n, mode=mode, sigmoid=probability,
                            progress=progress)
         else:
-            path = p.rerank_run(run, model=model, candidates=candidates, top_n=top_n, name=name, format=fmt,
-                                sigmoid=probability, progress=progress)
-    if p.last_n_pairs_truncated and not (quiet or json_out):
-        _warn(f"{p.last_n_pairs_truncated} (query, passage) pair(s) were longer than the cross-encoder's "
-              f"max_length ({p.last_reranker_max_length} tokens); their passages were cut")
+            res = p.rerank_run(run, model=model, candidates=candidates, top_n=top_n, name=name, format=fmt,
+                               sigmoid=probability, progress=progress)
+    if res.n_pairs_truncated and not (quiet or json_out):
+        _warn(f"{res.n_pairs_truncated} (query, passage) pair(s) were longer than the cross-encoder's "
+              f"max_length ({res.reranker_max_length} tokens); their passages were cut")
     if query is not None:
         _report_queries_truncated(res.n_queries_truncated, res.max_length, quiet)
         shown = [_hit_json(h) for h in res.hits]
@@ -377,9 +375,9 @@ def rerank(
     elif json_out:
         from rag_cli.store.runs import read_run
 
-        _emit_json({"run": str(path), "queries": len({r.query_id for r in read_run(path)})})
+        _emit_json({"run": str(res.path), "queries": len({r.query_id for r in read_run(res.path)})})
     elif not quiet:
-        _note(f"reranked run written: {path}")
+        _note(f"reranked run written: {res.path}")
 
 
 # --------------------------------------------------------------------------- ask
@@ -410,18 +408,18 @@ def ask(
             "strong_score": strong_score, "max_sentences": max_sentences, "filter": filter_}
     if question is not None:
         res = p.ask(question, **opts)
-        _report_queries_truncated(p.last_n_queries_truncated, p.last_max_length, quiet)
+        _report_queries_truncated(res.n_queries_truncated, res.max_length, quiet)
         if json_out:
-            _emit_json({**_answer_json(res), "n_queries_truncated": p.last_n_queries_truncated})
+            _emit_json({**_answer_json(res), "n_queries_truncated": res.n_queries_truncated})
         else:
             _print_answer(res)
         return
     with _progress(quiet or json_out) as progress:
         out = p.ask_queries(queries, **opts, name=name, progress=progress)
-    _report_queries_truncated(p.last_n_queries_truncated, p.last_max_length, quiet)
+    _report_queries_truncated(out["n_queries_truncated"], out["max_length"], quiet)
     if json_out:
         _emit_json({"answers": str(out["answers"]), "n": out["n"], "refused": out["refused"],
-                    "n_queries_truncated": p.last_n_queries_truncated})
+                    "n_queries_truncated": out["n_queries_truncated"]})
     elif not quiet:
         _note(f"{out['n']} answers ({out['refused']} refused) -> {out['answers']}")
 
@@ -486,7 +484,7 @@ def eval_(
     with _progress(quiet or json_out) as progress:
         report, path = p.evaluate(qrels, run=run, queries=queries, mode=mode, ks=cutoffs, name=name, progress=progress)
     if queries is not None:
-        _report_queries_truncated(p.last_n_queries_truncated, p.last_max_length, quiet)
+        _report_queries_truncated(report["n_queries_truncated"], report["max_length"], quiet)
     if json_out:
         _emit_json(report)
         return

@@ -86,13 +86,17 @@ def _model_value(value: str | os.PathLike | None) -> str | None:
 @dataclass
 class SearchResult:
     """The hits of one query (`Hit`s: rank, chunk_id, doc_id, score, stage, text),
-    the mode used, and how many queries were cut to the bi-encoder's max_length."""
+    the mode used, whether the query was cut to the bi-encoder's max_length
+    (`n_queries_truncated`, `max_length` in tokens) and, after a rerank, how
+    many (query, passage) pairs were cut to the cross-encoder's."""
 
     query: str
     mode: str
     hits: list
     n_queries_truncated: int = 0
     max_length: int | None = None
+    n_pairs_truncated: int = 0
+    reranker_max_length: int | None = None
 
     def __iter__(self):
         return iter(self.hits)
@@ -102,6 +106,24 @@ class SearchResult:
 
     def __getitem__(self, i):
         return self.hits[i]
+
+
+@dataclass
+class RunFile:
+    """A run written by `search_queries` or `rerank_run`: its `path` (usable
+    wherever a path is, `os.fspath(run)`), the mode and depth k, and the
+    queries / (query, passage) pairs cut to a model's max_length (tokens)."""
+
+    path: Path
+    mode: str
+    k: int
+    n_queries_truncated: int = 0
+    max_length: int | None = None
+    n_pairs_truncated: int = 0
+    reranker_max_length: int | None = None
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
 
 
 @dataclass
@@ -115,14 +137,6 @@ class Project:
 
     root: Path
     lock_timeout: float = 10.0
-    #: Set by the last search_queries/ask/ask_queries: queries cut to the
-    #: bi-encoder's max_length (tokens), and that max_length.
-    last_n_queries_truncated: int = field(default=0, init=False)
-    last_max_length: int | None = field(default=None, init=False)
-    #: Set by the last rerank/rerank_run: (query, passage) pairs cut to the
-    #: cross-encoder's max_length, and that max_length.
-    last_n_pairs_truncated: int = field(default=0, init=False)
-    last_reranker_max_length: int | None = field(default=None, init=False)
     _searchers: dict = field(default_factory=dict, repr=False, init=False)
 
     # -- opening -------------------------------------------------------------
@@ -396,11 +410,10 @@ class Project:
     def search_queries(self, queries: str | os.PathLike, *, mode: str | None = None, k: int | None = None,
                        filter: str | None = None, rrf_k: int | None = None, candidates: int | None = None,
                        name: str | None = None, format: str = "parquet", output: str | os.PathLike | None = None,
-                       progress: Progress | None = None) -> Path:
+                       progress: Progress | None = None) -> RunFile:
         """Search every query of a query file (JSONL or TSV) and write a run:
         runs/NAME.parquet (NAME: the file's stem-mode) or .trec, or `output`.
-        Returns the path written. The number of queries cut to the bi-encoder's
-        max_length is `self.last_n_queries_truncated`."""
+        Returns the `RunFile` written."""
         from rag_cli.stages.search import run_queries
 
         check_name(name)
@@ -408,12 +421,7 @@ class Project:
         path = Path(output) if output else self.run_path(name or f"{file_stem(queries)}-{config.search.mode}", format)
         before = s.n_queries_truncated
         out = run_queries(self, s, Path(queries), config.search, mask, path=path, fmt=format, progress=progress)
-        self._note_truncated(s, before)
-        return out
-
-    def _note_truncated(self, searcher, before: int) -> None:
-        self.last_n_queries_truncated = searcher.n_queries_truncated - before
-        self.last_max_length = _max_length(searcher)
+        return RunFile(out, config.search.mode, config.search.k, s.n_queries_truncated - before, _max_length(s))
 
     # -- rerank --------------------------------------------------------------
     def _reranker_config(self, model) -> tuple[Config, dict]:
@@ -440,9 +448,7 @@ class Project:
                top_n: int = 10, mode: str | None = None, sigmoid: bool = False,
                progress: Progress | None = None) -> SearchResult:
         """Retrieve the top `candidates` chunks of `query`, rescore them with
-        the cross-encoder (raw logits, or their sigmoid) and keep `top_n`.
-        The number of (query, passage) pairs cut to the cross-encoder's
-        max_length is `self.last_n_pairs_truncated`."""
+        the cross-encoder (raw logits, or their sigmoid) and keep `top_n`."""
         from rag_cli.index.searcher import Hit
         from rag_cli.stages.rerank import rerank_rows
         from rag_cli.stages.search import search_one
@@ -460,17 +466,17 @@ class Project:
         texts = {h.chunk_id: s.text(h.row, column) for h in hits}
         out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, probability=sigmoid,
                                  progress=progress)
-        self.last_n_pairs_truncated, self.last_reranker_max_length = n_cut, ce.folder.max_length
         self._remember_reranker(model, opts)
         reranked = [Hit(rank=r.rank, row=s.row_of(r.chunk_id), chunk_id=r.chunk_id, doc_id=r.doc_id, score=r.score,
                         stage=r.stage, text=s.text(s.row_of(r.chunk_id))) for r in out]
-        return SearchResult(query, "rerank", reranked, s.n_queries_truncated - before, _max_length(s))
+        return SearchResult(query, "rerank", reranked, s.n_queries_truncated - before, _max_length(s), n_cut,
+                            ce.folder.max_length)
 
     def rerank_run(self, run: str | os.PathLike, *, model: str | os.PathLike | None = None,
                    candidates: int = 100, top_n: int = 10, name: str | None = None, format: str = "parquet",
-                   sigmoid: bool = False, progress: Progress | None = None) -> Path:
+                   sigmoid: bool = False, progress: Progress | None = None) -> RunFile:
         """Rerank a Parquet run (from `search_queries`) with the cross-encoder:
-        runs/NAME.parquet (NAME: RUN-rerank). Returns the path written."""
+        runs/NAME.parquet (NAME: RUN-rerank). Returns the `RunFile` written."""
         from rag_cli.stages.rerank import chunk_texts, rerank_rows
         from rag_cli.store.runs import read_run, write_run
 
@@ -484,10 +490,9 @@ class Project:
         texts = chunk_texts(self.chunks_path, {r.chunk_id for r in rows})
         out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, source=str(run),
                                  probability=sigmoid, progress=progress)
-        self.last_n_pairs_truncated, self.last_reranker_max_length = n_cut, ce.folder.max_length
         path = write_run(self.run_path(name or f"{file_stem(run)}-rerank", format), out, fmt=format)
         self._remember_reranker(model, opts)
-        return path
+        return RunFile(path, "rerank", top_n, n_pairs_truncated=n_cut, reranker_max_length=ce.folder.max_length)
 
     # -- ask -----------------------------------------------------------------
     def _ask_setup(self, k, mode, min_score, min_coverage, strong_score, max_sentences, filter):
@@ -507,16 +512,16 @@ class Project:
         """Answer `question` from the indexed sources only, citing the
         evidence as [n], or refuse (see `rag_cli.stages.ask`). Returns an
         `AskResult` (`.answer.text`, `.answer.citations`, `.refused`,
-        `.evidence`, `.best_score`, `.coverage`, `.reason`). The number of
-        questions cut to the bi-encoder's max_length is
-        `self.last_n_queries_truncated`."""
+        `.evidence`, `.best_score`, `.coverage`, `.reason`, and
+        `.n_queries_truncated`: 1 if the question was cut to the bi-encoder's
+        `.max_length` tokens)."""
         from rag_cli.stages.ask import ask
 
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
                                                    max_sentences, filter)
         before = s.n_queries_truncated
         res = ask(s, gen, question, acfg, scfg, mask)
-        self._note_truncated(s, before)
+        res.n_queries_truncated, res.max_length = s.n_queries_truncated - before, _max_length(s)
         return res
 
     def ask_queries(self, queries: str | os.PathLike, *, k: int | None = None, mode: str | None = None,
@@ -525,7 +530,8 @@ class Project:
                     filter: str | None = None, name: str | None = None,
                     progress: Progress | None = None) -> dict:
         """Answer every question of a query file into answers/NAME.parquet
-        (NAME: the file's stem). Returns {"answers": path, "n": answers, "refused": refusals}."""
+        (NAME: the file's stem). Returns {"answers": path, "n": answers, "refused": refusals,
+        "n_queries_truncated": questions cut to the bi-encoder's "max_length"}."""
         from rag_cli.stages.ask import answer_queries
 
         check_name(name)
@@ -534,8 +540,8 @@ class Project:
         before = s.n_queries_truncated
         path, n, n_refused = answer_queries(self, s, gen, Path(queries), acfg, scfg, mask,
                                             path=self.answers_path(name or file_stem(queries)), progress=progress)
-        self._note_truncated(s, before)
-        return {"answers": path, "n": n, "refused": n_refused}
+        return {"answers": path, "n": n, "refused": n_refused,
+                "n_queries_truncated": s.n_queries_truncated - before, "max_length": _max_length(s)}
 
     # -- eval ----------------------------------------------------------------
     def evaluate(self, qrels: str | os.PathLike, *, run: str | os.PathLike | None = None,
@@ -545,7 +551,8 @@ class Project:
         """Recall@k, Hit@k, MRR@k and nDCG@k of `run` against `qrels`
         (document level by the best chunk, MaxP), or of a run searched now
         from `queries` (k = the largest cutoff). Writes eval/NAME.json (NAME:
-        RUN-QRELS). Returns (report, path)."""
+        RUN-QRELS). Returns (report, path); with `queries`, the report also
+        has n_queries_truncated and max_length (see `search_queries`)."""
         from rag_cli.stages.evaluation import evaluate
 
         cutoffs = sorted({int(x) for x in ks})
@@ -554,10 +561,14 @@ class Project:
         one_of("--run FILE (a run to score)", run, "--queries FILE (to search first)", queries)
         check_name(name)
         self.require_exists()
+        searched = None
         if queries is not None:
-            run = self.search_queries(queries, mode=mode, k=max(cutoffs), name=name, progress=progress)
+            searched = run = self.search_queries(queries, mode=mode, k=max(cutoffs), name=name, progress=progress)
         path = self.eval_path(name or f"{file_stem(run)}-{file_stem(qrels)}")
-        return evaluate(Path(run), Path(qrels), cutoffs, path), path
+        report = evaluate(Path(run), Path(qrels), cutoffs, path)
+        if searched is not None:
+            report = {**report, "n_queries_truncated": searched.n_queries_truncated, "max_length": searched.max_length}
+        return report, path
 
 
 def _max_length(searcher) -> int | None:

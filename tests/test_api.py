@@ -75,12 +75,12 @@ def test_api_search_queries_and_evaluate(tiny_project):
     seen = []
     run = tiny_project.search_queries(SAMPLE_QUESTIONS, mode="sparse", k=20,
                                       progress=lambda task, done, total: seen.append((task, done, total)))
-    assert run == tiny_project.root / "runs" / "questions-sparse.parquet"
+    assert run.path == tiny_project.root / "runs" / "questions-sparse.parquet" and (run.mode, run.k) == ("sparse", 20)
     n = sum(1 for _ in SAMPLE_QUESTIONS.open())
     assert seen[-1] == ("searching", n, n)
     report, path = tiny_project.evaluate(SAMPLE_QRELS, run=run, ks=[1, 10])
     assert path == tiny_project.root / "eval" / "questions-sparse-qrels.json"
-    cli = rag_json("eval", "--qrels", SAMPLE_QRELS, "--run", run, "--ks", "1,10", "-p", tiny_project.root)
+    cli = rag_json("eval", "--qrels", SAMPLE_QRELS, "--run", run.path, "--ks", "1,10", "-p", tiny_project.root)
     n_judged = len({line.split("\t")[0] for line in SAMPLE_QRELS.read_text().splitlines()[1:] if line.strip()})
     assert report["metrics"] == cli["metrics"] and report["n_queries"] == n_judged
     assert 0 < report["metrics"]["recall@10"] <= 1

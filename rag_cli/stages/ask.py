@@ -58,6 +58,8 @@ class AskResult:
     coverage: float
     latency_ms: float
     reason: str = ""
+    n_queries_truncated: int = 0  # 1 when the question was cut to the bi-encoder's max_length
+    max_length: int | None = None  # the bi-encoder's max_length (tokens)
 
     @property
     def refused(self) -> bool:
