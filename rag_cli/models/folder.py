@@ -197,7 +197,7 @@ class ModelFolder:
             h.update(_FINGERPRINT_VERSION.encode())
             for p in [self.onnx_path, *_external_data_files(self.onnx_path)]:
                 h.update(b"\0onnx\0" + file_sha256(p).encode())
-            if self.query_onnx_path is not None:  # absent: the same fingerprint as before query graphs existed
+            if self.query_onnx_path is not None:  # absent: only the files below are hashed
                 for p in [self.query_onnx_path, *_external_data_files(self.query_onnx_path)]:
                     h.update(b"\0query-onnx\0" + file_sha256(p).encode())
             h.update(b"\0tokenizer\0" + file_sha256(self.tokenizer_path).encode())

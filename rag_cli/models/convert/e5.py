@@ -515,7 +515,7 @@ def fuse_transformer(src: Path, dst: Path, header: dict) -> dict[str, int]:
 
     Raises:
         ValueError: a fusion did not happen (fewer fused nodes than
-            :data:`FUSED_PER_LAYER` x layers): the graph pattern changed.
+            :data:`FUSED_PER_LAYER` x layers): the graph lacks the pattern onnxruntime fuses.
     """
     from onnxruntime.transformers.optimizer import optimize_model
 
