@@ -70,7 +70,7 @@ def main() -> None:
     from rag_cli.chunking.recursive import recursive_spans
     from rag_cli.chunking.units import char_counter
     from rag_cli.loaders import load_sources
-    from rag_cli.models.e5_convert import find_tokenizer_json
+    from rag_cli.models.convert.e5 import find_tokenizer_json
 
     logging.getLogger("langchain_text_splitters.base").setLevel(logging.ERROR)
     docs = [dataclasses.replace(d, metadata={}, fmt="text")

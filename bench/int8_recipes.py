@@ -9,14 +9,14 @@ A recipe is a pair of graphs, one for the chunks and one for the queries:
 
 - `fp32`: the default model's float32 graph for both;
 - `int8`: what `--precision int8` runs: the int8 graph (the calibrated
-  recipe, FFN outlier split; `rag_cli.models.quantize.quantize_int8`) for the
+  recipe, FFN outlier split; `rag_cli.models.convert.quantize.quantize_int8`) for the
   chunks, its query graph (float32 with int8 embedding tables,
   `quantize_query_graph`) for the queries;
 - `int8-alone`: the int8 graph for the queries too (no query graph);
 - `plain`: the uncalibrated recipe (FFN down-projections float32; the default
   before conversion 4) for both;
 - `smooth-split`: SmoothQuant, then the split; `smooth`: SmoothQuant alone;
-  each for both.
+  each for both (`bench/int8_lib.py`).
 
 Reads the chunks of a project made by `bench/pipeline.py DATASET --size 500
 --overlap 50` (its `embed_text` column, what `rag embed` embeds), embeds them
@@ -60,12 +60,13 @@ DATA = REPO.parent / "shared" / "data"
 
 from rag_cli.evaluate.datasets import read_qrels, read_queries  # noqa: E402
 from rag_cli.evaluate.metrics import ndcg_at_k  # noqa: E402
-from rag_cli.models import e5_convert  # noqa: E402
+from int8_lib import quantize_recipe  # noqa: E402
+from rag_cli.models.convert import e5 as e5_convert  # noqa: E402
 from rag_cli.models.defaults import ensure_default_model  # noqa: E402
 from rag_cli.models.encoder import BiEncoder  # noqa: E402
 from rag_cli.models.folder import ModelFolder  # noqa: E402
 
-#: graph -> a file of the default model folder, or the rewrites `quantize_int8` applies (() : none, uncalibrated)
+#: graph -> a file of the default model folder, or the rewrites `quantize_recipe` applies (() : none, uncalibrated)
 GRAPHS = {"fp32": e5_convert.ONNX_FP32, "int8": e5_convert.ONNX_INT8, "query": e5_convert.ONNX_INT8_QUERY,
           "plain": (), "smooth-split": ("smooth", "split"), "smooth": ("smooth",)}
 #: recipe -> (graph of the chunks, graph of the queries)
@@ -106,8 +107,7 @@ def graph_encoder(graph: str, folder: Path, tmp: Path) -> BiEncoder:
     else:
         onnx_file = tmp / f"{graph}.onnx"
         if not onnx_file.exists():
-            e5_convert.quantize_int8(folder / e5_convert.ONNX_FP32, onnx_file,
-                                     folder / "tokenizer.json" if spec else None, rewrites=spec)
+            quantize_recipe(folder / e5_convert.ONNX_FP32, onnx_file, folder / "tokenizer.json", rewrites=spec)
     return BiEncoder(replace(ModelFolder.load(folder, onnx_file=onnx_file), query_onnx_path=None))
 
 

@@ -28,7 +28,7 @@ from rag_cli.errors import BadInput
 from rag_cli.models import manage
 from rag_cli.models.defaults import DEFAULT_MODEL, resolve_model
 from rag_cli.models.folder import ModelFolder
-from rag_cli.models.quantize import is_ffn_down
+from rag_cli.models.convert.quantize import is_ffn_down
 from tiny_models import load_weights, make_bi_encoder, make_cross_encoder
 
 _runner = CliRunner()
@@ -79,7 +79,7 @@ def tiny_score(folder: Path, query: str, passage: str) -> float:
 @pytest.mark.parametrize("name, expected", [
     ("/encoder/layer.3/output/dense/MatMul", True),  # torch.onnx / optimum export
     ("/bert/encoder/layer.11/output/dense/MatMul", True),
-    ("/encoder.layer.3.output.dense/MatMul", True),  # e5_convert
+    ("/encoder.layer.3.output.dense/MatMul", True),  # rag_cli.models.convert.e5
     ("/encoder/layer.3/attention/output/dense/MatMul", False),
     ("/encoder.layer.3.attention.output.dense/MatMul", False),
     ("/encoder/layer.3/intermediate/dense/MatMul", False),
@@ -338,7 +338,7 @@ def test_quantize_graph_the_runtime_cannot_feed_writes_nothing(tiny_bi_encoder, 
 
 
 def test_quantize_failure_is_atomic(tiny_bi_encoder, tmp_path, monkeypatch):
-    import rag_cli.models.quantize as q
+    import rag_cli.models.convert.quantize as q
 
     out = tmp_path / "int8"
     assert rag("models", "quantize", tiny_bi_encoder, "--out", out).exit_code == 0
@@ -508,7 +508,7 @@ def test_pull_bad_id():
 def test_default_model_info_verify_list(default_model):
     import onnx
 
-    from rag_cli.models.quantize import float_matmuls
+    from rag_cli.models.convert.quantize import float_matmuls
 
     info = rag_json("models", "info", DEFAULT_MODEL)
     assert {k: info[k] for k in ("kind", "dim", "max_length", "pooling", "normalize", "query_prefix",

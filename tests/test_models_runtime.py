@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 from rag_cli.errors import BadInput
@@ -224,6 +225,19 @@ def test_empty_input(tmp_path):
         enc.encode("a single string")
 
 
+def test_dim_probed_when_neither_graph_nor_config_says(tmp_path):
+    folder = make_bi_encoder(tmp_path / "bi", dim=12)
+    config = json.loads((folder / "config.json").read_text())
+    del config["hidden_size"]
+    (folder / "config.json").write_text(json.dumps(config))
+    model = onnx.load(str(folder / "model.onnx"))
+    model.graph.output[0].type.tensor_type.shape.dim[2].dim_param = "dim"  # no static size
+    onnx.save(model, str(folder / "model.onnx"))
+    enc = BiEncoder(ModelFolder.load(folder), threads=1)
+    assert enc.folder.config_dim is None
+    assert enc.dim == 12 and enc.encode([]).shape == (0, 12)
+
+
 def test_kind_mismatch_is_bad_input(tmp_path):
     with pytest.raises(BadInput, match="not an embedder"):
         BiEncoder(ModelFolder.load(make_cross_encoder(tmp_path / "ce")))
@@ -255,7 +269,7 @@ def test_plan_batches_plain_keeps_input_order():
 def test_defaults_without_rag_model_json(tmp_path):
     bi = ModelFolder.load(make_bi_encoder(tmp_path / "bi", rag_model=False, max_length=40))
     assert (bi.kind, bi.pooling, bi.normalize, bi.max_length, bi.query_prefix) == ("embedder", "mean", True, 40, "")
-    assert bi.name == "bi" and bi.dim == 16
+    assert bi.name == "bi" and bi.config_dim == 16
     ce = ModelFolder.load(make_cross_encoder(tmp_path / "ce", rag_model=False, max_length=50))
     assert (ce.kind, ce.normalize, ce.max_length) == ("cross-encoder", False, 50)
 

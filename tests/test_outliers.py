@@ -1,12 +1,15 @@
-"""The calibrated int8 recipe (rag_cli.models.outliers): on a small fused
-encoder with a planted massive activation, the rewrites keep the float32
-function, find the planted channel, and make int8 agree with float32 better
-than plain dynamic int8."""
+"""The calibrated int8 recipe (rag_cli.models.convert.outliers): on a small
+fused encoder with a planted massive activation, the rewrites keep the
+float32 function, find the planted channel, and make int8 agree with float32
+better than plain dynamic int8. SmoothQuant, which only the benchmarks use,
+is checked here too (bench/int8_lib.py)."""
 
 from __future__ import annotations
 
 import collections
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -14,9 +17,13 @@ import onnxruntime as ort
 import pytest
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from rag_cli.models import e5_convert, outliers
-from rag_cli.models.quantize import QUANTIZED_OPS, quantize_int8
+from rag_cli.models.convert import e5 as e5_convert
+from rag_cli.models.convert import outliers
+from rag_cli.models.convert.quantize import QUANTIZED_OPS, quantize_int8
 from tiny_models import VOCAB, _tokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import int8_lib  # noqa: E402  (bench/int8_lib.py)
 
 H, HEADS, F, LAYERS = 64, 4, 256, 2
 PLANTED = {0: 37, 1: 200}  # layer -> FFN channel whose GELU output is ~40 on every token
@@ -73,11 +80,15 @@ def _pooled_cos(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return (pa * pb).sum(1) / (np.linalg.norm(pa, axis=1) * np.linalg.norm(pb, axis=1))
 
 
+ALL_INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
+
+
 def _calibrated(fused):
+    """(the fused graph, its GELU calibration, the peaks of its smoothable inputs)."""
     model = onnx.load(str(fused / "model.onnx"))
     names = [i.name for i in model.graph.input]
-    calib = outliers.calibrate(model, outliers.calibration_feeds(fused / "tokenizer.json", names))
-    return model, calib
+    calib, peaks = int8_lib.calibrate_inputs(model, outliers.calibration_feeds(fused / "tokenizer.json", names))
+    return model, calib, peaks
 
 
 def test_finds_ffns_and_smoothable_inputs(fused):
@@ -85,24 +96,27 @@ def test_finds_ffns_and_smoothable_inputs(fused):
     ffns = outliers.find_ffns(model)
     assert len(ffns) == LAYERS
     assert all(f.up.op_type == f.down.op_type == "MatMul" and f.gelu.op_type == "BiasGelu" for f in ffns)
-    inputs = outliers.smoothable_inputs(model)
+    inputs = int8_lib.smoothable_inputs(model)
     kinds = collections.Counter(n.op_type for nodes in inputs.values() for n in nodes)
     assert kinds == {"Attention": LAYERS, "MatMul": LAYERS}
 
 
 def test_calibration_finds_the_planted_channel(fused):
-    model, calib = _calibrated(fused)
+    model, calib, peaks = _calibrated(fused)
     for f, (layer, ch) in zip(outliers.find_ffns(model), sorted(PLANTED.items())):
         peak = calib.gelu[f.gelu.output[0]]
         assert peak.shape == (F,) and int(np.argmax(peak)) == ch and peak[ch] > 35
-    assert all(v.shape == (H,) and (v > 0).all() for v in calib.inputs.values())
+    assert len(peaks) == 2 * LAYERS and all(v.shape == (H,) and (v > 0).all() for v in peaks.values())
+    alone = outliers.calibrate(model, outliers.calibration_feeds(fused / "tokenizer.json", ALL_INPUTS))
+    assert alone.gelu.keys() == calib.gelu.keys()
+    assert all(np.allclose(alone.gelu[k], calib.gelu[k], rtol=1e-6) for k in calib.gelu)
 
 
 def test_rewrites_keep_the_float32_function(fused):
     feeds = _feeds()
     want = _run(fused / "model.onnx", feeds)
-    model, calib = _calibrated(fused)
-    assert outliers.smooth_inputs(model, calib) == 2 * LAYERS
+    model, calib, peaks = _calibrated(fused)
+    assert int8_lib.smooth_inputs(model, peaks) == 2 * LAYERS
     kept = outliers.split_ffn_outliers(model, calib, k=3)
     assert len(kept) == 2 * LAYERS and all(n.endswith("_outlier") for n in kept)
     ops = collections.Counter(n.op_type for n in model.graph.node)
@@ -141,7 +155,7 @@ def test_calibrated_int8_beats_plain_int8(fused, tmp_path):
 def test_rewrites_one_at_a_time(fused, tmp_path, rewrites, muls, matmuls, int8_matmuls):
     feeds = _feeds()
     want = _run(fused / "model.onnx", feeds)
-    quantize_int8(fused / "model.onnx", tmp_path / "q.onnx", fused / "tokenizer.json", rewrites=rewrites)
+    int8_lib.quantize_recipe(fused / "model.onnx", tmp_path / "q.onnx", fused / "tokenizer.json", rewrites)
     nodes = onnx.load(str(tmp_path / "q.onnx")).graph.node
     ops = collections.Counter(n.op_type for n in nodes)
     assert sum(n.name.endswith("_smooth") for n in nodes) == muls
@@ -149,12 +163,12 @@ def test_rewrites_one_at_a_time(fused, tmp_path, rewrites, muls, matmuls, int8_m
     cos = _pooled_cos(_run(tmp_path / "q.onnx", feeds), want, feeds["attention_mask"])
     assert cos.min() > 0.99, cos
     with pytest.raises(ValueError, match=r"rewrites \['smoth'\]: known ones are smooth, split"):
-        quantize_int8(fused / "model.onnx", tmp_path / "x.onnx", fused / "tokenizer.json", rewrites="smoth")
+        int8_lib.quantize_recipe(fused / "model.onnx", tmp_path / "x.onnx", fused / "tokenizer.json", "smoth")
 
 
 def test_graph_without_fused_ffns_is_left_alone(tmp_path):
     model = e5_convert.build_onnx(_header(), _tensors())  # not fused: no BiasGelu
-    assert outliers.find_ffns(model) == [] and outliers.smoothable_inputs(model) == {}
+    assert outliers.find_ffns(model) == [] and int8_lib.smoothable_inputs(model) == {}
 
 
 def test_calibration_feeds_refuse_unknown_inputs(fused):
@@ -172,9 +186,8 @@ def test_unnamed_nodes_are_rewritten_by_identity(fused, tmp_path):
     onnx.save_model(model, str(tmp_path / "model.onnx"))
     feeds = _feeds()
     want = _run(tmp_path / "model.onnx", feeds)
-    calib = outliers.calibrate(model, outliers.calibration_feeds(fused / "tokenizer.json", ["input_ids",
-                                                                 "attention_mask", "token_type_ids"]))
-    outliers.smooth_inputs(model, calib)
+    calib, peaks = int8_lib.calibrate_inputs(model, outliers.calibration_feeds(fused / "tokenizer.json", ALL_INPUTS))
+    int8_lib.smooth_inputs(model, peaks)
     kept = outliers.split_ffn_outliers(model, calib)
     assert len(set(kept)) == 2 * LAYERS and all(kept)
     valid = feeds["attention_mask"].astype(bool)
@@ -193,9 +206,8 @@ def test_ffns_with_shared_weights_are_left_alone(fused):
     assert outliers.find_ffns(model) == []
     feeds = _feeds()
     want = _run(model, feeds)
-    calib = outliers.calibrate(model, outliers.calibration_feeds(fused / "tokenizer.json", ["input_ids",
-                                                                 "attention_mask", "token_type_ids"]))
-    outliers.smooth_inputs(model, calib)
+    calib, peaks = int8_lib.calibrate_inputs(model, outliers.calibration_feeds(fused / "tokenizer.json", ALL_INPUTS))
+    int8_lib.smooth_inputs(model, peaks)
     assert outliers.split_ffn_outliers(model, calib) == []
     onnx.checker.check_model(model)
     valid = feeds["attention_mask"].astype(bool)

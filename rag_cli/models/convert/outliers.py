@@ -1,45 +1,25 @@
 """Activation outliers of a fused transformer graph, handled before dynamic int8.
 
-Dynamic int8 (:mod:`rag_cli.models.quantize`) gives each MatMul input one
-uint8 scale per batch, set by its largest value. Transformer encoders have a
-few *massive activations* (Sun et al. 2024, "Massive Activations in Large
-Language Models", arXiv:2402.17762): on the ``<s>`` and ``</s>`` tokens, one
-or two channels reach 10-60x the typical value. In multilingual-e5-small the
-FFN's GELU output has one such channel per layer (67.5 against 4.9 for the
-next channel in layer 4), and the attention block's LayerNorm output, which
-feeds the FFN, has one such hidden dimension (up to 44 against 10). One
-scale for all then leaves a handful of levels for every other value.
+Dynamic int8 (:mod:`rag_cli.models.convert.quantize`) gives each MatMul
+input one uint8 scale per batch, set by its largest value. Transformer
+encoders have a few *massive activations* (Sun et al. 2024, "Massive
+Activations in Large Language Models", arXiv:2402.17762): on the ``<s>`` and
+``</s>`` tokens, one or two channels of the FFN's GELU output reach 10-60x
+the typical value. One scale for all then leaves a handful of levels for
+every other value.
 
-Two float-exact graph rewrites fix this before quantisation, both measured
-from a calibration run of the float32 graph on :data:`CALIBRATION_TEXTS`
-(English and Chinese queries and passages; the outliers sit on the special
-tokens, so they show on any text):
-
-- :func:`split_ffn_outliers` (after LLM.int8(), Dettmers et al. 2022,
-  arXiv:2208.07339): each FFN's ``k`` largest GELU channels move to a float32
-  side branch (up-projection columns, GELU and down-projection rows of those
-  channels) whose result is added back; the rest of the FFN, including the
-  down-projection, is then quantised.
-- :func:`smooth_inputs` (SmoothQuant, Xiao et al. 2023, arXiv:2211.10438):
-  the input X of the FFN up-projection and of the fused attention's Q/K/V
-  projection is divided per channel by ``s_j = max|X_j|^a / max|W_j|^(1-a)``
-  (``a`` = :data:`SMOOTHQUANT_ALPHA`) with a ``Mul`` node, and the weight rows
-  are multiplied by ``s_j``, so X W is unchanged and the range of X shrinks.
+:func:`split_ffn_outliers` (after LLM.int8(), Dettmers et al. 2022,
+arXiv:2208.07339) rewrites the graph, float-exactly, before quantisation:
+each FFN's ``k`` largest GELU channels, measured by a calibration run of the
+float32 graph on :data:`CALIBRATION_TEXTS` (English and Chinese queries and
+passages; the outliers sit on the special tokens, so they show on any text),
+move to a float32 side branch (up-projection columns, GELU and
+down-projection rows of those channels) whose result is added back; the rest
+of the FFN, including the down-projection, is then quantised.
 
 The graph must be fused by onnxruntime's transformer optimizer (``BiasGelu``
-FFNs, ``Attention`` nodes; :func:`rag_cli.models.e5_convert.fuse_transformer`).
-A graph without that pattern is left as it is.
-
-``rag models quantize --calibrate`` and the default model's conversion apply
-the split alone (:data:`rag_cli.models.quantize.CALIBRATED`).
-multilingual-e5-small, SciFact dense nDCG@10 (``bench/int8_recipes.py``,
-exact search over 6,025 chunks, 300 queries; float32 0.6602): split chunks
-with float32-close queries (the query graph,
-:func:`rag_cli.models.quantize.quantize_query_graph`) 0.6599, with int8
-queries 0.6553; the uncalibrated recipe 0.6562; the split is about 10%
-faster. SmoothQuant on top raises the cosine to float32 (chunks 0.99940
-against 0.99902) yet lowers nDCG@10 to 0.6487 (p = 0.009), so it is
-available to ``quantize_int8(rewrites=...)`` for measurement only.
+FFNs; :func:`rag_cli.models.convert.e5.fuse_transformer`). A graph without
+that pattern is left as it is.
 """
 
 from __future__ import annotations
@@ -51,11 +31,7 @@ from typing import Sequence
 import numpy as np
 
 #: Channels of each FFN kept in float32 by :func:`split_ffn_outliers`.
-#: e5-small, the split alone: cosine to float32 0.99900 mean with 1, 0.99903 with 4, 0.99906 with 16
-#: (64 SciFact passages); SmoothQuant on top: 0.99937 with 4.
 OUTLIER_CHANNELS = 4
-#: SmoothQuant migration strength; 0.5 is the paper's default. e5-small: 0.5 better than 0.8.
-SMOOTHQUANT_ALPHA = 0.5
 
 #: Texts of the calibration run (special tokens and ordinary text in both languages).
 CALIBRATION_TEXTS = (
@@ -88,19 +64,18 @@ class Ffn:
 class Calibration:
     """Largest |activation| per channel, from :func:`calibrate`.
 
-    ``gelu``: FFN output-of-GELU name -> (F,) float64; ``inputs``: tensor name
-    -> (H,) float64 for each input of an FFN up-projection or ``Attention``.
+    ``gelu``: FFN output-of-GELU name -> (F,) float64.
     """
 
     gelu: dict[str, np.ndarray] = field(default_factory=dict)
-    inputs: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def _consts(graph) -> dict:
+def initializers(graph) -> dict:
+    """Initializer name -> its ``onnx.TensorProto``."""
     return {i.name: i for i in graph.initializer}
 
 
-def _users(graph) -> dict[str, list]:
+def tensor_readers(graph) -> dict[str, list]:
     """Tensor name -> the nodes that read it."""
     users: dict[str, list] = {}
     for n in graph.node:
@@ -117,9 +92,9 @@ def find_ffns(model) -> list[Ffn]:
     weights or bias other nodes also read are left out.
     """
     g = model.graph
-    consts = _consts(g)
+    consts = initializers(g)
     producer = {o: n for n in g.node for o in n.output}
-    users = _users(g)
+    users = tensor_readers(g)
     found = []
     for n in g.node:
         if n.op_type != "BiasGelu" or n.input[1] not in consts:
@@ -133,19 +108,6 @@ def find_ffns(model) -> list[Ffn]:
             continue  # weights shared with another node (ALBERT-style): rewriting them would change that node
         found.append(Ffn(up, n, down[0]))
     return found
-
-
-def smoothable_inputs(model) -> dict[str, list]:
-    """Tensor name -> the nodes that multiply it by a constant weight and are
-    smoothed: FFN up-projections and fused ``Attention`` (Q/K/V) nodes."""
-    consts = _consts(model.graph)
-    out: dict[str, list] = {}
-    for f in find_ffns(model):
-        out.setdefault(f.up.input[0], []).append(f.up)
-    for n in model.graph.node:
-        if n.op_type == "Attention" and len(n.input) > 1 and n.input[1] in consts:
-            out.setdefault(n.input[0], []).append(n)
-    return out
 
 
 def calibration_feeds(tokenizer_json: str | os.PathLike, input_names: Sequence[str],
@@ -173,14 +135,17 @@ def calibration_feeds(tokenizer_json: str | os.PathLike, input_names: Sequence[s
     return feeds
 
 
-def calibrate(model, feeds: Sequence[dict[str, np.ndarray]]) -> Calibration:
+def peak_activations(model, feeds: Sequence[dict[str, np.ndarray]], names: Sequence[str]) -> dict[str, np.ndarray]:
     """Run the float32 ``model`` on ``feeds`` and record the largest
-    |activation| per channel of each FFN's GELU output and of each smoothable
-    input (:func:`smoothable_inputs`).
+    |activation| per channel (last axis) of each tensor in ``names``.
 
     Args:
         model: ``onnx.ModelProto`` with its weights loaded (not modified).
         feeds: input dicts, e.g. from :func:`calibration_feeds`.
+        names: float tensors of the graph.
+
+    Returns:
+        name -> (channels,) float64.
 
     Raises:
         onnxruntime errors if the graph does not run on the feeds.
@@ -188,8 +153,7 @@ def calibrate(model, feeds: Sequence[dict[str, np.ndarray]]) -> Calibration:
     import onnx
     import onnxruntime as ort
 
-    ffns = find_ffns(model)
-    names = [f.gelu.output[0] for f in ffns] + list(smoothable_inputs(model))
+    names = list(names)
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     have = {o.name for o in probe.graph.output}
@@ -203,9 +167,17 @@ def calibrate(model, feeds: Sequence[dict[str, np.ndarray]]) -> Calibration:
         for name, arr in zip(names, sess.run(names, feed)):
             a = np.abs(arr.reshape(-1, arr.shape[-1])).max(0).astype(np.float64)
             peak[name] = np.maximum(peak[name], a) if name in peak else a
-    gelu = {f.gelu.output[0] for f in ffns}
-    return Calibration(gelu={k: v for k, v in peak.items() if k in gelu},
-                       inputs={k: v for k, v in peak.items() if k not in gelu})
+    return peak
+
+
+def calibrate(model, feeds: Sequence[dict[str, np.ndarray]]) -> Calibration:
+    """The largest |activation| per channel of each FFN's GELU output
+    (:func:`peak_activations`) of the float32 ``model`` on ``feeds``.
+
+    Raises:
+        onnxruntime errors if the graph does not run on the feeds.
+    """
+    return Calibration(gelu=peak_activations(model, feeds, [f.gelu.output[0] for f in find_ffns(model)]))
 
 
 def split_ffn_outliers(model, calib: Calibration, k: int = OUTLIER_CHANNELS) -> list[str]:
@@ -228,7 +200,7 @@ def split_ffn_outliers(model, calib: Calibration, k: int = OUTLIER_CHANNELS) -> 
     from onnx import helper, numpy_helper
 
     g = model.graph
-    consts = _consts(g)
+    consts = initializers(g)
     keep_float: list[str] = []
     replace: dict[int, list] = {}
     alive = list(g.node)  # protobuf wrappers stay the same objects (and ids) while referenced
@@ -263,55 +235,12 @@ def split_ffn_outliers(model, calib: Calibration, k: int = OUTLIER_CHANNELS) -> 
                                       name=f"{down_name}_sum"))
         replace[id(f.up)] = nodes
         replace[id(f.gelu)] = replace[id(f.down)] = []
-    _rewrite(model, replace)
+    replace_nodes(model, replace)
     del alive
     return keep_float
 
 
-def smooth_inputs(model, calib: Calibration, alpha: float = SMOOTHQUANT_ALPHA) -> int:
-    """SmoothQuant the inputs of FFN up-projections and ``Attention`` nodes, in place.
-
-    For each such input X (calibrated max |X_j| = a_j) and the weights W of
-    all nodes that read it (max |W_j,:| over them = w_j):
-    s_j = a_j^alpha / w_j^(1 - alpha), clipped to [1e-2, 1e2]; a ``Mul`` node
-    computes X / s and each W becomes diag(s) W. Call before
-    :func:`split_ffn_outliers` when both are used (the split then takes the
-    smoothed input and weights; the GELU outputs it was calibrated on do not
-    change).
-
-    Returns:
-        The number of inputs smoothed.
-    """
-    from onnx import helper, numpy_helper
-
-    g = model.graph
-    consts = _consts(g)
-    replace: dict[int, list] = {}
-    alive = list(g.node)  # protobuf wrappers stay the same objects (and ids) while referenced
-    position = {id(node): i for i, node in enumerate(alive)}
-    n = 0
-    users = _users(g)
-    for name, nodes in smoothable_inputs(model).items():
-        if name not in calib.inputs or any(len(users[u.input[1]]) > 1 for u in nodes):
-            continue  # not calibrated, or a weight shared with another node: leave it
-        ws = [numpy_helper.to_array(consts[u.input[1]]) for u in nodes]
-        w_peak = np.max([np.abs(w).max(1) for w in ws], axis=0)
-        s = (calib.inputs[name] ** alpha / np.maximum(w_peak, 1e-8) ** (1 - alpha)).clip(1e-2, 1e2)
-        inv = f"{name}.smooth_inv_scale"
-        g.initializer.append(numpy_helper.from_array((1 / s).astype(np.float32), inv))
-        mul = helper.make_node("Mul", [name, inv], [f"{name}_smoothed"], name=f"{name}_smooth")
-        for u, w in zip(nodes, ws):
-            consts[u.input[1]].CopyFrom(numpy_helper.from_array((w * s[:, None]).astype(np.float32), u.input[1]))
-            u.input[0] = mul.output[0]
-        first = min(nodes, key=lambda u: position[id(u)])
-        replace.setdefault(id(first), [first]).insert(-1, mul)  # the Mul goes right before its first reader
-        n += 1
-    _rewrite(model, replace)
-    del alive
-    return n
-
-
-def _rewrite(model, replace: dict[int, list]) -> None:
+def replace_nodes(model, replace: dict[int, list]) -> None:
     """Replace nodes (key: ``id()`` of a node of ``model.graph.node``; value: the
     nodes to put in its place), then drop unused initializers."""
     g = model.graph
