@@ -90,7 +90,8 @@ def require_data(*parts: str, files: tuple[str, ...] = ()) -> Path:
     path = data_root().joinpath(*parts)
     absent = [path] if not path.exists() else [p for p in (path / f for f in files) if not p.exists()]
     if absent:
-        missing(f"test data {'/'.join(parts) or '(shared data folder)'}", ", ".join(map(str, absent)), _data_hint())
+        what = f"test data {'/'.join(parts)}" if parts else "the shared data folder"
+        missing(what, ", ".join(map(str, absent)), _data_hint())
     return path
 
 
@@ -118,13 +119,13 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
-def scifact_dir() -> Path:
+def scifact_dir(shared_data) -> Path:
     """``<shared data>/scifact`` (BEIR SciFact), with every file the tests read."""
     return require_data("scifact", files=SCIFACT_FILES)
 
 
 @pytest.fixture(scope="session")
-def cmrc_dir() -> Path:
+def cmrc_dir(shared_data) -> Path:
     """``<shared data>/cmrc2018-trial`` (CMRC 2018 trial), with every file the tests read."""
     return require_data("cmrc2018-trial", files=CMRC_FILES)
 
