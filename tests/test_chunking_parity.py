@@ -35,19 +35,17 @@ from rag_cli.chunking.units import char_counter
 from rag_cli.errors import BadInput
 from rag_cli.loaders import Document, load_sources, normalize_text
 
-text_splitters = pytest.importorskip("langchain_text_splitters")
-RecursiveCharacterTextSplitter = text_splitters.RecursiveCharacterTextSplitter
-
 REPO = Path(__file__).resolve().parents[1]
-SCIFACT = Path("/work/shared/data/scifact/corpus.jsonl.gz")
-CMRC = Path("/work/shared/data/cmrc2018-trial/corpus.jsonl")
 LANGCHAIN = {"separators": ["\n\n", "\n", " ", ""], "keep_separator": "start"}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def quiet_langchain():
+def splitter(langchain_text_splitters):
+    """LangChain's RecursiveCharacterTextSplitter, for every test of this module (tests/conftest.py:
+    langchain-text-splitters is in the dev extra; missing: skip, or fail under CI)."""
     # LangChain logs a warning for every chunk over the size; keep the test log readable
     logging.getLogger("langchain_text_splitters.base").setLevel(logging.ERROR)
+    return langchain_text_splitters.RecursiveCharacterTextSplitter
 
 
 def plain(d: Document) -> Document:
@@ -56,16 +54,14 @@ def plain(d: Document) -> Document:
 
 
 @pytest.fixture(scope="module")
-def corpus() -> list[Document]:
+def corpus(scifact_dir, cmrc_dir) -> list[Document]:
     docs = [plain(d) for d in load_sources([str(REPO / "sample_corpus" / "docs")]).documents]
-    if SCIFACT.exists():
-        scifact = load_sources([str(SCIFACT)], fmt="beir").documents
-        docs += [plain(d) for d in scifact[:50]]
-        # and the abstracts with runs of 4+ spaces (where trimming can leave an overlap-only chunk)
-        docs += [plain(d) for d in scifact[50:] if "    " in d.text]
-    if CMRC.exists():
-        docs += [plain(d) for d in load_sources([str(CMRC)], fmt="beir").documents[:20]]
-    assert len(docs) >= 8
+    scifact = load_sources([str(scifact_dir / "corpus.jsonl.gz")], fmt="beir").documents
+    docs += [plain(d) for d in scifact[:50]]
+    # and the abstracts with runs of 4+ spaces (where trimming can leave an overlap-only chunk)
+    docs += [plain(d) for d in scifact[50:] if "    " in d.text]
+    docs += [plain(d) for d in load_sources([str(cmrc_dir / "corpus.jsonl")], fmt="beir").documents[:20]]
+    assert len(docs) >= 8 + 50 + 20
     return docs
 
 
@@ -74,6 +70,8 @@ def ours(d: Document, size: int, overlap: int, **kw) -> list[str]:
 
 
 def langchain(text: str, size: int, overlap: int) -> list[str]:
+    from langchain_text_splitters import RecursiveCharacterTextSplitter  # present: the autouse `splitter` fixture
+
     return RecursiveCharacterTextSplitter(chunk_size=size, chunk_overlap=overlap).split_text(text)
 
 
@@ -136,11 +134,10 @@ def test_difference_size_one():
     assert ours(d, 1, 0, **LANGCHAIN) == ["a", "b"]
 
 
-def test_difference_exact_offsets():
+def test_difference_exact_offsets(splitter):
     d = doc("\nab  ab")
     chunks = chunk_document(d, size=5, overlap=3, unit="chars", **LANGCHAIN)
-    splitter = RecursiveCharacterTextSplitter(chunk_size=5, chunk_overlap=3, add_start_index=True)
-    lc = splitter.create_documents([d.text])
+    lc = splitter(chunk_size=5, chunk_overlap=3, add_start_index=True).create_documents([d.text])
     assert [c.page_content for c in lc] == [c.text for c in chunks] == ["ab", "ab"]
     assert [c.start_char for c in chunks] == [1, 5]
     assert [c.metadata["start_index"] for c in lc] == [1, 1]  # found the first "ab" twice

@@ -42,7 +42,6 @@ from rag_cli.chunking.units import char_counter, token_counters
 from rag_cli.cli import app
 from rag_cli.loaders import Document, normalize_text
 from rag_cli.loaders.markdown import iter_headings
-from test_chunking import TOKENIZER, needs_tok
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DOCS = REPO / "sample_corpus" / "docs"
@@ -81,10 +80,9 @@ def make_doc(text: str, fmt: str = "text", title: str | None = None) -> Document
 
 
 @pytest.fixture(scope="module")
-def tok():
-    if not TOKENIZER.exists():
-        pytest.skip("tokenizer not installed")
-    return load_tokenizer(str(TOKENIZER))
+def tok(e5_tokenizer_json):
+    """multilingual-e5-small's tokenizer (tests/conftest.py finds it; missing: skip, or fail under CI)."""
+    return load_tokenizer(str(e5_tokenizer_json))
 
 
 def excluded_ranges(d: Document, strategy: str) -> list[tuple[int, int]]:
@@ -184,7 +182,6 @@ def test_properties_chars(strategy, data, so, title):
     assert all(c.n_tokens is None for c in chunks)
 
 
-@needs_tok
 @settings(max_examples=200, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(strategy=STRATEGY, data=st.data(), so=size_overlap(40),
@@ -198,7 +195,6 @@ def test_properties_tokens(tok, strategy, data, so, title):
     assert all(c.n_tokens == c.n_units for c in chunks)
 
 
-@needs_tok
 @pytest.mark.parametrize("size,overlap,first", [(1, 0, "中文"), (2, 1, "中文"), (3, 1, "中文 ")])
 def test_fixed_tokens_shared_start_character(tok, size, overlap, first):
     # "▁" and "中文" both start at character 0: no window splits them, none grows over the size
@@ -254,12 +250,11 @@ def test_cli_chunks_parquet_byte_identical(tmp_path, tiny_bi_encoder, flags):
     assert set(docs) == set(pq.read_table(projects[0] / "docs.parquet").column("doc_id").to_pylist())
 
 
-@needs_tok
-def test_cli_reports_oversized(tmp_path, tiny_bi_encoder):
+def test_cli_reports_oversized(tmp_path, tiny_bi_encoder, e5_tokenizer_json):
     # a model folder with the default model's tokenizer (chunking reads only the tokenizer)
     model = tmp_path / "model"
     shutil.copytree(tiny_bi_encoder, model)
-    shutil.copy(TOKENIZER, model / "tokenizer.json")
+    shutil.copy(e5_tokenizer_json, model / "tokenizer.json")
     src = tmp_path / "zh.txt"
     src.write_text("中文 中文 中文\n", encoding="utf-8")
     p = tmp_path / "proj"

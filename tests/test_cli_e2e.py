@@ -34,10 +34,6 @@ from rag_cli.cli import app
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path("/work/shared/data")
-SCIFACT = DATA / "scifact"
-CMRC = DATA / "cmrc2018-trial"
-CHECK_CONTRACT = Path("/work/shared/tools/check_contract.py")
 SAMPLE_DOCS = REPO / "sample_corpus" / "docs"
 SAMPLE_QUESTIONS = REPO / "sample_corpus" / "questions.jsonl"
 
@@ -55,10 +51,6 @@ SCIFACT_MIN_NDCG10 = {"sparse": 0.85, "dense": 0.83, "hybrid": 0.88}
 SCIFACT_MIN_RECALL100 = {"sparse": 0.90, "dense": 0.95, "hybrid": 0.95}
 CMRC_MIN_TOP1 = {"sparse": 0.90, "dense": 0.90}  # share of questions whose top-1 doc is their passage
 CMRC_MIN_ANSWER_IN_EXTRACT = 0.60  # share of answered questions whose gold answer is in the extract
-
-needs_data = pytest.mark.skipif(not (SCIFACT / "queries.jsonl").exists() or not (CMRC / "corpus.jsonl").exists(),
-                                reason="/work/shared/data is not available")
-
 
 # --------------------------------------------------------------------------- running the CLI
 _runner = CliRunner()
@@ -85,11 +77,6 @@ def rag_proc(*args, code: int = 0) -> subprocess.CompletedProcess:
                          env=os.environ.copy(), timeout=300)
     assert res.returncode == code, f"exit {res.returncode}, want {code}\nstdout: {res.stdout}\nstderr: {res.stderr}"
     return res
-
-
-def check_contract(project: Path) -> None:
-    res = subprocess.run([sys.executable, str(CHECK_CONTRACT), str(project)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -122,10 +109,10 @@ def top1_docs(rows: list[dict]) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- data subsets
-def scifact_subset(dest: Path) -> SimpleNamespace:
-    """corpus.jsonl (~120 docs), queries.jsonl (25), qrels.tsv of a SciFact subset, in `dest`."""
+def scifact_subset(src: Path, dest: Path) -> SimpleNamespace:
+    """corpus.jsonl (~120 docs), queries.jsonl (25), qrels.tsv of a SciFact subset of `src`, in `dest`."""
     qrels: dict[str, dict[str, int]] = {}
-    with open(SCIFACT / "qrels" / "test.tsv", encoding="utf-8") as f:
+    with open(src / "qrels" / "test.tsv", encoding="utf-8") as f:
         next(f)
         for line in f:
             q, d, s = line.rstrip("\n").split("\t")
@@ -133,7 +120,7 @@ def scifact_subset(dest: Path) -> SimpleNamespace:
                 continue
             qrels.setdefault(q, {})[d] = int(s)
     relevant = {d for docs in qrels.values() for d in docs}
-    with gzip.open(SCIFACT / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
+    with gzip.open(src / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
         corpus = [json.loads(line) for line in f]
     # distractors: every 37th document of the corpus, in corpus order
     chosen = set(relevant)
@@ -142,7 +129,7 @@ def scifact_subset(dest: Path) -> SimpleNamespace:
             break
         chosen.add(doc["_id"])
     docs = [d for d in corpus if d["_id"] in chosen]
-    queries = [q for q in read_jsonl(SCIFACT / "queries.jsonl") if q["_id"] in qrels]
+    queries = [q for q in read_jsonl(src / "queries.jsonl") if q["_id"] in qrels]
     dest.mkdir(parents=True, exist_ok=True)
     write_jsonl(dest / "corpus.jsonl", docs)
     write_jsonl(dest / "queries.jsonl", queries)
@@ -155,19 +142,19 @@ def scifact_subset(dest: Path) -> SimpleNamespace:
                            qrels_dict=qrels, docs=docs, query_rows=queries)
 
 
-def cmrc_subset(dest: Path) -> SimpleNamespace:
-    """The first N passages of CMRC 2018 trial with all their questions and gold answers."""
-    docs = read_jsonl(CMRC / "corpus.jsonl")[:N_CMRC_PASSAGES]
+def cmrc_subset(src: Path, dest: Path) -> SimpleNamespace:
+    """The first N passages of CMRC 2018 trial (`src`) with all their questions and gold answers."""
+    docs = read_jsonl(src / "corpus.jsonl")[:N_CMRC_PASSAGES]
     ids = {d["_id"] for d in docs}
     gold_doc: dict[str, str] = {}
-    with open(CMRC / "qrels" / "test.tsv", encoding="utf-8") as f:
+    with open(src / "qrels" / "test.tsv", encoding="utf-8") as f:
         next(f)
         for line in f:
             q, d, _ = line.rstrip("\n").split("\t")
             if d in ids:
                 gold_doc[q] = d
-    queries = [q for q in read_jsonl(CMRC / "queries.jsonl") if q["_id"] in gold_doc]
-    answers = {a["_id"]: a["answers"] for a in read_jsonl(CMRC / "answers.jsonl") if a["_id"] in gold_doc}
+    queries = [q for q in read_jsonl(src / "queries.jsonl") if q["_id"] in gold_doc]
+    answers = {a["_id"]: a["answers"] for a in read_jsonl(src / "answers.jsonl") if a["_id"] in gold_doc}
     dest.mkdir(parents=True, exist_ok=True)
     write_jsonl(dest / "corpus.jsonl", docs)
     write_jsonl(dest / "queries.jsonl", queries)
@@ -181,11 +168,9 @@ def cmrc_subset(dest: Path) -> SimpleNamespace:
 
 # --------------------------------------------------------------------------- projects (built once per module)
 @pytest.fixture(scope="module")
-def scifact(tmp_path_factory, default_model):
-    if not (SCIFACT / "queries.jsonl").exists():
-        pytest.skip("SciFact data not available")
+def scifact(tmp_path_factory, default_model, scifact_dir):
     root = tmp_path_factory.mktemp("scifact")
-    data = scifact_subset(root / "data")
+    data = scifact_subset(scifact_dir, root / "data")
     p = root / "proj"
     chunked = rag_json("chunk", data.corpus, "--format", "beir", "--size", 500, "--overlap", 50, "-p", p)
     embedded = rag_json("embed", "-p", p)
@@ -198,11 +183,9 @@ def scifact(tmp_path_factory, default_model):
 
 
 @pytest.fixture(scope="module")
-def cmrc(tmp_path_factory, default_model):
-    if not (CMRC / "corpus.jsonl").exists():
-        pytest.skip("CMRC data not available")
+def cmrc(tmp_path_factory, default_model, cmrc_dir):
     root = tmp_path_factory.mktemp("cmrc")
-    data = cmrc_subset(root / "data")
+    data = cmrc_subset(cmrc_dir, root / "data")
     p = root / "proj"
     rag("chunk", data.corpus, "--format", "beir", "-p", p)
     rag("embed", "-p", p)
@@ -234,8 +217,7 @@ def sample(tmp_path_factory, default_model):
 
 
 # --------------------------------------------------------------------------- SciFact
-@needs_data
-def test_scifact_project_conforms_to_contract(scifact):
+def test_scifact_project_conforms_to_contract(scifact, check_contract):
     check_contract(scifact.project)
     assert scifact.chunked["n_docs"] == len(scifact.data.docs) >= N_SCIFACT_DOCS
     n_chunks = pq.read_metadata(scifact.project / "chunks.parquet").num_rows
@@ -253,10 +235,8 @@ def test_scifact_project_conforms_to_contract(scifact):
                 assert ranks == list(range(1, 101))
 
 
-@needs_data
 @pytest.mark.parametrize("mode", ["sparse", "dense", "hybrid"])
-def test_scifact_eval_matches_pytrec_eval(scifact, mode):
-    import pytrec_eval
+def test_scifact_eval_matches_pytrec_eval(scifact, mode, pytrec_eval):
 
     report = rag_json("eval", "--run", scifact.runs[mode], "--qrels", scifact.data.qrels, "-p", scifact.project)
     m = report["metrics"]
@@ -282,7 +262,6 @@ def test_scifact_eval_matches_pytrec_eval(scifact, mode):
     assert m["recall@100"] >= SCIFACT_MIN_RECALL100[mode]
 
 
-@needs_data
 def test_scifact_trec_format(scifact):
     p = scifact.project
     rag("search", "--queries", scifact.data.queries, "--mode", "sparse", "-k", 100, "--name", "sf-trec",
@@ -302,7 +281,6 @@ def test_scifact_trec_format(scifact):
     assert a == pytest.approx(b, abs=1e-9)
 
 
-@needs_data
 def test_scifact_single_query_json_via_subprocess(scifact):
     query = scifact.data.query_rows[0]["text"]
     res = rag_proc("search", query, "--json", "-k", 7, "--mode", "hybrid", "-p", scifact.project)
@@ -314,7 +292,6 @@ def test_scifact_single_query_json_via_subprocess(scifact):
     assert scores == sorted(scores, reverse=True)
 
 
-@needs_data
 @pytest.mark.parametrize("mode", ["dense", "hybrid", "sparse"])
 def test_k_larger_than_corpus_returns_each_chunk_once(scifact, mode):
     n_chunks = pq.read_metadata(scifact.project / "chunks.parquet").num_rows
@@ -329,8 +306,7 @@ def test_k_larger_than_corpus_returns_each_chunk_once(scifact, mode):
         assert len(ids) == n_chunks
 
 
-@needs_data
-def test_embed_is_incremental(scifact, tmp_path):
+def test_embed_is_incremental(scifact, tmp_path, check_contract):
     p = tmp_path / "proj"
     shutil.copytree(scifact.project, p)
     before = pq.read_table(p / "embeddings.parquet")
@@ -367,7 +343,6 @@ def test_embed_is_incremental(scifact, tmp_path):
 
 
 # --------------------------------------------------------------------------- CMRC 2018
-@needs_data
 @pytest.mark.parametrize("mode", ["sparse", "dense"])
 def test_cmrc_retrieval_finds_the_passage(cmrc, mode):
     rows = read_run(cmrc.runs[mode])
@@ -381,8 +356,7 @@ def test_cmrc_retrieval_finds_the_passage(cmrc, mode):
     assert hit1 >= CMRC_MIN_TOP1[mode]
 
 
-@needs_data
-def test_cmrc_answers(cmrc):
+def test_cmrc_answers(cmrc, check_contract):
     from rag_cli.loaders import normalize_text
 
     check_contract(cmrc.project)
@@ -402,7 +376,6 @@ def test_cmrc_answers(cmrc):
     assert share >= CMRC_MIN_ANSWER_IN_EXTRACT
 
 
-@needs_data
 def test_cmrc_ask_in_chinese(cmrc):
     q = cmrc.data.query_rows[0]
     out = rag_json("ask", q["text"], "-p", cmrc.project)
@@ -437,7 +410,7 @@ def test_sample_unanswerable_chinese_is_refused(sample):
     assert out["refused"] is True and out["answer"] == "资料中未提及。" and out["citations"] == []
 
 
-def test_sample_ask_queries_writes_answers(sample):
+def test_sample_ask_queries_writes_answers(sample, check_contract):
     out = rag_json("ask", "--queries", SAMPLE_QUESTIONS, "-p", sample.project)
     path = sample.project / "answers" / "questions.parquet"
     assert Path(out["answers"]) == path and out["n"] == 9
@@ -457,7 +430,7 @@ def test_sample_ask_queries_writes_answers(sample):
 
 
 # --------------------------------------------------------------------------- rerank
-def test_rerank_scores_equal_the_cross_encoder(sample, tmp_path, tiny_cross_encoder):
+def test_rerank_scores_equal_the_cross_encoder(sample, tmp_path, tiny_cross_encoder, check_contract):
     from rag_cli.models.cross_encoder import CrossEncoder
     from rag_cli.models.folder import ModelFolder
 

@@ -250,11 +250,11 @@ def test_empty_query(project, query):
 def test_missing_execution_provider(project):
     import onnxruntime as ort
 
+    assert_bad_input(["embed", "--provider", "tpu", "-p", project], project, "--provider 'tpu'", "cpu, cuda, coreml")
     if "CUDAExecutionProvider" in ort.get_available_providers():
-        pytest.skip("this onnxruntime has CUDA")
+        pytest.skip("this onnxruntime has CUDA, so --provider cuda is not a missing provider here")
     assert_bad_input(["embed", "--provider", "cuda", "-p", project], project, "--provider 'cuda'",
                      "CUDAExecutionProvider", "available here: cpu")
-    assert_bad_input(["embed", "--provider", "tpu", "-p", project], project, "--provider 'tpu'", "cpu, cuda, coreml")
 
 
 def test_damaged_embeddings_are_rebuilt(project):

