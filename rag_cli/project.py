@@ -321,7 +321,11 @@ class Project:
         cached = self._searchers.get(key)
         if cached is not None and cached[0] == stamp:
             return cached[1]
-        searcher = Searcher.open(self.index_dir, self._embedder(config) if with_embedder else None, self.root)
+        embedder = None
+        if with_embedder:
+            embedder = self._embedder(config)
+            embedder.query_encoder.preload()  # the graph loads while the index and the tokenizer do
+        searcher = Searcher.open(self.index_dir, embedder, self.root)
         self._searchers = {key: (stamp, searcher)}
         return searcher
 

@@ -212,6 +212,21 @@ class OnnxTextModel:
                 self._input_dtypes, self._session = dtypes, session
             return self._session
 
+    def preload(self) -> None:
+        """Start creating the session in a background thread (onnxruntime
+        releases the GIL while it loads a graph), so that it overlaps with
+        work on the calling thread such as loading the tokenizer or an index.
+        The first use of `session` waits for it; an error is raised there,
+        not in the thread."""
+        def load() -> None:
+            try:
+                self.session  # noqa: B018
+            except Exception:  # raised again, on the caller's thread, at first use
+                pass
+
+        if self._session is None:
+            threading.Thread(target=load, name=f"load {self.folder.onnx_path.name}").start()
+
     @property
     def input_dtypes(self) -> dict[str, type]:
         """Graph input name -> numpy integer dtype it takes."""
