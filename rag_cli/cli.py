@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -97,8 +98,20 @@ def handle_errors(fn):
     return wrapper
 
 
+def _json_safe(obj):
+    """`obj` with every float NaN or +-inf replaced by None (JSON has no such numbers)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
 def _emit_json(obj) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
+    """Print `obj` as strict JSON: a NaN or infinite float is written as null."""
+    sys.stdout.write(json.dumps(_json_safe(obj), ensure_ascii=False, indent=2, allow_nan=False) + "\n")
 
 
 def _note(message: str) -> None:

@@ -1,0 +1,182 @@
+"""Hardening against bad vectors, foreign models, awkward files and odd runs:
+each test builds the files it needs (model folders, corpora, damaged
+project files) and runs the real CLI or the stage on them."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from onnx import numpy_helper
+from typer.testing import CliRunner
+
+from rag_cli.cli import app
+from rag_cli.store.embeddings import bad_vector_rows, read_embeddings
+from tiny_models import VOCAB, make_bi_encoder
+
+_runner = CliRunner()
+
+
+def rag(*args):
+    return _runner.invoke(app, [str(a) for a in args])
+
+
+def ok(*args):
+    res = rag(*args)
+    assert res.exit_code == 0, (args, res.stdout, res.stderr, res.exception)
+    return res
+
+
+def write_docs(folder: Path, docs: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in docs.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+DOCS = {
+    "cats.md": "the cat sat on the mat .\n",
+    "dogs.md": "the dog ran fast in the city .\n",
+    "paris.md": "paris is the capital of france .\n",
+    "rivers.md": "the river in london is blue .\n",
+}
+
+
+def chunk_ids_by_doc(project: Path) -> dict[str, str]:
+    t = pq.read_table(project / "chunks.parquet", columns=["chunk_id", "doc_id"]).to_pylist()
+    return {Path(r["doc_id"]).name: r["chunk_id"] for r in t}
+
+
+def poison_word(folder: Path, word: str, value: float) -> None:
+    """Set the embedding row of `word` in the tiny model's graph to `value` (NaN, inf)."""
+    model = onnx.load(str(folder / "model.onnx"))
+    for i, init in enumerate(model.graph.initializer):
+        if init.name == "emb":
+            emb = numpy_helper.to_array(init).copy()
+            emb[VOCAB[word]] = value
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(emb, "emb"))
+    onnx.save(model, str(folder / "model.onnx"))
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory, tiny_bi_encoder) -> Path:
+    """A project of DOCS, chunked and embedded with the tiny bi-encoder."""
+    root = tmp_path_factory.mktemp("hard")
+    docs = write_docs(root / "docs", DOCS)
+    p = root / "proj"
+    ok("chunk", docs, "--model", tiny_bi_encoder, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    ok("embed", "-p", p)
+    return p
+
+
+@pytest.fixture
+def project(embedded, tmp_path) -> Path:
+    shutil.copytree(embedded, tmp_path / "proj")
+    return tmp_path / "proj"
+
+
+# ------------------------------------------------------------------ vectors
+def test_bad_vector_rows_finds_nan_inf_and_zero_rows():
+    v = np.ones((6, 4), np.float32)
+    v[1, 2] = np.nan
+    v[3] = 0.0
+    v[4, 0] = -np.inf
+    assert bad_vector_rows(v).tolist() == [1, 3, 4]
+    assert bad_vector_rows(np.zeros((0, 4), np.float32)).tolist() == []
+
+
+def test_embed_fails_on_nan_vectors_and_caches_none(tmp_path):
+    model = make_bi_encoder(tmp_path / "model")
+    docs = write_docs(tmp_path / "docs", DOCS)
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--model", model, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    poison_word(model, "cat", np.nan)
+    res = rag("embed", "--model", model, "-p", p)
+    assert res.exit_code == 1, (res.stdout, res.stderr)
+    ids = chunk_ids_by_doc(p)
+    assert repr(ids["cats.md"]) in res.stderr and "NaN/inf" in res.stderr, res.stderr
+    assert repr(ids["dogs.md"]) not in res.stderr
+    assert not (p / "embeddings.parquet").exists()
+    for part in (p / "cache" / "vectors").rglob("part-*.parquet"):
+        vec = np.stack(pq.read_table(part).column("vector").to_numpy(zero_copy_only=False))
+        assert np.isfinite(vec).all() and bad_vector_rows(vec).size == 0
+
+
+def test_embed_fails_on_zero_vectors(tmp_path):
+    model = make_bi_encoder(tmp_path / "model", normalize=False)
+    docs = write_docs(tmp_path / "docs", DOCS)
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--model", model, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    # W = 0 and b = 0: tanh(0) = 0 for every token, so every vector is zero
+    m = onnx.load(str(model / "model.onnx"))
+    for i, init in enumerate(m.graph.initializer):
+        if init.name in ("W", "b"):
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.zeros_like(numpy_helper.to_array(init)),
+                                                                    init.name))
+    onnx.save(m, str(model / "model.onnx"))
+    res = rag("embed", "--model", model, "-p", p)
+    assert res.exit_code == 1, (res.stdout, res.stderr)
+    assert "zero norm" in res.stderr and "4 chunk(s)" in res.stderr, res.stderr
+    assert not (p / "embeddings.parquet").exists()
+
+
+def _rewrite_vectors(path: Path, vectors: list[list[float]], list_type: pa.DataType | None = None) -> None:
+    table = pq.read_table(path)
+    col = pa.array(vectors, type=list_type or table.schema.field("vector").type)
+    i = table.column_names.index("vector")
+    table = table.set_column(i, pa.field("vector", col.type), col)
+    pq.write_table(table.replace_schema_metadata(table.schema.metadata), path)
+
+
+def test_index_refuses_nan_and_zero_vectors(project):
+    emb = read_embeddings(project / "embeddings.parquet")
+    vecs = emb.vectors.astype(np.float64).tolist()
+    vecs[1][3] = math.nan
+    vecs[2] = [0.0] * emb.dim
+    _rewrite_vectors(project / "embeddings.parquet", vecs)
+    res = rag("index", "-p", project)
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    assert f"{emb.chunk_ids[1]!r} (NaN/inf)" in res.stderr and f"{emb.chunk_ids[2]!r} (zero norm)" in res.stderr
+    assert "2 chunk(s)" in res.stderr
+    assert not (project / "index").exists()
+
+
+def test_mixed_vector_sizes_name_both_sizes(project):
+    emb = read_embeddings(project / "embeddings.parquet")
+    vecs = emb.vectors.tolist()
+    vecs[3] = vecs[3][:8]
+    _rewrite_vectors(project / "embeddings.parquet", vecs, pa.list_(pa.float32()))
+    res = rag("index", "-p", project)
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    msg = " ".join(res.stderr.split())
+    assert "sizes 8 and 16" in msg and f"size 8: {emb.chunk_ids[3]!r}" in msg
+    assert f"size 16: {emb.chunk_ids[0]!r}" in msg
+    assert not (project / "index").exists()
+
+
+def test_json_output_has_no_nan(capsys):
+    from rag_cli.cli import _emit_json
+
+    _emit_json({"hits": [{"score": math.nan}, {"score": math.inf}, {"score": 0.5}], "n": 2})
+    out = capsys.readouterr().out
+    assert "NaN" not in out and "Infinity" not in out
+    assert json.loads(out) == {"hits": [{"score": None}, {"score": None}, {"score": 0.5}], "n": 2}
+
+
+def test_index_space_is_checked_when_opened(project):
+    ok("index", "-p", project)
+    dense_json = project / "index" / "dense" / "rag_dense.json"
+    params = json.loads(dense_json.read_text())
+    params["space"] = "l2"
+    dense_json.write_text(json.dumps(params))
+    res = rag("search", "cat", "-p", project)
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    msg = " ".join(res.stderr.split())
+    assert "space 'l2'" in msg and "cosine" in msg
