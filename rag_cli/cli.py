@@ -310,10 +310,23 @@ def search(
     with _progress(quiet or json_out) as progress:
         run = p.search_queries(queries, **opts, name=name, format=fmt, output=output, progress=progress)
     _report_queries_truncated(run.n_queries_truncated, run.max_length, quiet)
+    _report_escaped(run.escaped_ids, quiet)
     if json_out:
-        _emit_json({"run": str(run.path), "mode": run.mode, "k": run.k, "n_queries_truncated": run.n_queries_truncated})
+        _emit_json({"run": str(run.path), "mode": run.mode, "k": run.k, "n_queries_truncated": run.n_queries_truncated,
+                    "escaped_ids": list(run.escaped_ids)})
     elif not quiet:
         _note(f"run written: {run.path}")
+
+
+def _report_escaped(ids, quiet: bool, limit: int = 5) -> None:
+    """Say on stderr which ids a TREC run holds percent-encoded (they contain whitespace)."""
+    if ids and not quiet:
+        from rag_cli.store.runs import trec_field
+
+        shown = ", ".join(f"{i!r} -> {trec_field(i)!r}" for i in ids[:limit])
+        more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
+        _warn(f"{len(ids)} id(s) contain whitespace and are written percent-encoded in the TREC run "
+              f"(urllib.parse.unquote gives them back): {shown}{more}")
 
 
 def _report_queries_truncated(n: int, max_length: int | None, quiet: bool) -> None:
@@ -388,8 +401,10 @@ def rerank(
     elif json_out:
         from rag_cli.store.runs import read_run
 
+        _report_escaped(res.escaped_ids, quiet)
         _emit_json({"run": str(res.path), "queries": len({r.query_id for r in read_run(res.path)})})
     elif not quiet:
+        _report_escaped(res.escaped_ids, quiet)
         _note(f"reranked run written: {res.path}")
 
 

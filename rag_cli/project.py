@@ -97,6 +97,7 @@ class SearchResult:
     max_length: int | None = None
     n_pairs_truncated: int = 0
     reranker_max_length: int | None = None
+    escaped_ids: tuple[str, ...] = ()  # ids with whitespace, percent-encoded in a TREC run
 
     def __iter__(self):
         return iter(self.hits)
@@ -112,7 +113,8 @@ class SearchResult:
 class RunFile:
     """A run written by `search_queries` or `rerank_run`: its `path` (usable
     wherever a path is, `os.fspath(run)`), the mode and depth k, and the
-    queries / (query, passage) pairs cut to a model's max_length (tokens)."""
+    queries / (query, passage) pairs cut to a model's max_length (tokens),
+    and the ids a TREC run holds percent-encoded (`escaped_ids`)."""
 
     path: Path
     mode: str
@@ -121,6 +123,7 @@ class RunFile:
     max_length: int | None = None
     n_pairs_truncated: int = 0
     reranker_max_length: int | None = None
+    escaped_ids: tuple[str, ...] = ()  # ids with whitespace, percent-encoded in a TREC run
 
     def __fspath__(self) -> str:
         return os.fspath(self.path)
@@ -277,7 +280,8 @@ class Project:
     def _writing(self) -> Iterator[None]:
         """Hold the project lock while writing. A project folder this call
         created is removed again if the work fails and left it empty, so a bad
-        flag or source creates nothing."""
+        flag or source creates nothing. Raises BadInput first if manifest.json
+        cannot be read (the stage would record into it after writing)."""
         from filelock import FileLock, Timeout
 
         created = not self.root.exists()
@@ -291,6 +295,7 @@ class Project:
                 raise WorkFailed(f"another rag process is writing to {self.root}; "
                                  "wait for it to finish and try again") from exc
             try:
+                self.manifest()  # a damaged manifest.json fails now, before any output is written
                 yield
             finally:
                 lock.release()
@@ -420,8 +425,11 @@ class Project:
         config, s, mask = self._search_setup(mode, k, rrf_k, candidates, filter)
         path = Path(output) if output else self.run_path(name or f"{file_stem(queries)}-{config.search.mode}", format)
         before = s.n_queries_truncated
-        out = run_queries(self, s, Path(queries), config.search, mask, path=path, fmt=format, progress=progress)
-        return RunFile(out, config.search.mode, config.search.k, s.n_queries_truncated - before, _max_length(s))
+        self.manifest()  # recorded into after the run is written: check it first
+        out, escaped = run_queries(self, s, Path(queries), config.search, mask, path=path, fmt=format,
+                                   progress=progress)
+        return RunFile(out, config.search.mode, config.search.k, s.n_queries_truncated - before, _max_length(s),
+                       escaped_ids=tuple(escaped))
 
     # -- rerank --------------------------------------------------------------
     def _reranker_config(self, model) -> tuple[Config, dict]:
@@ -478,7 +486,7 @@ class Project:
         """Rerank a Parquet run (from `search_queries`) with the cross-encoder:
         runs/NAME.parquet (NAME: RUN-rerank). Returns the `RunFile` written."""
         from rag_cli.stages.rerank import chunk_texts, rerank_rows
-        from rag_cli.store.runs import read_run, write_run
+        from rag_cli.store.runs import read_run, trec_escaped, write_run
 
         check_name(name)
         check_flag("--candidates", candidates, (1, None))
@@ -492,7 +500,8 @@ class Project:
                                  probability=sigmoid, progress=progress)
         path = write_run(self.run_path(name or f"{file_stem(run)}-rerank", format), out, fmt=format)
         self._remember_reranker(model, opts)
-        return RunFile(path, "rerank", top_n, n_pairs_truncated=n_cut, reranker_max_length=ce.folder.max_length)
+        return RunFile(path, "rerank", top_n, n_pairs_truncated=n_cut, reranker_max_length=ce.folder.max_length,
+                       escaped_ids=tuple(trec_escaped(out) if format == "trec" else ()))
 
     # -- ask -----------------------------------------------------------------
     def _ask_setup(self, k, mode, min_score, min_coverage, strong_score, max_sentences, filter):
@@ -538,6 +547,7 @@ class Project:
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
                                                    max_sentences, filter)
         before = s.n_queries_truncated
+        self.manifest()  # recorded into after the answers are written: check it first
         path, n, n_refused = answer_queries(self, s, gen, Path(queries), acfg, scfg, mask,
                                             path=self.answers_path(name or file_stem(queries)), progress=progress)
         return {"answers": path, "n": n, "refused": n_refused,

@@ -46,6 +46,7 @@ DOCS = {
     "dogs.md": "the dog ran fast in the city .\n",
     "paris.md": "paris is the capital of france .\n",
     "rivers.md": "the river in london is blue .\n",
+    "my cats.md": "a red cat and a blue bird .\n",
 }
 
 
@@ -123,7 +124,7 @@ def test_embed_fails_on_zero_vectors(tmp_path):
     onnx.save(m, str(model / "model.onnx"))
     res = rag("embed", "--model", model, "-p", p)
     assert res.exit_code == 1, (res.stdout, res.stderr)
-    assert "zero norm" in res.stderr and "4 chunk(s)" in res.stderr, res.stderr
+    assert "zero norm" in res.stderr and "5 chunk(s)" in res.stderr, res.stderr
     assert not (p / "embeddings.parquet").exists()
 
 
@@ -180,3 +181,61 @@ def test_index_space_is_checked_when_opened(project):
     assert res.exit_code == 2, (res.stdout, res.stderr)
     msg = " ".join(res.stderr.split())
     assert "space 'l2'" in msg and "cosine" in msg
+
+
+# ------------------------------------------------------------------ fusion and runs
+def test_rrf_counts_a_duplicate_once_at_its_first_rank():
+    from rag_cli.index.fusion import rrf
+
+    fused = dict(rrf([[7, 8, 7, 9], [9]], k=60))
+    assert fused[7] == pytest.approx(1 / 61)  # not 1/61 + 1/63
+    assert fused[8] == pytest.approx(1 / 62)
+    assert fused[9] == pytest.approx(1 / 64 + 1 / 61)
+
+
+def test_trec_run_escapes_ids_with_whitespace(project, tmp_path):
+    from urllib.parse import unquote
+
+    ok("index", "-p", project)
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"query_id": "q 1", "query": "red cat"}) + "\n", encoding="utf-8")
+    res = ok("search", "--queries", queries, "--mode", "sparse", "-k", 5, "--format", "trec", "--name", "t",
+             "-p", project)
+    lines = (project / "runs" / "t.trec").read_text().splitlines()
+    assert lines and all(len(line.split()) == 6 for line in lines)
+    docnos = [line.split()[2] for line in lines]
+    cat_id = chunk_ids_by_doc(project)["my cats.md"]
+    assert cat_id.replace(" ", "%20") in docnos and unquote(cat_id.replace(" ", "%20")) == cat_id
+    assert {line.split()[0] for line in lines} == {"q%201"}
+    msg = " ".join(res.stderr.split())
+    assert "2 id(s) contain whitespace" in msg and "'q 1' -> 'q%201'" in msg, msg
+
+
+def test_trec_field_round_trips():
+    from urllib.parse import unquote
+
+    from rag_cli.store.runs import trec_field
+
+    for value in ("plain%id", "a b", "5%\tx", "国 标\u3000x"):
+        field = trec_field(value)
+        assert len(field.split()) == 1
+        assert field == value if value == "plain%id" else unquote(field) == value
+    assert trec_field("5%\tx") == "5%25%09x"
+
+
+@pytest.mark.parametrize("args", [
+    ["search", "--queries", "{queries}", "--name", "r"],
+    ["embed"],
+    ["index"],
+])
+def test_corrupt_manifest_fails_before_outputs(project, tmp_path, args):
+    ok("index", "-p", project)
+    (project / "manifest.json").write_text("{not json", encoding="utf-8")
+    before = {f: f.stat().st_mtime_ns for f in project.rglob("*") if f.is_file()}
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"query_id": "q1", "query": "red cat"}) + "\n", encoding="utf-8")
+    res = rag(*[a.format(queries=queries) for a in args], "-p", project)
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    assert "manifest.json" in res.stderr
+    after = {f: f.stat().st_mtime_ns for f in project.rglob("*") if f.is_file()}
+    assert after == before
