@@ -236,6 +236,8 @@ def embed(
         return _emit_json({k: v for k, v in summary.items() if k != "model"})
     if quiet:
         return
+    for warning in summary["model_warnings"]:
+        _warn(warning)
     if summary["rebuilt_unreadable"]:
         _warn(f"the old embeddings could not be read and were rebuilt: {summary['rebuilt_unreadable']}")
     _note(f"{summary['n_embedded']} chunks embedded, {summary['n_reused']} reused, in {summary['seconds']:.1f}s "

@@ -239,3 +239,84 @@ def test_corrupt_manifest_fails_before_outputs(project, tmp_path, args):
     assert "manifest.json" in res.stderr
     after = {f: f.stat().st_mtime_ns for f in project.rglob("*") if f.is_file()}
     assert after == before
+
+
+# ------------------------------------------------------------------ foreign model folders
+def _bare_model(folder: Path, *, keep: tuple[str, ...] = ()) -> Path:
+    """A tiny bi-encoder folder with only model.onnx, tokenizer.json and `keep`."""
+    make_bi_encoder(folder, rag_model=False)
+    for name in ("config.json", "tokenizer_config.json", "rag_model.json"):
+        if name not in keep and (folder / name).exists():
+            (folder / name).unlink()
+    return folder
+
+
+def _sentence_transformers_files(folder: Path, prompts: dict | None, max_seq_length: int | None = 64) -> None:
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 16, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
+    if prompts is not None:
+        (folder / "config_sentence_transformers.json").write_text(json.dumps({"prompts": prompts}))
+    if max_seq_length is not None:
+        (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length}))
+
+
+def test_folder_without_config_json_but_rag_model_json_is_accepted(tmp_path):
+    from rag_cli.models.folder import ModelFolder
+
+    model = _bare_model(tmp_path / "m")
+    (model / "rag_model.json").write_text(json.dumps({"kind": "embedder", "max_length": 40, "pooling": "mean"}))
+    folder = ModelFolder.load(model)
+    assert (folder.kind, folder.max_length, folder.pooling, folder.config) == ("embedder", 40, "mean", {})
+    docs = write_docs(tmp_path / "docs", DOCS)
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--model", model, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    ok("embed", "-p", p)
+    assert read_embeddings(p / "embeddings.parquet").vectors.shape == (5, 16)
+
+
+def test_folder_without_config_json_reads_sentence_transformers_files(tmp_path):
+    from rag_cli.models.folder import ModelFolder
+
+    model = _bare_model(tmp_path / "multilingual-e5-tiny")
+    _sentence_transformers_files(model, {"query": "query: ", "document": "passage: "})
+    folder = ModelFolder.load(model)
+    assert (folder.kind, folder.pooling, folder.normalize, folder.max_length) == ("embedder", "cls", True, 64)
+    assert (folder.query_prefix, folder.passage_prefix) == ("query: ", "passage: ")
+    assert folder.warnings == []
+
+
+def test_folder_that_cannot_say_its_kind_or_length_is_refused_naming_the_fact(tmp_path):
+    from rag_cli.errors import BadInput
+    from rag_cli.models.folder import ModelFolder
+
+    bare = _bare_model(tmp_path / "bare")
+    with pytest.raises(BadInput, match="whether it is an embedder or a cross-encoder.*\"kind\""):
+        ModelFolder.load(bare)
+    st = _bare_model(tmp_path / "st")
+    _sentence_transformers_files(st, None, max_seq_length=None)
+    with pytest.raises(BadInput, match="max_length"):
+        ModelFolder.load(st)
+
+
+def test_e5_folder_without_prefixes_warns(tmp_path):
+    from rag_cli.models.folder import ModelFolder
+
+    model = make_bi_encoder(tmp_path / "multilingual-e5-small", rag_model=False)
+    folder = ModelFolder.load(model)
+    assert len(folder.warnings) == 1 and "'query: ' / 'passage: '" in folder.warnings[0]
+    docs = write_docs(tmp_path / "docs", DOCS)
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--model", model, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    res = ok("embed", "-p", p)
+    assert "no prefixes are set" in " ".join(res.stderr.split())
+    # prefixes stated (even as empty) silence it
+    (model / "rag_model.json").write_text(json.dumps({"query_prefix": "", "passage_prefix": ""}))
+    assert ModelFolder.load(model).warnings == []
+    # a folder not of that family gets no warning
+    assert ModelFolder.load(make_bi_encoder(tmp_path / "bge-small", rag_model=False)).warnings == []

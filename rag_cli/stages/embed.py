@@ -63,7 +63,7 @@ def embed_chunks(project: "Project", encoder, progress: Progress | None = None, 
         Summary: n_chunks, n_embedded (chunks whose vector was computed now;
         identical texts are embedded once), n_reused, n_truncated, max_length,
         rebuilt_unreadable (why an old embeddings.parquet could not be read,
-        or None), seconds, fingerprint.
+        or None), seconds, fingerprint, model_warnings (`ModelFolder.warnings`).
 
     Raises:
         BadInput: `chunks.parquet` is missing, unreadable or lacks chunk_id/text.
@@ -162,7 +162,7 @@ def embed_chunks(project: "Project", encoder, progress: Progress | None = None, 
     seconds = time.perf_counter() - t0
     summary = {"n_chunks": len(shas), "n_embedded": n_embedded, "n_reused": len(shas) - n_embedded,
                "n_truncated": n_truncated, "max_length": folder.max_length, "rebuilt_unreadable": unreadable,
-               "seconds": seconds, "fingerprint": fingerprint}
+               "seconds": seconds, "fingerprint": fingerprint, "model_warnings": list(folder.warnings)}
     project.record("embed", params={"model": folder.name, "onnx": str(folder.onnx_path), "max_length": folder.max_length},
                    inputs={"chunks.parquet": sha256_file(project.chunks_path)},
                    outputs=["embeddings.parquet"], rows=len(shas), model_fingerprint=fingerprint,
