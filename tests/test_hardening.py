@@ -320,3 +320,63 @@ def test_e5_folder_without_prefixes_warns(tmp_path):
     assert ModelFolder.load(model).warnings == []
     # a folder not of that family gets no warning
     assert ModelFolder.load(make_bi_encoder(tmp_path / "bge-small", rag_model=False)).warnings == []
+
+
+# ------------------------------------------------------------------ cross-encoder scores
+class FixedLogits:
+    """A stand-in cross-encoder whose logits are given (score_pairs in pair order)."""
+
+    n_truncated = 0
+
+    def __init__(self, logits):
+        self.logits = np.asarray(logits, np.float32)
+
+    def score_pairs(self, pairs, progress=None):
+        assert len(pairs) == len(self.logits)
+        return self.logits
+
+
+def test_sigmoid_keeps_large_logits_apart():
+    from rag_cli.models.cross_encoder import sigmoid
+
+    p = sigmoid(np.array([18.0, 19.0, -40.0], np.float32))
+    assert p.dtype == np.float64 and p[0] < p[1] < 1.0
+    assert p[0] == pytest.approx(1 / (1 + math.exp(-18)), rel=1e-15) and p[2] > 0.0
+
+
+def test_rerank_orders_by_logit_and_applies_min_score():
+    from rag_cli.stages.rerank import rerank_rows
+    from rag_cli.store.runs import RunRow
+
+    ids = ["a#0", "b#0", "c#0", "d#0", "e#0"]
+    rows = [RunRow("q", "query", i + 1, cid, cid[0], 1.0, "dense") for i, cid in enumerate(ids)]
+    texts = {cid: cid for cid in ids}
+    logits = [18.0, 19.0, 40.0, 41.0, -3.0]
+    out, _ = rerank_rows(rows, texts, FixedLogits(logits), top_in=5, top_out=5, probability=True, min_score=0.5)
+    assert [r.chunk_id for r in out] == ["d#0", "c#0", "b#0", "a#0"]  # -3 (p = 0.047) dropped
+    assert out[2].score != out[3].score and out[3].score == pytest.approx(1 / (1 + math.exp(-18)), rel=1e-15)
+    raw, _ = rerank_rows(rows, texts, FixedLogits(logits), top_in=5, top_out=5, min_score=19.0)
+    assert [(r.chunk_id, r.score) for r in raw] == [("d#0", 41.0), ("c#0", 40.0), ("b#0", 19.0)]
+
+
+def test_printed_scores_keep_distinct_values_distinct():
+    from rag_cli.cli import _score_digits
+
+    a, b = 1 / (1 + math.exp(-18)), 1 / (1 + math.exp(-19))
+    d = _score_digits([a, b])
+    assert f"{a:.{d}f}" != f"{b:.{d}f}" and d > 4
+    assert _score_digits([0.5, 0.25]) == 4 and _score_digits([0.3, 0.3]) == 4
+
+
+def test_rerank_cli_states_the_scale_and_min_score(project, tiny_cross_encoder):
+    ok("index", "-p", project)
+    full = json.loads(ok("rerank", "cat", "--model", tiny_cross_encoder, "--sigmoid", "--json", "-p", project).stdout)
+    assert full["score_scale"].startswith("probability")
+    scores = [r["score"] for r in full["results"]]
+    assert len(scores) == 5
+    cut = sorted(scores)[2]
+    kept = json.loads(ok("rerank", "cat", "--model", tiny_cross_encoder, "--sigmoid", "--min-score", cut,
+                         "--json", "-p", project).stdout)
+    assert [r["score"] for r in kept["results"]] == [s for s in scores if s >= cut]
+    raw = ok("rerank", "cat", "--model", tiny_cross_encoder, "-p", project)
+    assert "scores: logit" in " ".join(raw.stdout.split())
