@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -97,8 +98,20 @@ def handle_errors(fn):
     return wrapper
 
 
+def _json_safe(obj):
+    """`obj` with every float NaN or +-inf replaced by None (JSON has no such numbers)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
 def _emit_json(obj) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
+    """Print `obj` as strict JSON: a NaN or infinite float is written as null."""
+    sys.stdout.write(json.dumps(_json_safe(obj), ensure_ascii=False, indent=2, allow_nan=False) + "\n")
 
 
 def _note(message: str) -> None:
@@ -223,6 +236,8 @@ def embed(
         return _emit_json({k: v for k, v in summary.items() if k != "model"})
     if quiet:
         return
+    for warning in summary["model_warnings"]:
+        _warn(warning)
     if summary["rebuilt_unreadable"]:
         _warn(f"the old embeddings could not be read and were rebuilt: {summary['rebuilt_unreadable']}")
     _note(f"{summary['n_embedded']} chunks embedded, {summary['n_reused']} reused, in {summary['seconds']:.1f}s "
@@ -297,10 +312,23 @@ def search(
     with _progress(quiet or json_out) as progress:
         run = p.search_queries(queries, **opts, name=name, format=fmt, output=output, progress=progress)
     _report_queries_truncated(run.n_queries_truncated, run.max_length, quiet)
+    _report_escaped(run.escaped_ids, quiet)
     if json_out:
-        _emit_json({"run": str(run.path), "mode": run.mode, "k": run.k, "n_queries_truncated": run.n_queries_truncated})
+        _emit_json({"run": str(run.path), "mode": run.mode, "k": run.k, "n_queries_truncated": run.n_queries_truncated,
+                    "escaped_ids": list(run.escaped_ids)})
     elif not quiet:
         _note(f"run written: {run.path}")
+
+
+def _report_escaped(ids, quiet: bool, limit: int = 5) -> None:
+    """Say on stderr which ids a TREC run holds percent-encoded (they contain whitespace)."""
+    if ids and not quiet:
+        from rag_cli.store.runs import trec_field
+
+        shown = ", ".join(f"{i!r} -> {trec_field(i)!r}" for i in ids[:limit])
+        more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
+        _warn(f"{len(ids)} id(s) contain whitespace and are written percent-encoded in the TREC run "
+              f"(urllib.parse.unquote gives them back): {shown}{more}")
 
 
 def _report_queries_truncated(n: int, max_length: int | None, quiet: bool) -> None:
@@ -315,17 +343,28 @@ def _hit_json(h) -> dict:
             "stage": h.stage, "text": h.text}
 
 
-def _print_hits(query: str, mode: str, rows: list[dict]) -> None:
+def _score_digits(scores: list[float], least: int = 4, most: int = 17) -> int:
+    """Decimals (from `least` up to `most`) that print distinct scores distinctly."""
+    distinct = set(scores)
+    for digits in range(least, most + 1):
+        if len({f"{x:.{digits}f}" for x in distinct}) == len(distinct):
+            return digits
+    return most
+
+
+def _print_hits(query: str, mode: str, rows: list[dict], score_scale: str | None = None) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{mode} results for: {query}", show_lines=False)
+    digits = _score_digits([r["score"] for r in rows])
+    scale = f" (scores: {score_scale})" if score_scale else ""
+    table = Table(title=f"{mode} results for: {query}{scale}", show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("score", justify="right")
     table.add_column("chunk")
     table.add_column("text", overflow="fold")
     for r in rows:
         text = " ".join(r["text"].split())
-        table.add_row(str(r["rank"]), f"{r['score']:.4f}", r["chunk_id"], text[:200] + ("…" if len(text) > 200 else ""))
+        table.add_row(str(r["rank"]), f"{r['score']:.{digits}f}", r["chunk_id"], text[:200] + ("…" if len(text) > 200 else ""))
     _stdout().print(table)
     if not rows:
         _note("no results")
@@ -344,6 +383,7 @@ def rerank(
     name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet (default: RUN-rerank)")] = None,
     fmt: Annotated[str, typer.Option("--format", help="parquet | trec")] = "parquet",
     probability: Annotated[bool, typer.Option("--sigmoid", help="Scores as sigmoid(logit), a probability in [0, 1] (same order)")] = False,
+    min_score: Annotated[Optional[float], typer.Option("--min-score", help="Drop results scoring below this (logit, or probability with --sigmoid)")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -357,27 +397,31 @@ def rerank(
     with _progress(quiet or json_out) as progress:
         if query is not None:
             res = p.rerank(query, model=model, candidates=candidates, top_n=top_n, mode=mode, sigmoid=probability,
-                           progress=progress)
+                           min_score=min_score, progress=progress)
         else:
             res = p.rerank_run(run, model=model, candidates=candidates, top_n=top_n, name=name, format=fmt,
-                               sigmoid=probability, progress=progress)
+                               sigmoid=probability, min_score=min_score, progress=progress)
     if res.n_pairs_truncated and not (quiet or json_out):
         _warn(f"{res.n_pairs_truncated} (query, passage) pair(s) were longer than the cross-encoder's "
               f"max_length ({res.reranker_max_length} tokens); their passages were cut")
     if query is not None:
         _report_queries_truncated(res.n_queries_truncated, res.max_length, quiet)
-        shown = [_hit_json(h) for h in res.hits]
+        # full precision: probabilities near 1 differ past the 6th decimal
+        shown = [{**_hit_json(h), "score": float(h.score)} for h in res.hits]
         if json_out:
-            _emit_json({"query": query, "mode": "rerank", "results": shown,
+            _emit_json({"query": query, "mode": "rerank", "score_scale": res.score_scale, "results": shown,
                         "n_queries_truncated": res.n_queries_truncated})
         else:
-            _print_hits(query, "rerank", shown)
+            _print_hits(query, "rerank", shown, score_scale=res.score_scale)
     elif json_out:
         from rag_cli.store.runs import read_run
 
-        _emit_json({"run": str(res.path), "queries": len({r.query_id for r in read_run(res.path)})})
+        _report_escaped(res.escaped_ids, quiet)
+        _emit_json({"run": str(res.path), "queries": len({r.query_id for r in read_run(res.path)}),
+                    "score_scale": res.score_scale})
     elif not quiet:
-        _note(f"reranked run written: {res.path}")
+        _report_escaped(res.escaped_ids, quiet)
+        _note(f"reranked run written: {res.path} (scores: {res.score_scale})")
 
 
 # --------------------------------------------------------------------------- ask

@@ -97,6 +97,7 @@ class SearchResult:
     max_length: int | None = None
     n_pairs_truncated: int = 0
     reranker_max_length: int | None = None
+    score_scale: str | None = None  # after a rerank: what the scores are (`stages.rerank.SCORE_SCALES`)
 
     def __iter__(self):
         return iter(self.hits)
@@ -112,7 +113,8 @@ class SearchResult:
 class RunFile:
     """A run written by `search_queries` or `rerank_run`: its `path` (usable
     wherever a path is, `os.fspath(run)`), the mode and depth k, and the
-    queries / (query, passage) pairs cut to a model's max_length (tokens)."""
+    queries / (query, passage) pairs cut to a model's max_length (tokens),
+    and the ids a TREC run holds percent-encoded (`escaped_ids`)."""
 
     path: Path
     mode: str
@@ -121,6 +123,8 @@ class RunFile:
     max_length: int | None = None
     n_pairs_truncated: int = 0
     reranker_max_length: int | None = None
+    escaped_ids: tuple[str, ...] = ()  # ids with whitespace, percent-encoded in a TREC run
+    score_scale: str | None = None  # after a rerank: what the scores are (`stages.rerank.SCORE_SCALES`)
 
     def __fspath__(self) -> str:
         return os.fspath(self.path)
@@ -277,7 +281,8 @@ class Project:
     def _writing(self) -> Iterator[None]:
         """Hold the project lock while writing. A project folder this call
         created is removed again if the work fails and left it empty, so a bad
-        flag or source creates nothing."""
+        flag or source creates nothing. Raises BadInput first if manifest.json
+        cannot be read (the stage would record into it after writing)."""
         from filelock import FileLock, Timeout
 
         created = not self.root.exists()
@@ -291,6 +296,7 @@ class Project:
                 raise WorkFailed(f"another rag process is writing to {self.root}; "
                                  "wait for it to finish and try again") from exc
             try:
+                self.manifest()  # a damaged manifest.json fails now, before any output is written
                 yield
             finally:
                 lock.release()
@@ -424,8 +430,11 @@ class Project:
         config, s, mask = self._search_setup(mode, k, rrf_k, candidates, filter)
         path = Path(output) if output else self.run_path(name or f"{file_stem(queries)}-{config.search.mode}", format)
         before = s.n_queries_truncated
-        out = run_queries(self, s, Path(queries), config.search, mask, path=path, fmt=format, progress=progress)
-        return RunFile(out, config.search.mode, config.search.k, s.n_queries_truncated - before, _max_length(s))
+        self.manifest()  # recorded into after the run is written: check it first
+        out, escaped = run_queries(self, s, Path(queries), config.search, mask, path=path, fmt=format,
+                                   progress=progress)
+        return RunFile(out, config.search.mode, config.search.k, s.n_queries_truncated - before, _max_length(s),
+                       escaped_ids=tuple(escaped))
 
     # -- rerank --------------------------------------------------------------
     def _reranker_config(self, model) -> tuple[Config, dict]:
@@ -450,11 +459,12 @@ class Project:
 
     def rerank(self, query: str, *, model: str | os.PathLike | None = None, candidates: int = 100,
                top_n: int = 10, mode: str | None = None, sigmoid: bool = False,
-               progress: Progress | None = None) -> SearchResult:
+               min_score: float | None = None, progress: Progress | None = None) -> SearchResult:
         """Retrieve the top `candidates` chunks of `query`, rescore them with
-        the cross-encoder (raw logits, or their sigmoid) and keep `top_n`."""
+        the cross-encoder (raw logits, or their sigmoid) and keep `top_n`
+        scoring at least `min_score` (on that scale)."""
         from rag_cli.index.searcher import Hit
-        from rag_cli.stages.rerank import rerank_rows
+        from rag_cli.stages.rerank import SCORE_SCALES, rerank_rows
         from rag_cli.stages.search import search_one
         from rag_cli.store.runs import RunRow
 
@@ -469,20 +479,22 @@ class Project:
         column = "embed_text" if "embed_text" in s.chunks.column_names else "text"
         texts = {h.chunk_id: s.text(h.row, column) for h in hits}
         out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, probability=sigmoid,
-                                 progress=progress)
+                                 min_score=min_score, progress=progress)
         self._remember_reranker(model, opts)
         reranked = [Hit(rank=r.rank, row=s.row_of(r.chunk_id), chunk_id=r.chunk_id, doc_id=r.doc_id, score=r.score,
                         stage=r.stage, text=s.text(s.row_of(r.chunk_id))) for r in out]
         return SearchResult(query, "rerank", reranked, s.n_queries_truncated - before, _max_length(s), n_cut,
-                            ce.folder.max_length)
+                            ce.folder.max_length, score_scale=SCORE_SCALES[sigmoid])
 
     def rerank_run(self, run: str | os.PathLike, *, model: str | os.PathLike | None = None,
                    candidates: int = 100, top_n: int = 10, name: str | None = None, format: str = "parquet",
-                   sigmoid: bool = False, progress: Progress | None = None) -> RunFile:
+                   sigmoid: bool = False, min_score: float | None = None,
+                   progress: Progress | None = None) -> RunFile:
         """Rerank a Parquet run (from `search_queries`) with the cross-encoder:
-        runs/NAME.parquet (NAME: RUN-rerank). Returns the `RunFile` written."""
-        from rag_cli.stages.rerank import chunk_texts, rerank_rows
-        from rag_cli.store.runs import read_run, write_run
+        runs/NAME.parquet (NAME: RUN-rerank), rows scoring below `min_score`
+        dropped. Returns the `RunFile` written."""
+        from rag_cli.stages.rerank import SCORE_SCALES, chunk_texts, rerank_rows
+        from rag_cli.store.runs import read_run, trec_escaped, write_run
 
         check_name(name)
         check_flag("--candidates", candidates, (1, None))
@@ -493,10 +505,12 @@ class Project:
         rows = read_run(run)
         texts = chunk_texts(self.chunks_path, {r.chunk_id for r in rows})
         out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, source=str(run),
-                                 probability=sigmoid, progress=progress)
+                                 probability=sigmoid, min_score=min_score, progress=progress)
         path = write_run(self.run_path(name or f"{file_stem(run)}-rerank", format), out, fmt=format)
         self._remember_reranker(model, opts)
-        return RunFile(path, "rerank", top_n, n_pairs_truncated=n_cut, reranker_max_length=ce.folder.max_length)
+        return RunFile(path, "rerank", top_n, n_pairs_truncated=n_cut, reranker_max_length=ce.folder.max_length,
+                       escaped_ids=tuple(trec_escaped(out) if format == "trec" else ()),
+                       score_scale=SCORE_SCALES[sigmoid])
 
     # -- ask -----------------------------------------------------------------
     def _ask_setup(self, k, mode, min_score, min_coverage, strong_score, max_sentences, filter):
@@ -542,6 +556,7 @@ class Project:
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
                                                    max_sentences, filter)
         before = s.n_queries_truncated
+        self.manifest()  # recorded into after the answers are written: check it first
         path, n, n_refused = answer_queries(self, s, gen, Path(queries), acfg, scfg, mask,
                                             path=self.answers_path(name or file_stem(queries)), progress=progress)
         return {"answers": path, "n": n, "refused": n_refused,

@@ -85,10 +85,12 @@ def test_bad_trec_run(tmp_path, content, needle):
     assert str(path) in str(err.value) and needle in str(err.value)
 
 
-def test_trec_write_rejects_whitespace_ids(tmp_path):
-    with pytest.raises(BadInput, match="whitespace"):
-        write_run(tmp_path / "r.trec", [RunRow("q", "", 1, "my notes.md#0", "my notes.md", 1.0, "dense")], fmt="trec")
-    assert not (tmp_path / "r.trec").exists()
+def test_trec_write_escapes_whitespace_ids(tmp_path):
+    write_run(tmp_path / "r.trec", [RunRow("q", "", 1, "my notes.md#0", "my notes.md", 1.0, "dense")], fmt="trec")
+    assert (tmp_path / "r.trec").read_text() == "q Q0 my%20notes.md#0 1 1.0 dense\n"
+    with pytest.raises(BadInput, match="empty"):
+        write_run(tmp_path / "e.trec", [RunRow("q", "", 1, " ", "d", 1.0, "dense")], fmt="trec")
+    assert not (tmp_path / "e.trec").exists()
 
 
 def test_parquet_missing_columns(tmp_path):

@@ -40,9 +40,18 @@ class DenseIndex:
 
     @classmethod
     def load(cls, folder: Path) -> "DenseIndex":
+        """Load `folder` (hnsw.bin + rag_dense.json).
+
+        Raises:
+            ValueError: rag_dense.json records a space other than cosine (the
+                scores would not be cosines), or no dim/n.
+        """
         import hnswlib
 
         params = json.loads((folder / "rag_dense.json").read_text(encoding="utf-8"))
+        if params.get("space") != "cosine":
+            raise ValueError(f"{folder / 'rag_dense.json'} records space {params.get('space')!r}; "
+                             "rag-cli searches by cosine and needs space 'cosine'")
         index = hnswlib.Index(space="cosine", dim=params["dim"])
         index.load_index(str(folder / "hnsw.bin"), max_elements=max(params["n"], 1))
         index.set_ef(params["ef"])

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rag_cli.errors import BadInput
+from rag_cli.errors import BadInput, WorkFailed
+from rag_cli.store.embeddings import NAMED_IDS, bad_vector_rows
 from rag_cli.index.fusion import rrf
 from rag_cli.loaders.normalize import normalize_text
 from rag_cli.store.index_folder import IndexFolder
@@ -130,7 +131,8 @@ class Searcher:
         """(q, d) float32 bi-encoder vectors of `queries` (normalised first);
         adds the number of queries cut to the model's max_length (tokens) to
         `n_queries_truncated`. Raises BadInput when no embedder is loaded, or
-        when the vectors are not of the index's size (a foreign query graph)."""
+        when the vectors are not of the index's size (a foreign query graph);
+        WorkFailed when a vector has NaN/inf or norm zero (names the queries)."""
         if self.embedder is None:
             raise BadInput("dense search needs the embedder the index was built with")
         vectors = self.embedder.encode_queries([prepare_query(q) for q in queries])
@@ -143,6 +145,12 @@ class Searcher:
                 f"holds {self.dense.params['dim']}-dimension vectors; the query graph must come from the "
                 "same model as the graph that embedded the chunks"
             )
+        bad = bad_vector_rows(vectors)
+        if bad.size:
+            graph = self.embedder.folder.query_onnx_path or self.embedder.folder.onnx_path
+            raise WorkFailed(f"{graph} gives a query vector with NaN/inf or of norm zero for "
+                             + ", ".join(repr(queries[i]) for i in bad[:NAMED_IDS])
+                             + "; the model's graph is broken for these texts: use another export of the model")
         return vectors
 
     def search(self, queries: list[str], *, mode: str = "hybrid", k: int = 10, candidates: int = 100,

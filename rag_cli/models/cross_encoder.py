@@ -20,14 +20,16 @@ from rag_cli.models.onnx_runtime import DEFAULT_BATCH_TOKENS, OnnxTextModel, Pro
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-x)), elementwise, overflow-safe: logits -> probabilities, float32."""
+    """1 / (1 + exp(-x)), elementwise, overflow-safe: logits -> probabilities,
+    float64 (in float32 every logit above about 17 would give exactly 1.0;
+    float64 keeps logits up to about 36 apart)."""
     x = np.asarray(x, dtype=np.float64)
     out = np.empty_like(x)
     pos = x >= 0
     out[pos] = 1.0 / (1.0 + np.exp(-x[pos]))
     ex = np.exp(x[~pos])
     out[~pos] = ex / (1.0 + ex)
-    return out.astype(np.float32)
+    return out
 
 
 def logits_to_scores(logits: np.ndarray) -> np.ndarray:

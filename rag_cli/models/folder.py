@@ -4,9 +4,11 @@ Layout (what `optimum-cli export onnx` writes, see DESIGN.md "Models"):
 
     model.onnx  or  onnx/model.onnx     the graph (or any file named with `onnx_file`)
     tokenizer.json                      HF `tokenizers` file
-    config.json                         HF model config
+    config.json                         HF model config (optional when the files below say enough)
     tokenizer_config.json               optional; `model_max_length`
     rag_model.json                      optional; what the files don't say
+    modules.json, 1_Pooling/config.json, config_sentence_transformers.json,
+    sentence_bert_config.json           optional; sentence-transformers settings
     <graph>_query.onnx                  optional query graph of an embedder (below)
 
 An embedder's graph `X.onnx` may have a *query graph* `X_query.onnx` beside
@@ -23,6 +25,13 @@ the passage side alone is small (README "int8 and retrieval quality").
 `passage_prefix` (str), `max_length` (tokens, special tokens included),
 `name` (str), `dim` (int, the vector size when it differs from
 `config.json` `hidden_size`).
+
+Each setting comes from the first of: rag_model.json, the
+sentence-transformers files (`sentence_transformers_settings`), config.json
+and tokenizer_config.json, a default. Without config.json, a folder whose
+kind (embedder or cross-encoder) or max_length nothing states is refused,
+naming the missing fact. A folder of a known family that needs prefixes
+(E5: `query: ` / `passage: `) but sets none gets a warning in `warnings`.
 
 `ModelFolder.fingerprint` identifies what a vector depends on: the ONNX bytes
 (the query graph's too, when there is one), the tokenizer bytes and the
@@ -90,6 +99,8 @@ class ModelFolder:
         pad_token_id: id used for padding.
         query_onnx_path: the embedder's query graph (`X_query.onnx` beside
             `onnx_path`), or None: `onnx_path` encodes queries too.
+        warnings: what the caller should tell the user (e.g. an E5 folder
+            without prefixes); empty when all is well.
     """
 
     path: Path
@@ -106,6 +117,7 @@ class ModelFolder:
     pad_token_id: int = 0
     declared_dim: int | None = None
     query_onnx_path: Path | None = None
+    warnings: list[str] = field(default_factory=list, compare=False)
     _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------------ load
@@ -134,28 +146,53 @@ class ModelFolder:
             )
         onnx_path = _find_onnx(folder, onnx_file)
         tokenizer_path = _find_file(folder, "tokenizer.json", "the Hugging Face tokenizer file saved with the model")
-        config_path = _find_file(folder, "config.json", "the Hugging Face model config saved with the model")
-        config = _read_json(config_path)
+        config_path = _locate(folder, "config.json")
+        config = _read_json(config_path) if config_path else {}
         tok_config_path = _locate(folder, "tokenizer_config.json")
         tok_config = _read_json(tok_config_path) if tok_config_path else {}
         rag_path = _locate(folder, RAG_MODEL_FILE)
         rag = _read_json(rag_path) if rag_path else {}
+        st = sentence_transformers_settings(folder)
+
+        def missing(fact: str, key: str) -> BadInput:
+            return BadInput(
+                f"model folder {folder} does not say {fact}: it has no config.json and no "
+                f"{RAG_MODEL_FILE} \"{key}\"; put the model's config.json there, or write {folder / RAG_MODEL_FILE} "
+                f"with \"{key}\" (see `rag models info`)"
+            )
 
         archs = config.get("architectures") or []
+        if config_path is None and "kind" not in rag and not st:
+            raise missing("whether it is an embedder or a cross-encoder", "kind")
         kind_default = "cross-encoder" if any("ForSequenceClassification" in str(a) for a in archs) else "embedder"
         kind = _choice(rag, "kind", KINDS, kind_default, rag_path)
-        pooling = _choice(rag, "pooling", POOLINGS, "mean", rag_path)
-        normalize = _typed(rag, "normalize", bool, kind == "embedder", rag_path)
-        query_prefix = _typed(rag, "query_prefix", str, "", rag_path)
-        passage_prefix = _typed(rag, "passage_prefix", str, "", rag_path)
-        max_length = _typed(rag, "max_length", int, None, rag_path)
+        pooling = _choice(rag, "pooling", POOLINGS, st.get("pooling", "mean"), rag_path)
+        normalize = _typed(rag, "normalize", bool, st.get("normalize", kind == "embedder"), rag_path)
+        query_prefix = _typed(rag, "query_prefix", str, st.get("query_prefix", ""), rag_path)
+        passage_prefix = _typed(rag, "passage_prefix", str, st.get("passage_prefix", ""), rag_path)
+        max_length = _typed(rag, "max_length", int, st.get("max_length"), rag_path)
         if max_length is None:
             max_length = _default_max_length(config, tok_config)
+            if max_length is None:
+                if config_path is None:
+                    raise missing("its max_length (the most tokens per input)", "max_length")
+                max_length = DEFAULT_MAX_LENGTH
         elif max_length < 2:
             raise BadInput(f"{rag_path}: max_length is {max_length}; it must be a number of tokens >= 2")
         name = _typed(rag, "name", str, "", rag_path) or folder.resolve().name
         dim = _typed(rag, "dim", int, None, rag_path)
         query_graph = query_graph_path(onnx_path)
+        warnings = []
+        family = _prefix_family(name, folder, config)
+        if kind == "embedder" and family and not (query_prefix or passage_prefix) \
+                and not {"query_prefix", "passage_prefix"} & set(rag):
+            warnings.append(
+                f"model folder {folder} looks like an {family} model, which expects "
+                f"{_PREFIX_FAMILIES[family][0]!r} / {_PREFIX_FAMILIES[family][1]!r} before queries / passages, "
+                f"but no prefixes are set (neither {RAG_MODEL_FILE} nor sentence-transformers prompts set them); set "
+                f"\"query_prefix\" and \"passage_prefix\" in {folder / RAG_MODEL_FILE} (or set them to \"\" "
+                "to silence this)"
+            )
         return cls(
             path=folder,
             onnx_path=onnx_path,
@@ -171,6 +208,7 @@ class ModelFolder:
             pad_token_id=_pad_token_id(config, tokenizer_path),
             declared_dim=dim,
             query_onnx_path=query_graph if kind == "embedder" and query_graph.is_file() else None,
+            warnings=warnings,
         )
 
     # ----------------------------------------------------------- properties
@@ -242,6 +280,45 @@ class ModelFolder:
 
 
 # ------------------------------------------------------------------ helpers
+def sentence_transformers_settings(folder: Path) -> dict[str, Any]:
+    """rag_model.json settings read from a sentence-transformers repo's files.
+
+    `1_Pooling/config.json` (`pooling_mode_cls_token` -> `cls`,
+    `pooling_mode_mean_tokens` -> `mean`), `modules.json` (a `Normalize`
+    module -> `normalize: true`, else false when the file lists modules),
+    `config_sentence_transformers.json` `prompts` (`query`, then
+    `passage` or `document` -> the prefixes), `sentence_bert_config.json`
+    `max_seq_length` -> `max_length`. Keys with no source are left out.
+    """
+    def read(name: str) -> Any:
+        try:
+            return json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    out: dict[str, Any] = {}
+    pool = read("1_Pooling/config.json")
+    if isinstance(pool, dict):
+        if pool.get("pooling_mode_cls_token"):
+            out["pooling"] = "cls"
+        elif pool.get("pooling_mode_mean_tokens"):
+            out["pooling"] = "mean"
+    modules = read("modules.json")
+    if isinstance(modules, list) and modules:
+        out["normalize"] = any(str(m.get("type", "")).endswith(".Normalize") for m in modules if isinstance(m, dict))
+    prompts = (read("config_sentence_transformers.json") or {}).get("prompts") or {}
+    if isinstance(prompts, dict):
+        if isinstance(prompts.get("query"), str):
+            out["query_prefix"] = prompts["query"]
+        passage = prompts.get("passage", prompts.get("document"))
+        if isinstance(passage, str):
+            out["passage_prefix"] = passage
+    sb = read("sentence_bert_config.json")
+    if isinstance(sb, dict) and isinstance(sb.get("max_seq_length"), int) and sb["max_seq_length"] >= 2:
+        out["max_length"] = sb["max_seq_length"]
+    return out
+
+
 def _locate(folder: Path, name: str) -> Path | None:
     for p in (folder / name, folder / "onnx" / name):
         if p.is_file():
@@ -306,14 +383,31 @@ def _typed(obj: dict, key: str, typ: type, default: Any, path: Path | None) -> A
     return value
 
 
-def _default_max_length(config: dict, tok_config: dict) -> int:
+def _default_max_length(config: dict, tok_config: dict) -> int | None:
+    """tokenizer_config.json `model_max_length`, else config.json
+    `max_position_embeddings` (less the position offset); None if neither says."""
     mml = tok_config.get("model_max_length")
     if isinstance(mml, (int, float)) and 2 <= mml < _SANE_MAX_LENGTH:
         return int(mml)
     mpe = config.get("max_position_embeddings")
     if isinstance(mpe, int) and mpe > 2:
         return mpe - 2 if config.get("model_type") in _POSITION_OFFSET_2 else mpe
-    return DEFAULT_MAX_LENGTH
+    return None
+
+
+#: Model families that expect text prefixes: name -> (query prefix, passage prefix).
+_PREFIX_FAMILIES = {"E5": ("query: ", "passage: ")}
+
+
+def _prefix_family(name: str, folder: Path, config: dict) -> str | None:
+    """The `_PREFIX_FAMILIES` key the model's name, folder name or config
+    `_name_or_path` points to (`e5` as a whole word: `multilingual-e5-small`), or None."""
+    import re
+
+    for text in (name, folder.resolve().name, str(config.get("_name_or_path", ""))):
+        if re.search(r"(^|[^a-z0-9])e5([^a-z0-9]|$)", text.lower()):
+            return "E5"
+    return None
 
 
 def _pad_token_id(config: dict, tokenizer_path: Path) -> int:

@@ -28,6 +28,7 @@ from rag_cli.errors import BadInput, WorkFailed
 from rag_cli.models import defaults
 from rag_cli.models.folder import (
     ONNX_CANDIDATES, RAG_MODEL_FILE, ModelFolder, _external_data_files, query_graph_path,
+    sentence_transformers_settings,
 )
 
 QUANTIZED_NAME = "model_quantized.onnx"
@@ -261,7 +262,7 @@ def model_info(name_or_dir: str, precision: str = "int8") -> dict[str, Any]:
         fingerprint=folder.fingerprint,
         onnx_files=onnx_files(folder.path, embedder=kind == "embedder"),
         bytes=_tree_bytes(folder.path),
-        warnings=[warning] if warning else [],
+        warnings=([warning] if warning else []) + list(folder.warnings),
     )
     return info
 
@@ -555,45 +556,6 @@ def pull_dir(hf_id: str) -> Path:
     """Where `pull` puts a model by default: `models_dir() / ID` with `/` -> `--`
     (`Xenova/ms-marco-MiniLM-L-6-v2` -> `Xenova--ms-marco-MiniLM-L-6-v2`)."""
     return defaults.models_dir() / hf_id.replace("/", "--")
-
-
-def sentence_transformers_settings(folder: Path) -> dict[str, Any]:
-    """rag_model.json settings read from a sentence-transformers repo's files.
-
-    `1_Pooling/config.json` (`pooling_mode_cls_token` -> `cls`,
-    `pooling_mode_mean_tokens` -> `mean`), `modules.json` (a `Normalize`
-    module -> `normalize: true`, else false when the file lists modules),
-    `config_sentence_transformers.json` `prompts` (`query`, then
-    `passage` or `document` -> the prefixes), `sentence_bert_config.json`
-    `max_seq_length` -> `max_length`. Keys with no source are left out.
-    """
-    def read(name: str) -> Any:
-        try:
-            return json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-
-    out: dict[str, Any] = {}
-    pool = read("1_Pooling/config.json")
-    if isinstance(pool, dict):
-        if pool.get("pooling_mode_cls_token"):
-            out["pooling"] = "cls"
-        elif pool.get("pooling_mode_mean_tokens"):
-            out["pooling"] = "mean"
-    modules = read("modules.json")
-    if isinstance(modules, list) and modules:
-        out["normalize"] = any(str(m.get("type", "")).endswith(".Normalize") for m in modules if isinstance(m, dict))
-    prompts = (read("config_sentence_transformers.json") or {}).get("prompts") or {}
-    if isinstance(prompts, dict):
-        if isinstance(prompts.get("query"), str):
-            out["query_prefix"] = prompts["query"]
-        passage = prompts.get("passage", prompts.get("document"))
-        if isinstance(passage, str):
-            out["passage_prefix"] = passage
-    sb = read("sentence_bert_config.json")
-    if isinstance(sb, dict) and isinstance(sb.get("max_seq_length"), int) and sb["max_seq_length"] >= 2:
-        out["max_length"] = sb["max_seq_length"]
-    return out
 
 
 def pull_model(hf_id: str, revision: str | None = None, out_dir: str | os.PathLike | None = None) -> dict[str, Any]:

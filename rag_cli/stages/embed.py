@@ -33,7 +33,9 @@ import numpy as np
 from rag_cli.hashing import sha256_file, sha256_text
 from rag_cli.progress import Progress
 from rag_cli.store.chunks import embed_text_column, iter_chunk_batches
-from rag_cli.store.embeddings import VectorCache, embeddings_writer, stored_fingerprint, vector_cache_dir
+from rag_cli.errors import WorkFailed
+from rag_cli.store.embeddings import (VectorCache, bad_vector_rows, describe_bad_vectors, embeddings_writer,
+                                      stored_fingerprint, vector_cache_dir)
 
 if TYPE_CHECKING:
     from rag_cli.project import Project
@@ -61,10 +63,14 @@ def embed_chunks(project: "Project", encoder, progress: Progress | None = None, 
         Summary: n_chunks, n_embedded (chunks whose vector was computed now;
         identical texts are embedded once), n_reused, n_truncated, max_length,
         rebuilt_unreadable (why an old embeddings.parquet could not be read,
-        or None), seconds, fingerprint.
+        or None), seconds, fingerprint, model_warnings (`ModelFolder.warnings`).
 
     Raises:
         BadInput: `chunks.parquet` is missing, unreadable or lacks chunk_id/text.
+        WorkFailed: the model gave a vector with NaN/inf or of norm zero
+            (names the chunks of that batch); the good vectors of the batches
+            before are cached, the bad ones are not, and embeddings.parquet is
+            left as it was.
     """
     t0 = time.perf_counter()
     chunks_path = project.require(project.chunks_path, "chunk")
@@ -95,8 +101,10 @@ def embed_chunks(project: "Project", encoder, progress: Progress | None = None, 
 
     if new:
         row = 0
-        for batch in iter_chunk_batches(chunks_path, [col], window):
-            texts = batch.column(0).to_pylist()
+        for batch in iter_chunk_batches(chunks_path, [col, "chunk_id"], window):
+            texts = batch.column(col).to_pylist()
+            window_ids = batch.column("chunk_id").to_pylist()
+            window_shas = shas[row : row + len(texts)]
             todo: dict[str, str] = {}
             for sha, text in zip(shas[row : row + len(texts)], texts):
                 if sha not in cache and sha not in todo:
@@ -116,6 +124,17 @@ def embed_chunks(project: "Project", encoder, progress: Progress | None = None, 
                     got_vec.clear()
 
             for idx, vectors in encoder.iter_encode(todo_texts, folder.passage_prefix, **kwargs):
+                bad = bad_vector_rows(vectors)
+                if bad.size:
+                    flush()
+                    bad_shas = {todo_shas[idx[i]]: i for i in bad}
+                    ids = [cid for cid, sha in zip(window_ids, window_shas) if sha in bad_shas]
+                    rows = [bad_shas[sha] for sha in window_shas if sha in bad_shas]
+                    raise WorkFailed(f"{folder.onnx_path} gave vectors that cosine search cannot use for "
+                                     f"{describe_bad_vectors(ids, vectors[rows])}; they were not cached and "
+                                     f"{project.embeddings_path.name} was not written. The model's graph gives "
+                                     "NaN/inf or zero outputs for these texts (an fp16 export that overflows, "
+                                     "or a broken graph): use another export of the model")
                 got_idx.append(idx)
                 got_vec.append(vectors)
                 done += len(idx)
@@ -131,12 +150,19 @@ def embed_chunks(project: "Project", encoder, progress: Progress | None = None, 
         row = 0
         for batch in iter_chunk_batches(chunks_path, ["chunk_id"], window):
             part = shas[row : row + batch.num_rows]
-            write(batch.column(0), part, cache.gather(part))
+            vectors = cache.gather(part)
+            bad = bad_vector_rows(vectors)
+            if bad.size:  # a cache written by an older version, or edited
+                ids = batch.column(0).to_pylist()
+                raise WorkFailed(f"the vector cache {cache_dir} holds vectors that cosine search cannot use, "
+                                 f"{describe_bad_vectors([ids[i] for i in bad], vectors[bad])}; delete that "
+                                 "folder and run `rag embed` again")
+            write(batch.column(0), part, vectors)
             row += batch.num_rows
     seconds = time.perf_counter() - t0
     summary = {"n_chunks": len(shas), "n_embedded": n_embedded, "n_reused": len(shas) - n_embedded,
                "n_truncated": n_truncated, "max_length": folder.max_length, "rebuilt_unreadable": unreadable,
-               "seconds": seconds, "fingerprint": fingerprint}
+               "seconds": seconds, "fingerprint": fingerprint, "model_warnings": list(folder.warnings)}
     project.record("embed", params={"model": folder.name, "onnx": str(folder.onnx_path), "max_length": folder.max_length},
                    inputs={"chunks.parquet": sha256_file(project.chunks_path)},
                    outputs=["embeddings.parquet"], rows=len(shas), model_fingerprint=fingerprint,

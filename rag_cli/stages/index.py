@@ -20,7 +20,7 @@ from rag_cli.index.dense import DenseIndex
 from rag_cli.index.sparse import SparseIndex
 from rag_cli.progress import Progress
 from rag_cli.store.chunks import read_chunks
-from rag_cli.store.embeddings import read_embeddings
+from rag_cli.store.embeddings import bad_vector_rows, describe_bad_vectors, read_embeddings
 from rag_cli.store.index_folder import INDEX_COLUMNS, write_index_folder
 
 if TYPE_CHECKING:
@@ -32,8 +32,9 @@ def build_index(project: "Project", params: IndexConfig, threads: int = 0,
     """Build `index/` from `chunks.parquet` and `embeddings.parquet`.
 
     Progress: ("indexing", steps done, 3): read, dense (HNSW), sparse (BM25).
-    Raises BadInput when an input is missing or the embeddings do not cover
-    every chunk (names the first missing chunk and says to run `rag embed`).
+    Raises BadInput when an input is missing, the embeddings do not cover
+    every chunk (names the first missing chunk and says to run `rag embed`),
+    or a vector is non-finite or of norm zero (names the chunks).
     Returns a summary dict (n_chunks, dim, seconds, fingerprint).
     """
     t0 = time.perf_counter()
@@ -54,6 +55,12 @@ def build_index(project: "Project", params: IndexConfig, threads: int = 0,
             f"{project.chunks_path} (first: {missing[0]!r}); run `rag embed` again"
         )
     vectors = emb.vectors[np.fromiter((row_of[c] for c in chunk_ids), dtype=np.int64, count=len(chunk_ids))]
+    bad = bad_vector_rows(vectors)
+    if bad.size:
+        raise BadInput(f"{project.embeddings_path} has vectors that cosine search cannot use, "
+                       f"{describe_bad_vectors([chunk_ids[i] for i in bad], vectors[bad])}; "
+                       "no index was written: run `rag embed` again (with a model that gives finite, "
+                       "non-zero vectors for these texts)")
     texts = chunks.column("embed_text" if "embed_text" in cols else "text").to_pylist()
     step(1)
     dense = DenseIndex.build(vectors, m=params.hnsw_m, ef_construction=params.hnsw_ef_construction,

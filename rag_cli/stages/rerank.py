@@ -1,8 +1,10 @@
 """`rag rerank`: rescore the top-N of a run with an ONNX cross-encoder.
 
 Scores are the cross-encoder's raw logits (higher is more relevant), or with
-`--sigmoid` their sigmoid, a probability in [0, 1] (same order); the reranked
-run keeps the top-n per query, with stage `rerank`.
+`--sigmoid` their sigmoid, a probability in [0, 1] computed in float64 (same
+order: rows are ranked by the logits, so probabilities that round to 1.0 keep
+their order); the reranked run keeps the top-n per query at or above
+`min_score` (on the chosen scale), with stage `rerank`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from rag_cli.errors import BadInput
 from rag_cli.progress import Progress
 from rag_cli.store.chunks import read_chunks
 from rag_cli.store.runs import RunRow
+
+#: What a reranked score is, by `probability`: stated in the output and JSON.
+SCORE_SCALES = {False: "logit (cross-encoder raw score, unbounded, higher is more relevant)",
+                True: "probability (sigmoid of the cross-encoder logit, 0..1)"}
 
 
 def chunk_texts(chunks_path, chunk_ids: set[str]) -> dict[str, str]:
@@ -27,7 +33,7 @@ def chunk_texts(chunks_path, chunk_ids: set[str]) -> dict[str, str]:
 
 def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top_in: int = 100,
                 top_out: int = 10, source: str = "the run", probability: bool = False,
-                progress: Progress | None = None) -> tuple[list[RunRow], int]:
+                min_score: float | None = None, progress: Progress | None = None) -> tuple[list[RunRow], int]:
     """Rerank each query's best `top_in` rows (by rank) and keep the best `top_out`.
 
     `texts` maps chunk_id -> text. All (query, passage) pairs of the run are
@@ -36,7 +42,8 @@ def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top
     (a probability, same order) when `probability`; see
     `rag_cli.models.cross_encoder` for the scale. Raises BadInput when a chunk
     of the run has no text (the run was made from another project), naming
-    the chunk id. Ties in the cross-encoder score keep the earlier rank first.
+    the chunk id. Rows are ranked by the logits (ties keep the earlier rank
+    first); rows scoring below `min_score` (on the chosen scale) are dropped.
     Progress: ("reranking", pairs scored, pairs).
     Returns (rows, number of (query, passage) pairs cut to the model's max_length).
     """
@@ -67,15 +74,15 @@ def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top
     report = (lambda done, n: progress("reranking", done, n)) if progress else None
     all_scores = cross_encoder.score_pairs(pairs, progress=report) if pairs else np.zeros(0, np.float32)
     n_truncated = int(cross_encoder.n_truncated) if pairs else 0
-    if probability:
-        all_scores = sigmoid(all_scores)
+    logits = np.asarray(all_scores, dtype=np.float64)
+    shown = sigmoid(logits) if probability else logits
     out: list[RunRow] = []
     start = 0
     for qid, cands in groups:
-        scores = all_scores[start : start + len(cands)]
+        order_by, scores = logits[start : start + len(cands)], shown[start : start + len(cands)]
         start += len(cands)
-        idx = np.argsort(-np.asarray(scores), kind="stable")[:top_out]
-        for rank, i in enumerate(idx, start=1):
+        idx = [i for i in np.argsort(-order_by, kind="stable") if min_score is None or scores[i] >= min_score]
+        for rank, i in enumerate(idx[:top_out], start=1):
             c = cands[i]
             out.append(RunRow(qid, c.query, rank, c.chunk_id, c.doc_id, float(scores[i]), "rerank"))
     return out, n_truncated

@@ -15,7 +15,7 @@ from rag_cli.config import SearchConfig
 from rag_cli.errors import BadInput
 from rag_cli.index.searcher import Hit, Searcher, check_query
 from rag_cli.progress import Progress
-from rag_cli.store.runs import RunRow, write_run
+from rag_cli.store.runs import RunRow, trec_escaped, write_run
 
 if TYPE_CHECKING:
     from rag_cli.project import Project
@@ -49,10 +49,12 @@ def search_rows(searcher: Searcher, queries: list[tuple[str, str]], cfg: SearchC
 
 def run_queries(project: "Project", searcher: Searcher, queries_path: Path, cfg: SearchConfig,
                 mask: np.ndarray | None = None, *, path: Path, fmt: str = "parquet",
-                progress: Progress | None = None) -> Path:
+                progress: Progress | None = None) -> tuple[Path, list[str]]:
     """Search every query of `queries_path` and write the run (Parquet or TREC) to `path`.
 
-    Returns the path written. Raises BadInput for a bad query file or `fmt`.
+    Returns (the path written, the ids a TREC run holds percent-encoded
+    because they contain whitespace: `rag_cli.store.runs.trec_escaped`).
+    Raises BadInput for a bad query file or `fmt`.
     """
     from rag_cli.evaluate.datasets import read_queries
 
@@ -62,4 +64,4 @@ def run_queries(project: "Project", searcher: Searcher, queries_path: Path, cfg:
     write_run(path, rows, fmt=fmt)
     project.record(f"search:{Path(path).name}", params=dict(cfg.__dict__), inputs={"queries": str(queries_path)},
                    outputs=[str(path)], rows=len(rows), model_fingerprint=searcher.meta["model_fingerprint"])
-    return Path(path)
+    return Path(path), (trec_escaped(rows) if fmt == "trec" else [])

@@ -40,13 +40,71 @@ class Embeddings:
     passage_fingerprint: str = ""  # the model's fingerprint without its query graph (`ModelFolder.passage_fingerprint`)
 
 
+#: How many chunk ids a message about bad vectors names.
+NAMED_IDS = 10
+
+
+def bad_vector_rows(vectors: np.ndarray) -> np.ndarray:
+    """Rows that cannot be searched by cosine: a non-finite component (NaN,
+    +-inf) or an L2 norm of zero. (n, d) float -> (m,) int64 row positions, ascending."""
+    vectors = np.asarray(vectors)
+    if vectors.size == 0:
+        return np.zeros(0, np.int64)
+    finite = np.isfinite(vectors).all(axis=1)
+    with np.errstate(all="ignore"):
+        zero = ~np.any(np.where(np.isfinite(vectors), vectors, 1.0) != 0, axis=1)
+    return np.flatnonzero(~finite | zero).astype(np.int64)
+
+
+def describe_bad_vectors(chunk_ids: list[str], vectors: np.ndarray, limit: int = NAMED_IDS) -> str:
+    """'3 chunk(s): 'a#0' (NaN/inf), 'b#2' (zero norm), ...' for the rows
+    `chunk_ids` (m ids) of the bad vectors `vectors` (m, d); at most `limit` named."""
+    parts = []
+    for cid, vec in list(zip(chunk_ids, vectors))[:limit]:
+        parts.append(f"{cid!r} ({'NaN/inf' if not np.isfinite(vec).all() else 'zero norm'})")
+    more = f" and {len(chunk_ids) - limit} more" if len(chunk_ids) > limit else ""
+    return f"{len(chunk_ids)} chunk(s): " + ", ".join(parts) + more
+
+
+def _check_sizes(path: Path, table: pa.Table, dim: int) -> int:
+    """The vector size of every row of `table` (its `vector` column); 0 for no rows.
+
+    Raises:
+        BadInput: rows have different sizes, or a size other than `dim` (the
+            metadata's, when not 0); the message names the sizes and example chunk ids.
+    """
+    import pyarrow.compute as pc
+
+    col = table.column("vector")
+    if table.num_rows == 0:
+        return dim
+    lengths = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
+    sizes = sorted(set(lengths.tolist()))
+    if len(sizes) == 1 and (not dim or sizes[0] == dim):
+        return int(sizes[0])
+    ids = table.column("chunk_id").to_pylist()
+    examples = "; ".join(
+        f"size {s}: " + ", ".join(repr(ids[i]) for i in np.flatnonzero(lengths == s)[:3]) for s in sizes
+    )
+    if len(sizes) == 1:
+        what = f"vectors of size {sizes[0]} but its metadata says dim {dim}"
+    else:
+        what = "vectors of different sizes " + " and ".join(map(str, sizes))
+    raise BadInput(f"{path}: {what} ({examples}); every vector must come from one model: run `rag embed` again")
+
+
 def read_embeddings(path: Path) -> Embeddings:
-    """Read `embeddings.parquet`. Raises BadInput if it lacks the contract's columns or metadata."""
+    """Read `embeddings.parquet`.
+
+    Raises:
+        BadInput: it lacks the contract's columns or metadata, or its vectors
+            differ in size (naming the sizes and example chunk ids).
+    """
     table = read_parquet(path, rerun("embed"))
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     if "chunk_id" not in table.column_names or "vector" not in table.column_names or "model_fingerprint" not in meta:
         raise BadInput(f"{path}: not an embeddings file of rag-cli (needs chunk_id, vector and a model_fingerprint)")
-    dim = int(meta.get("dim", 0))
+    dim = _check_sizes(path, table, int(meta.get("dim", 0)))
     vectors = to_matrix(table.column("vector"), dim) if dim else np.zeros((0, 0), np.float32)
     sha = table.column("text_sha256").to_pylist() if "text_sha256" in table.column_names else [""] * table.num_rows
     return Embeddings(table.column("chunk_id").to_pylist(), sha, vectors, meta["model_fingerprint"],

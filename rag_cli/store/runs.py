@@ -117,17 +117,43 @@ def run_table(rows: Iterable[Any]):
     return pa.table(cols, schema=run_schema())
 
 
+def trec_field(value: Any) -> str:
+    """A run value as one TREC field: unchanged unless it contains whitespace;
+    then every whitespace character and every `%` is percent-encoded as its
+    UTF-8 bytes (`"a b"` -> `"a%20b"`, `"5%\tx"` -> `"5%25%09x"`), as in a URL,
+    so the field stays one token and `urllib.parse.unquote` gives it back."""
+    text = str(value)
+    if not any(ch.isspace() for ch in text):
+        return text
+    return "".join("".join(f"%{b:02X}" for b in ch.encode("utf-8")) if ch.isspace() or ch == "%" else ch
+                   for ch in text)
+
+
+def trec_escaped(rows: Iterable[Any]) -> list[str]:
+    """The distinct query ids, chunk ids and stages of `rows` that `trec_lines`
+    writes percent-encoded (they contain whitespace), in order of first appearance."""
+    out: dict[str, None] = {}
+    for r in as_rows(rows):
+        for value in (r.query_id, r.chunk_id, r.stage):
+            if trec_field(value) != str(value):
+                out.setdefault(str(value), None)
+    return list(out)
+
+
 def trec_lines(rows: Iterable[Any]) -> str:
-    """The 6-column TREC run text of `rows` (docno = chunk id, tag = stage)."""
+    """The 6-column TREC run text of `rows` (docno = chunk id, tag = stage).
+
+    A field with whitespace is percent-encoded (`trec_field`); `trec_escaped`
+    lists those. Raises BadInput for an empty query id, chunk id or stage.
+    """
     out = []
     for r in as_rows(rows):
         for name, value in (("query_id", r.query_id), ("chunk_id", r.chunk_id), ("stage", r.stage)):
-            if not value or any(ch.isspace() for ch in str(value)):
-                raise BadInput(
-                    f"cannot write a TREC run: {name} {value!r} is empty or contains whitespace "
-                    "(TREC run fields are whitespace-separated); write the Parquet run instead"
-                )
-        out.append(f"{r.query_id} Q0 {r.chunk_id} {int(r.rank)} {float(r.score)!r} {r.stage}\n")
+            if value is None or not str(value).strip():
+                raise BadInput(f"cannot write a TREC run: {name} {value!r} is empty "
+                               "(TREC run fields are whitespace-separated); write the Parquet run instead")
+        out.append(f"{trec_field(r.query_id)} Q0 {trec_field(r.chunk_id)} {int(r.rank)} {float(r.score)!r} "
+                   f"{trec_field(r.stage)}\n")
     return "".join(out)
 
 

@@ -1,0 +1,382 @@
+"""Hardening against bad vectors, foreign models, awkward files and odd runs:
+each test builds the files it needs (model folders, corpora, damaged
+project files) and runs the real CLI or the stage on them."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from onnx import numpy_helper
+from typer.testing import CliRunner
+
+from rag_cli.cli import app
+from rag_cli.store.embeddings import bad_vector_rows, read_embeddings
+from tiny_models import VOCAB, make_bi_encoder
+
+_runner = CliRunner()
+
+
+def rag(*args):
+    return _runner.invoke(app, [str(a) for a in args])
+
+
+def ok(*args):
+    res = rag(*args)
+    assert res.exit_code == 0, (args, res.stdout, res.stderr, res.exception)
+    return res
+
+
+def write_docs(folder: Path, docs: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in docs.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+DOCS = {
+    "cats.md": "the cat sat on the mat .\n",
+    "dogs.md": "the dog ran fast in the city .\n",
+    "paris.md": "paris is the capital of france .\n",
+    "rivers.md": "the river in london is blue .\n",
+    "my cats.md": "a red cat and a blue bird .\n",
+}
+
+
+def chunk_ids_by_doc(project: Path) -> dict[str, str]:
+    t = pq.read_table(project / "chunks.parquet", columns=["chunk_id", "doc_id"]).to_pylist()
+    return {Path(r["doc_id"]).name: r["chunk_id"] for r in t}
+
+
+def poison_word(folder: Path, word: str, value: float) -> None:
+    """Set the embedding row of `word` in the tiny model's graph to `value` (NaN, inf)."""
+    model = onnx.load(str(folder / "model.onnx"))
+    for i, init in enumerate(model.graph.initializer):
+        if init.name == "emb":
+            emb = numpy_helper.to_array(init).copy()
+            emb[VOCAB[word]] = value
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(emb, "emb"))
+    onnx.save(model, str(folder / "model.onnx"))
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory, tiny_bi_encoder) -> Path:
+    """A project of DOCS, chunked and embedded with the tiny bi-encoder."""
+    root = tmp_path_factory.mktemp("hard")
+    docs = write_docs(root / "docs", DOCS)
+    p = root / "proj"
+    ok("chunk", docs, "--model", tiny_bi_encoder, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    ok("embed", "-p", p)
+    return p
+
+
+@pytest.fixture
+def project(embedded, tmp_path) -> Path:
+    shutil.copytree(embedded, tmp_path / "proj")
+    return tmp_path / "proj"
+
+
+# ------------------------------------------------------------------ vectors
+def test_bad_vector_rows_finds_nan_inf_and_zero_rows():
+    v = np.ones((6, 4), np.float32)
+    v[1, 2] = np.nan
+    v[3] = 0.0
+    v[4, 0] = -np.inf
+    assert bad_vector_rows(v).tolist() == [1, 3, 4]
+    assert bad_vector_rows(np.zeros((0, 4), np.float32)).tolist() == []
+
+
+def test_embed_fails_on_nan_vectors_and_caches_none(tmp_path):
+    model = make_bi_encoder(tmp_path / "model")
+    docs = write_docs(tmp_path / "docs", DOCS)
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--model", model, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    poison_word(model, "cat", np.nan)
+    res = rag("embed", "--model", model, "-p", p)
+    assert res.exit_code == 1, (res.stdout, res.stderr)
+    ids = chunk_ids_by_doc(p)
+    assert repr(ids["cats.md"]) in res.stderr and "NaN/inf" in res.stderr, res.stderr
+    assert repr(ids["dogs.md"]) not in res.stderr
+    assert not (p / "embeddings.parquet").exists()
+    for part in (p / "cache" / "vectors").rglob("part-*.parquet"):
+        vec = np.stack(pq.read_table(part).column("vector").to_numpy(zero_copy_only=False))
+        assert np.isfinite(vec).all() and bad_vector_rows(vec).size == 0
+
+
+def test_embed_fails_on_zero_vectors(tmp_path):
+    model = make_bi_encoder(tmp_path / "model", normalize=False)
+    docs = write_docs(tmp_path / "docs", DOCS)
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--model", model, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    # W = 0 and b = 0: tanh(0) = 0 for every token, so every vector is zero
+    m = onnx.load(str(model / "model.onnx"))
+    for i, init in enumerate(m.graph.initializer):
+        if init.name in ("W", "b"):
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.zeros_like(numpy_helper.to_array(init)),
+                                                                    init.name))
+    onnx.save(m, str(model / "model.onnx"))
+    res = rag("embed", "--model", model, "-p", p)
+    assert res.exit_code == 1, (res.stdout, res.stderr)
+    assert "zero norm" in res.stderr and "5 chunk(s)" in res.stderr, res.stderr
+    assert not (p / "embeddings.parquet").exists()
+
+
+def _rewrite_vectors(path: Path, vectors: list[list[float]], list_type: pa.DataType | None = None) -> None:
+    table = pq.read_table(path)
+    col = pa.array(vectors, type=list_type or table.schema.field("vector").type)
+    i = table.column_names.index("vector")
+    table = table.set_column(i, pa.field("vector", col.type), col)
+    pq.write_table(table.replace_schema_metadata(table.schema.metadata), path)
+
+
+def test_index_refuses_nan_and_zero_vectors(project):
+    emb = read_embeddings(project / "embeddings.parquet")
+    vecs = emb.vectors.astype(np.float64).tolist()
+    vecs[1][3] = math.nan
+    vecs[2] = [0.0] * emb.dim
+    _rewrite_vectors(project / "embeddings.parquet", vecs)
+    res = rag("index", "-p", project)
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    assert f"{emb.chunk_ids[1]!r} (NaN/inf)" in res.stderr and f"{emb.chunk_ids[2]!r} (zero norm)" in res.stderr
+    assert "2 chunk(s)" in res.stderr
+    assert not (project / "index").exists()
+
+
+def test_mixed_vector_sizes_name_both_sizes(project):
+    emb = read_embeddings(project / "embeddings.parquet")
+    vecs = emb.vectors.tolist()
+    vecs[3] = vecs[3][:8]
+    _rewrite_vectors(project / "embeddings.parquet", vecs, pa.list_(pa.float32()))
+    res = rag("index", "-p", project)
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    msg = " ".join(res.stderr.split())
+    assert "sizes 8 and 16" in msg and f"size 8: {emb.chunk_ids[3]!r}" in msg
+    assert f"size 16: {emb.chunk_ids[0]!r}" in msg
+    assert not (project / "index").exists()
+
+
+def test_json_output_has_no_nan(capsys):
+    from rag_cli.cli import _emit_json
+
+    _emit_json({"hits": [{"score": math.nan}, {"score": math.inf}, {"score": 0.5}], "n": 2})
+    out = capsys.readouterr().out
+    assert "NaN" not in out and "Infinity" not in out
+    assert json.loads(out) == {"hits": [{"score": None}, {"score": None}, {"score": 0.5}], "n": 2}
+
+
+def test_index_space_is_checked_when_opened(project):
+    ok("index", "-p", project)
+    dense_json = project / "index" / "dense" / "rag_dense.json"
+    params = json.loads(dense_json.read_text())
+    params["space"] = "l2"
+    dense_json.write_text(json.dumps(params))
+    res = rag("search", "cat", "-p", project)
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    msg = " ".join(res.stderr.split())
+    assert "space 'l2'" in msg and "cosine" in msg
+
+
+# ------------------------------------------------------------------ fusion and runs
+def test_rrf_counts_a_duplicate_once_at_its_first_rank():
+    from rag_cli.index.fusion import rrf
+
+    fused = dict(rrf([[7, 8, 7, 9], [9]], k=60))
+    assert fused[7] == pytest.approx(1 / 61)  # not 1/61 + 1/63
+    assert fused[8] == pytest.approx(1 / 62)
+    assert fused[9] == pytest.approx(1 / 64 + 1 / 61)
+
+
+def test_trec_run_escapes_ids_with_whitespace(project, tmp_path):
+    from urllib.parse import unquote
+
+    ok("index", "-p", project)
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"query_id": "q 1", "query": "red cat"}) + "\n", encoding="utf-8")
+    res = ok("search", "--queries", queries, "--mode", "sparse", "-k", 5, "--format", "trec", "--name", "t",
+             "-p", project)
+    lines = (project / "runs" / "t.trec").read_text().splitlines()
+    assert lines and all(len(line.split()) == 6 for line in lines)
+    docnos = [line.split()[2] for line in lines]
+    cat_id = chunk_ids_by_doc(project)["my cats.md"]
+    assert cat_id.replace(" ", "%20") in docnos and unquote(cat_id.replace(" ", "%20")) == cat_id
+    assert {line.split()[0] for line in lines} == {"q%201"}
+    msg = " ".join(res.stderr.split())
+    assert "2 id(s) contain whitespace" in msg and "'q 1' -> 'q%201'" in msg, msg
+
+
+def test_trec_field_round_trips():
+    from urllib.parse import unquote
+
+    from rag_cli.store.runs import trec_field
+
+    for value in ("plain%id", "a b", "5%\tx", "国 标\u3000x"):
+        field = trec_field(value)
+        assert len(field.split()) == 1
+        assert field == value if value == "plain%id" else unquote(field) == value
+    assert trec_field("5%\tx") == "5%25%09x"
+
+
+@pytest.mark.parametrize("args", [
+    ["search", "--queries", "{queries}", "--name", "r"],
+    ["embed"],
+    ["index"],
+])
+def test_corrupt_manifest_fails_before_outputs(project, tmp_path, args):
+    ok("index", "-p", project)
+    (project / "manifest.json").write_text("{not json", encoding="utf-8")
+    before = {f: f.stat().st_mtime_ns for f in project.rglob("*") if f.is_file()}
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"query_id": "q1", "query": "red cat"}) + "\n", encoding="utf-8")
+    res = rag(*[a.format(queries=queries) for a in args], "-p", project)
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    assert "manifest.json" in res.stderr
+    after = {f: f.stat().st_mtime_ns for f in project.rglob("*") if f.is_file()}
+    assert after == before
+
+
+# ------------------------------------------------------------------ foreign model folders
+def _bare_model(folder: Path, *, keep: tuple[str, ...] = ()) -> Path:
+    """A tiny bi-encoder folder with only model.onnx, tokenizer.json and `keep`."""
+    make_bi_encoder(folder, rag_model=False)
+    for name in ("config.json", "tokenizer_config.json", "rag_model.json"):
+        if name not in keep and (folder / name).exists():
+            (folder / name).unlink()
+    return folder
+
+
+def _sentence_transformers_files(folder: Path, prompts: dict | None, max_seq_length: int | None = 64) -> None:
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 16, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
+    if prompts is not None:
+        (folder / "config_sentence_transformers.json").write_text(json.dumps({"prompts": prompts}))
+    if max_seq_length is not None:
+        (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length}))
+
+
+def test_folder_without_config_json_but_rag_model_json_is_accepted(tmp_path):
+    from rag_cli.models.folder import ModelFolder
+
+    model = _bare_model(tmp_path / "m")
+    (model / "rag_model.json").write_text(json.dumps({"kind": "embedder", "max_length": 40, "pooling": "mean"}))
+    folder = ModelFolder.load(model)
+    assert (folder.kind, folder.max_length, folder.pooling, folder.config) == ("embedder", 40, "mean", {})
+    docs = write_docs(tmp_path / "docs", DOCS)
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--model", model, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    ok("embed", "-p", p)
+    assert read_embeddings(p / "embeddings.parquet").vectors.shape == (5, 16)
+
+
+def test_folder_without_config_json_reads_sentence_transformers_files(tmp_path):
+    from rag_cli.models.folder import ModelFolder
+
+    model = _bare_model(tmp_path / "multilingual-e5-tiny")
+    _sentence_transformers_files(model, {"query": "query: ", "document": "passage: "})
+    folder = ModelFolder.load(model)
+    assert (folder.kind, folder.pooling, folder.normalize, folder.max_length) == ("embedder", "cls", True, 64)
+    assert (folder.query_prefix, folder.passage_prefix) == ("query: ", "passage: ")
+    assert folder.warnings == []
+
+
+def test_folder_that_cannot_say_its_kind_or_length_is_refused_naming_the_fact(tmp_path):
+    from rag_cli.errors import BadInput
+    from rag_cli.models.folder import ModelFolder
+
+    bare = _bare_model(tmp_path / "bare")
+    with pytest.raises(BadInput, match="whether it is an embedder or a cross-encoder.*\"kind\""):
+        ModelFolder.load(bare)
+    st = _bare_model(tmp_path / "st")
+    _sentence_transformers_files(st, None, max_seq_length=None)
+    with pytest.raises(BadInput, match="max_length"):
+        ModelFolder.load(st)
+
+
+def test_e5_folder_without_prefixes_warns(tmp_path):
+    from rag_cli.models.folder import ModelFolder
+
+    model = make_bi_encoder(tmp_path / "multilingual-e5-small", rag_model=False)
+    folder = ModelFolder.load(model)
+    assert len(folder.warnings) == 1 and "'query: ' / 'passage: '" in folder.warnings[0]
+    docs = write_docs(tmp_path / "docs", DOCS)
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--model", model, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    res = ok("embed", "-p", p)
+    assert "no prefixes are set" in " ".join(res.stderr.split())
+    # prefixes stated (even as empty) silence it
+    (model / "rag_model.json").write_text(json.dumps({"query_prefix": "", "passage_prefix": ""}))
+    assert ModelFolder.load(model).warnings == []
+    # a folder not of that family gets no warning
+    assert ModelFolder.load(make_bi_encoder(tmp_path / "bge-small", rag_model=False)).warnings == []
+
+
+# ------------------------------------------------------------------ cross-encoder scores
+class FixedLogits:
+    """A stand-in cross-encoder whose logits are given (score_pairs in pair order)."""
+
+    n_truncated = 0
+
+    def __init__(self, logits):
+        self.logits = np.asarray(logits, np.float32)
+
+    def score_pairs(self, pairs, progress=None):
+        assert len(pairs) == len(self.logits)
+        return self.logits
+
+
+def test_sigmoid_keeps_large_logits_apart():
+    from rag_cli.models.cross_encoder import sigmoid
+
+    p = sigmoid(np.array([18.0, 19.0, -40.0], np.float32))
+    assert p.dtype == np.float64 and p[0] < p[1] < 1.0
+    assert p[0] == pytest.approx(1 / (1 + math.exp(-18)), rel=1e-15) and p[2] > 0.0
+
+
+def test_rerank_orders_by_logit_and_applies_min_score():
+    from rag_cli.stages.rerank import rerank_rows
+    from rag_cli.store.runs import RunRow
+
+    ids = ["a#0", "b#0", "c#0", "d#0", "e#0"]
+    rows = [RunRow("q", "query", i + 1, cid, cid[0], 1.0, "dense") for i, cid in enumerate(ids)]
+    texts = {cid: cid for cid in ids}
+    logits = [18.0, 19.0, 40.0, 41.0, -3.0]
+    out, _ = rerank_rows(rows, texts, FixedLogits(logits), top_in=5, top_out=5, probability=True, min_score=0.5)
+    assert [r.chunk_id for r in out] == ["d#0", "c#0", "b#0", "a#0"]  # -3 (p = 0.047) dropped
+    assert out[2].score != out[3].score and out[3].score == pytest.approx(1 / (1 + math.exp(-18)), rel=1e-15)
+    raw, _ = rerank_rows(rows, texts, FixedLogits(logits), top_in=5, top_out=5, min_score=19.0)
+    assert [(r.chunk_id, r.score) for r in raw] == [("d#0", 41.0), ("c#0", 40.0), ("b#0", 19.0)]
+
+
+def test_printed_scores_keep_distinct_values_distinct():
+    from rag_cli.cli import _score_digits
+
+    a, b = 1 / (1 + math.exp(-18)), 1 / (1 + math.exp(-19))
+    d = _score_digits([a, b])
+    assert f"{a:.{d}f}" != f"{b:.{d}f}" and d > 4
+    assert _score_digits([0.5, 0.25]) == 4 and _score_digits([0.3, 0.3]) == 4
+
+
+def test_rerank_cli_states_the_scale_and_min_score(project, tiny_cross_encoder):
+    ok("index", "-p", project)
+    full = json.loads(ok("rerank", "cat", "--model", tiny_cross_encoder, "--sigmoid", "--json", "-p", project).stdout)
+    assert full["score_scale"].startswith("probability")
+    scores = [r["score"] for r in full["results"]]
+    assert len(scores) == 5
+    cut = sorted(scores)[2]
+    kept = json.loads(ok("rerank", "cat", "--model", tiny_cross_encoder, "--sigmoid", "--min-score", cut,
+                         "--json", "-p", project).stdout)
+    assert [r["score"] for r in kept["results"]] == [s for s in scores if s >= cut]
+    raw = ok("rerank", "cat", "--model", tiny_cross_encoder, "-p", project)
+    assert "scores: logit" in " ".join(raw.stdout.split())
