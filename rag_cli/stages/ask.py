@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 class AskResult:
     """The answer to one question: `answer` (text, citations, refused,
     generator), the numbered `evidence` retrieved, the best evidence cosine,
-    the term coverage (0-1), the latency (ms) and, when refused, why."""
+    the term coverage (0-1), the latency (ms) and, when refused, why.
+    `question` is as asked (the retrieval used its normalised form)."""
 
     question: str
     answer: Answer
@@ -98,7 +99,7 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
 
     Raises BadInput for an empty question.
     """
-    question = prepare_query(check_query(question))
+    asked, question = question, prepare_query(check_query(question))
     t0 = time.perf_counter()
     evidence, best = evidence_for(searcher, question, k=cfg.k, mode=search.mode, mask=mask,
                                   candidates=search.candidates, rrf_k=search.rrf_k)
@@ -120,7 +121,7 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
         if answer.refused:
             answer.text = refusal(question)
             reason = "the generator found no sentence to quote"
-    return AskResult(question, answer, evidence, best, coverage, (time.perf_counter() - t0) * 1000.0, reason)
+    return AskResult(asked, answer, evidence, best, coverage, (time.perf_counter() - t0) * 1000.0, reason)
 
 
 def answer_queries(project: "Project", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,
