@@ -69,8 +69,9 @@ def update_chunks(project: "Project", sources: list[str], *, fmt: str, params: C
     docs_removed, docs_unchanged, chunks_added, chunks_removed, n_docs,
     n_chunks, skipped. Raises BadInput as `rag chunk` does."""
     options = chunk_options(params, model)
-    have_old = not full and project.docs_path.exists() and project.chunks_path.exists()
-    old_by_path = _old_docs(project) if have_old else {}
+    exists = project.docs_path.exists() and project.chunks_path.exists()
+    have_old = not full and exists
+    old_by_path = _old_docs(project) if exists else {}
     old_sha = {d.doc_id: d.sha256 for docs in old_by_path.values() for d in docs}
     reused: set[str] = set()
 
@@ -83,13 +84,15 @@ def update_chunks(project: "Project", sources: list[str], *, fmt: str, params: C
 
     loaded = load_sources(sources, fmt=fmt, known=known if have_old else None)
     docs = loaded.documents
-    same = {d.doc_id for d in docs if d.doc_id in reused or old_sha.get(d.doc_id) == d.sha256}
+    same = {d.doc_id for d in docs if d.doc_id in reused or old_sha.get(d.doc_id) == d.sha256} if have_old else set()
     todo = [d for d in docs if d.doc_id not in same]
     new_chunks, new_parents = chunk_with_parents(
         todo, progress=(lambda done, n: progress("chunking", done, n)) if progress else None, **options)
     parent_child = params.strategy == "parent-child"
     old_chunks = read_chunks(project.chunks_path) if have_old else None
     chunks, n_removed = _merge(old_chunks, chunks_table(new_chunks), [d.doc_id for d in docs], same)
+    if not have_old and exists:
+        n_removed = read_chunks(project.chunks_path, columns=["chunk_id"], required=["chunk_id"]).num_rows
     tables = {project.docs_path: docs_table(docs), project.chunks_path: chunks}
     if parent_child:
         old_parents = read_chunks(project.parents_path) if have_old and project.parents_path.exists() else None
