@@ -51,6 +51,14 @@ PrecisionOpt = Annotated[Optional[str], typer.Option(
     "--precision", help="int8 or fp32, for a default model (config: model.precision)",
     callback=lambda value: value.lower() if value else value)]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="CPU cores for the models (that many batches at once); 0 = all cores (config: model.threads)")]
+StrategyOpt = Annotated[Optional[str], typer.Option("--strategy", help="recursive | fixed | markdown | code | sentence | parent-child | semantic (config: chunk.strategy)")]
+SizeOpt = Annotated[Optional[int], typer.Option("--size", help="Chunk size in --unit (config: chunk.size)")]
+OverlapOpt = Annotated[Optional[int], typer.Option("--overlap", help="Overlap in --unit, < size (config: chunk.overlap)")]
+UnitOpt = Annotated[Optional[str], typer.Option("--unit", help="tokens (of the embedder's tokenizer) | chars (config: chunk.unit)")]
+HnswMOpt = Annotated[Optional[int], typer.Option("--hnsw-m", help="HNSW graph degree M (config: index.hnsw_m)")]
+EfConstructionOpt = Annotated[Optional[int], typer.Option("--ef-construction", help="HNSW build beam (config: index.hnsw_ef_construction)")]
+EfOpt = Annotated[Optional[int], typer.Option("--ef", help="HNSW query beam (raised to k) (config: index.hnsw_ef)")]
+FormatOpt = Annotated[str, typer.Option("--format", help="auto (by extension) | markdown | text | html | pdf | docx | code | beir")]
 WaitOpt = Annotated[Optional[float], typer.Option("--wait", help="Seconds to wait for another writer of the project, then exit 1; 0 = fail at once (config: lock.wait)")]
 KeepOpt = Annotated[Optional[int], typer.Option("--keep", help="Old index generations kept for `rag rollback` (config: index.keep)")]
 ProviderOpt = Annotated[Optional[str], typer.Option("--provider", help="onnxruntime execution provider: cpu, cuda or coreml, if onnxruntime has it (config: model.provider)")]
@@ -163,11 +171,11 @@ def init(
 @handle_errors
 def chunk(
     sources: Annotated[list[str], typer.Argument(help="Files, folders (recursive) or globs; or a BEIR corpus.jsonl(.gz) with --format beir")],
-    fmt: Annotated[str, typer.Option("--format", help="auto (by extension) | markdown | text | html | pdf | docx | code | beir")] = "auto",
-    strategy: Annotated[Optional[str], typer.Option("--strategy", help="recursive | fixed | markdown | code | sentence | parent-child | semantic (config: chunk.strategy)")] = None,
-    size: Annotated[Optional[int], typer.Option("--size", help="Chunk size in --unit (config: chunk.size)")] = None,
-    overlap: Annotated[Optional[int], typer.Option("--overlap", help="Overlap in --unit, < size (config: chunk.overlap)")] = None,
-    unit: Annotated[Optional[str], typer.Option("--unit", help="tokens (of the embedder's tokenizer) | chars (config: chunk.unit)")] = None,
+    fmt: FormatOpt = "auto",
+    strategy: StrategyOpt = None,
+    size: SizeOpt = None,
+    overlap: OverlapOpt = None,
+    unit: UnitOpt = None,
     context_sentences: Annotated[Optional[int], typer.Option("--context-sentences", help="sentence: sentences on each side given to `ask` as context (config: chunk.context_sentences)")] = None,
     parent_size: Annotated[Optional[int], typer.Option("--parent-size", help="parent-child: parent size in --unit, > --size (config: chunk.parent_size)")] = None,
     breakpoint_percentile: Annotated[Optional[float], typer.Option("--breakpoint-percentile", help="semantic: break where the sentence distance exceeds this percentile, 0-100 (config: chunk.breakpoint_percentile)")] = None,
@@ -241,9 +249,9 @@ def embed(
 @app.command()
 @handle_errors
 def index(
-    hnsw_m: Annotated[Optional[int], typer.Option("--hnsw-m", help="HNSW graph degree M (config: index.hnsw_m)")] = None,
-    ef_construction: Annotated[Optional[int], typer.Option("--ef-construction", help="HNSW build beam (config: index.hnsw_ef_construction)")] = None,
-    ef: Annotated[Optional[int], typer.Option("--ef", help="HNSW query beam (raised to k) (config: index.hnsw_ef)")] = None,
+    hnsw_m: HnswMOpt = None,
+    ef_construction: EfConstructionOpt = None,
+    ef: EfOpt = None,
     k1: Annotated[Optional[float], typer.Option("--k1", help="BM25 k1 (config: index.bm25_k1)")] = None,
     b: Annotated[Optional[float], typer.Option("--b", help="BM25 b (config: index.bm25_b)")] = None,
     bm25_method: Annotated[Optional[str], typer.Option("--bm25-method", help="BM25 variant: lucene | robertson | atire | bm25l | bm25+ (config: index.bm25_method)")] = None,
@@ -272,17 +280,17 @@ def index(
 @handle_errors
 def build(
     sources: Annotated[list[str], typer.Argument(help="Files, folders (recursive) or globs; or a BEIR corpus with --format beir (remembered in rag.toml for `rag update`)")],
-    fmt: Annotated[str, typer.Option("--format", help="auto | markdown | text | html | pdf | docx | code | beir")] = "auto",
-    strategy: Annotated[Optional[str], typer.Option("--strategy", help="Chunking strategy (config: chunk.strategy)")] = None,
-    size: Annotated[Optional[int], typer.Option("--size", help="Chunk size in --unit (config: chunk.size)")] = None,
-    overlap: Annotated[Optional[int], typer.Option("--overlap", help="Overlap in --unit (config: chunk.overlap)")] = None,
-    unit: Annotated[Optional[str], typer.Option("--unit", help="tokens | chars (config: chunk.unit)")] = None,
+    fmt: FormatOpt = "auto",
+    strategy: StrategyOpt = None,
+    size: SizeOpt = None,
+    overlap: OverlapOpt = None,
+    unit: UnitOpt = None,
     model: ModelOpt = None,
     precision: PrecisionOpt = None,
     threads: ThreadsOpt = None,
-    hnsw_m: Annotated[Optional[int], typer.Option("--hnsw-m", help="HNSW graph degree M (config: index.hnsw_m)")] = None,
-    ef_construction: Annotated[Optional[int], typer.Option("--ef-construction", help="HNSW build beam (config: index.hnsw_ef_construction)")] = None,
-    ef: Annotated[Optional[int], typer.Option("--ef", help="HNSW query beam (config: index.hnsw_ef)")] = None,
+    hnsw_m: HnswMOpt = None,
+    ef_construction: EfConstructionOpt = None,
+    ef: EfOpt = None,
     keep: KeepOpt = None,
     wait: WaitOpt = None,
     project: ProjectOpt = None,
