@@ -52,6 +52,16 @@ PrecisionOpt = Annotated[Optional[str], typer.Option(
     "--precision", help="int8 or fp32, for a default model (config: model.precision)",
     callback=lambda value: value.lower() if value else value)]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="CPU cores for the models (that many batches at once); 0 = all cores (config: model.threads)")]
+StrategyOpt = Annotated[Optional[str], typer.Option("--strategy", help="recursive | fixed | markdown | code | sentence | parent-child | semantic (config: chunk.strategy)")]
+SizeOpt = Annotated[Optional[int], typer.Option("--size", help="Chunk size in --unit (config: chunk.size)")]
+OverlapOpt = Annotated[Optional[int], typer.Option("--overlap", help="Overlap in --unit, < size (config: chunk.overlap)")]
+UnitOpt = Annotated[Optional[str], typer.Option("--unit", help="tokens (of the embedder's tokenizer) | chars (config: chunk.unit)")]
+HnswMOpt = Annotated[Optional[int], typer.Option("--hnsw-m", help="HNSW graph degree M (config: index.hnsw_m)")]
+EfConstructionOpt = Annotated[Optional[int], typer.Option("--ef-construction", help="HNSW build beam (config: index.hnsw_ef_construction)")]
+EfOpt = Annotated[Optional[int], typer.Option("--ef", help="HNSW query beam (raised to k) (config: index.hnsw_ef)")]
+FormatOpt = Annotated[str, typer.Option("--format", help="auto (by extension) | markdown | text | html | pdf | docx | code | beir")]
+WaitOpt = Annotated[Optional[float], typer.Option("--wait", help="Seconds to wait for another writer of the project, then exit 1; 0 = fail at once (config: lock.wait)")]
+KeepOpt = Annotated[Optional[int], typer.Option("--keep", help="Old index generations kept for `rag rollback` (config: index.keep)")]
 ProviderOpt = Annotated[Optional[str], typer.Option("--provider", help="onnxruntime execution provider: cpu, cuda or coreml, if onnxruntime has it (config: model.provider)")]
 
 
@@ -174,16 +184,17 @@ def init(
 @handle_errors
 def chunk(
     sources: Annotated[list[str], typer.Argument(help="Files, folders (recursive) or globs; or a BEIR corpus.jsonl(.gz) with --format beir")],
-    fmt: Annotated[str, typer.Option("--format", help="auto (by extension) | markdown | text | html | pdf | docx | code | beir")] = "auto",
-    strategy: Annotated[Optional[str], typer.Option("--strategy", help="recursive | fixed | markdown | code | sentence | parent-child | semantic (config: chunk.strategy)")] = None,
-    size: Annotated[Optional[int], typer.Option("--size", help="Chunk size in --unit (config: chunk.size)")] = None,
-    overlap: Annotated[Optional[int], typer.Option("--overlap", help="Overlap in --unit, < size (config: chunk.overlap)")] = None,
-    unit: Annotated[Optional[str], typer.Option("--unit", help="tokens (of the embedder's tokenizer) | chars (config: chunk.unit)")] = None,
+    fmt: FormatOpt = "auto",
+    strategy: StrategyOpt = None,
+    size: SizeOpt = None,
+    overlap: OverlapOpt = None,
+    unit: UnitOpt = None,
     context_sentences: Annotated[Optional[int], typer.Option("--context-sentences", help="sentence: sentences on each side given to `ask` as context (config: chunk.context_sentences)")] = None,
     parent_size: Annotated[Optional[int], typer.Option("--parent-size", help="parent-child: parent size in --unit, > --size (config: chunk.parent_size)")] = None,
     breakpoint_percentile: Annotated[Optional[float], typer.Option("--breakpoint-percentile", help="semantic: break where the sentence distance exceeds this percentile, 0-100 (config: chunk.breakpoint_percentile)")] = None,
     model: ModelOpt = None,
     precision: PrecisionOpt = None,
+    wait: WaitOpt = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -196,7 +207,7 @@ def chunk(
         summary = p.chunk(sources, format=fmt, strategy=strategy, size=size, overlap=overlap, unit=unit,
                           context_sentences=context_sentences, parent_size=parent_size,
                           breakpoint_percentile=breakpoint_percentile, model=model, precision=precision,
-                          progress=progress)
+                          wait=wait, progress=progress)
     if json_out:
         return _emit_json(summary)
     if quiet:
@@ -222,6 +233,7 @@ def embed(
     precision: PrecisionOpt = None,
     threads: ThreadsOpt = None,
     provider: ProviderOpt = None,
+    wait: WaitOpt = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -231,7 +243,8 @@ def embed(
 
     p = Project.open(project)
     with _progress(quiet or json_out) as progress:
-        summary = p.embed(model=model, precision=precision, threads=threads, provider=provider, progress=progress)
+        summary = p.embed(model=model, precision=precision, threads=threads, provider=provider, wait=wait,
+                          progress=progress)
     if json_out:
         return _emit_json({k: v for k, v in summary.items() if k != "model"})
     if quiet:
@@ -251,27 +264,143 @@ def embed(
 @app.command()
 @handle_errors
 def index(
-    hnsw_m: Annotated[Optional[int], typer.Option("--hnsw-m", help="HNSW graph degree M (config: index.hnsw_m)")] = None,
-    ef_construction: Annotated[Optional[int], typer.Option("--ef-construction", help="HNSW build beam (config: index.hnsw_ef_construction)")] = None,
-    ef: Annotated[Optional[int], typer.Option("--ef", help="HNSW query beam (raised to k) (config: index.hnsw_ef)")] = None,
+    hnsw_m: HnswMOpt = None,
+    ef_construction: EfConstructionOpt = None,
+    ef: EfOpt = None,
     k1: Annotated[Optional[float], typer.Option("--k1", help="BM25 k1 (config: index.bm25_k1)")] = None,
     b: Annotated[Optional[float], typer.Option("--b", help="BM25 b (config: index.bm25_b)")] = None,
     bm25_method: Annotated[Optional[str], typer.Option("--bm25-method", help="BM25 variant: lucene | robertson | atire | bm25l | bm25+ (config: index.bm25_method)")] = None,
+    keep: KeepOpt = None,
+    wait: WaitOpt = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ):
-    """Build index/: hnswlib (cosine) over the embeddings and bm25s over the chunk texts."""
+    """Build a new generation of index/: hnswlib (cosine) over the embeddings and bm25s over the chunk texts."""
     from rag_cli.project import Project
 
     p = Project.open(project)
     with _progress(quiet or json_out) as progress:
         summary = p.index(hnsw_m=hnsw_m, hnsw_ef_construction=ef_construction, hnsw_ef=ef, bm25_k1=k1, bm25_b=b,
-                          bm25_method=bm25_method, progress=progress)
+                          bm25_method=bm25_method, keep=keep, wait=wait, progress=progress)
     if json_out:
         _emit_json(summary)
     elif not quiet:
-        _note(f"indexed {summary['n_chunks']} chunks (dim {summary['dim']}) in {summary['seconds']:.1f}s -> {p.index_dir}")
+        _note(f"indexed {summary['n_chunks']} chunks (dim {summary['dim']}) in {summary['seconds']:.1f}s "
+              f"-> {p.index_dir / summary['generation']}")
+
+
+# --------------------------------------------------------------------------- build, update, rollback, status
+@app.command()
+@handle_errors
+def build(
+    sources: Annotated[list[str], typer.Argument(help="Files, folders (recursive) or globs; or a BEIR corpus with --format beir (remembered in rag.toml for `rag update`)")],
+    fmt: FormatOpt = "auto",
+    strategy: StrategyOpt = None,
+    size: SizeOpt = None,
+    overlap: OverlapOpt = None,
+    unit: UnitOpt = None,
+    model: ModelOpt = None,
+    precision: PrecisionOpt = None,
+    threads: ThreadsOpt = None,
+    hnsw_m: HnswMOpt = None,
+    ef_construction: EfConstructionOpt = None,
+    ef: EfOpt = None,
+    keep: KeepOpt = None,
+    wait: WaitOpt = None,
+    project: ProjectOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+):
+    """chunk + embed + index in one command under one lock; the sources are remembered for `rag update`."""
+    from rag_cli.project import Project
+
+    p = Project.open(project)
+    with _progress(quiet or json_out) as progress:
+        out = p.build(sources, format=fmt, strategy=strategy, size=size, overlap=overlap, unit=unit, model=model,
+                      precision=precision, threads=threads, hnsw_m=hnsw_m, hnsw_ef_construction=ef_construction,
+                      hnsw_ef=ef, keep=keep, wait=wait, progress=progress)
+    if json_out:
+        return _emit_json({k: {kk: vv for kk, vv in v.items() if kk != "model"} for k, v in out.items()})
+    if not quiet:
+        c, e, i = out["chunk"], out["embed"], out["index"]
+        _note(f"{c['n_docs']} documents -> {c['n_chunks']} chunks; {e['n_embedded']} embedded, {e['n_reused']} "
+              f"reused; index {i['generation']} ({i['n_chunks']} chunks) -> {p.index_dir}")
+
+
+@app.command()
+@handle_errors
+def update(
+    keep: KeepOpt = None,
+    wait: WaitOpt = None,
+    project: ProjectOpt = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+):
+    """Rescan the sources of `rag build`: rechunk new and changed documents, embed new texts, update the index."""
+    from rag_cli.project import Project
+
+    p = Project.open(project)
+    with _progress(quiet or json_out) as progress:
+        out = p.update(keep=keep, wait=wait, progress=progress)
+    if json_out:
+        return _emit_json(out)
+    if quiet:
+        return
+    c, e, i = out["chunk"], out["embed"], out["index"]
+    if out["full_rechunk"]:
+        _warn(f"every document was rechunked: {out['full_rechunk']}")
+    if i["full"]:
+        _warn(f"the index was rebuilt in full: {i['full']}")
+    _note(f"documents: {c['docs_added']} added, {c['docs_changed']} changed, {c['docs_removed']} removed, "
+          f"{c['docs_unchanged']} unchanged; chunks: {c['chunks_added']} added, {c['chunks_removed']} removed; "
+          f"{e['n_embedded']} texts embedded; "
+          + (f"index unchanged ({i['generation']})" if i["unchanged"] else
+             f"index {i['generation']}: {i['vectors_added']} vectors added, {i['vectors_deleted']} deleted")
+          + f" in {c.get('seconds', 0) + e['seconds'] + i['seconds']:.1f}s")
+
+
+@app.command()
+@handle_errors
+def rollback(
+    wait: WaitOpt = None,
+    project: ProjectOpt = None,
+    json_out: JsonOpt = False,
+):
+    """Make the previous index generation current again."""
+    from rag_cli.project import Project
+
+    out = Project.open(project).rollback(wait=wait)
+    if json_out:
+        return _emit_json(out)
+    _note(f"index rolled back: {out['from']} -> {out['to']}")
+
+
+@app.command()
+@handle_errors
+def status(
+    project: ProjectOpt = None,
+    json_out: JsonOpt = False,
+):
+    """Documents, chunks, vectors, index generations, disk use and stale stages (with the command to refresh each)."""
+    from rag_cli.project import Project
+
+    st = Project.open(project).status()
+    if json_out:
+        return _emit_json(st)
+    out = _stdout()
+    out.print(f"project {st['project']}: {st['documents']} documents, {st['chunks']} chunks, {st['vectors']} vectors",
+              highlight=False, markup=False)
+    for g in st["generations"]:
+        mark = "*" if g["current"] else " "
+        out.print(f"{mark} {g['name']}  {g['time']}  {g['command']:<8} {g['n_chunks']} chunks  {g['bytes']} bytes",
+                  highlight=False, markup=False)
+    out.print(f"model fingerprints: {st['model_fingerprints']}; disk: {sum(st['disk_bytes'].values())} bytes",
+              highlight=False, markup=False)
+    for s in st["stale"]:
+        out.print(f"stale: {s['stage']} ({s['why']}): run `{s['command']}`", highlight=False, markup=False)
+    if not st["stale"]:
+        out.print("up to date", highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------------- search

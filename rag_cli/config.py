@@ -55,6 +55,7 @@ class IndexConfig:
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     bm25_method: str = "lucene"
+    keep: int = 2  # old index generations kept besides the current one (for `rag rollback`)
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,25 @@ class AskConfig:
     max_sentences: int = 3
 
 
+@dataclass(frozen=True)
+class SourcesConfig:
+    """`[sources]`: what `rag build` loaded (absolute paths, folders or globs,
+    and the --format), which `rag update` rescans."""
+
+    paths: list = field(default_factory=list)
+    format: str = "auto"
+
+
+@dataclass(frozen=True)
+class LockConfig:
+    """`[lock]`: how a writing command waits for another writer of the project."""
+
+    wait: float = 0.0  # seconds to wait for the project lock; 0 = fail at once
+
+
 SECTIONS: dict[str, type] = {"model": ModelConfig, "chunk": ChunkConfig, "index": IndexConfig,
-                             "search": SearchConfig, "ask": AskConfig}
+                             "search": SearchConfig, "ask": AskConfig, "sources": SourcesConfig,
+                             "lock": LockConfig}
 
 
 @dataclass(frozen=True)
@@ -98,6 +116,8 @@ class Config:
     index: IndexConfig = field(default_factory=IndexConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     ask: AskConfig = field(default_factory=AskConfig)
+    sources: SourcesConfig = field(default_factory=SourcesConfig)
+    lock: LockConfig = field(default_factory=LockConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """{section: {key: value}}, in the order of the dataclasses (as written to rag.toml)."""
@@ -167,6 +187,7 @@ CONFIG_FLAGS: dict[tuple[str, str], str] = {
     ("index", "bm25_b"): "--b",
     ("search", "k"): "-k",
     ("ask", "k"): "-k",
+    ("sources", "paths"): "SRC",
 }
 
 #: Allowed values: (section, key) -> (lowest, highest) (None = unbounded, ends
@@ -193,6 +214,8 @@ CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
     ("ask", "strong_score"): (-1, 1),
     ("ask", "min_coverage"): (0, 1),
     ("ask", "max_sentences"): (1, None),
+    ("index", "keep"): (0, None),
+    ("lock", "wait"): (0, None),
 }
 
 
@@ -239,6 +262,8 @@ def check_setting(section: str, key: str, value: Any, source: str | None = None)
     want = (int, float) if isinstance(default, float) else type(default)
     if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, want):
         raise BadInput(f"{where} should be a {type(default).__name__} like {default!r}")
+    if isinstance(default, list) and not all(isinstance(v, str) for v in value):
+        raise BadInput(f"{where} should be a list of strings")
     problem = limit_problem(value, CONFIG_LIMITS.get((section, key), (None, None)))
     if problem:
         raise BadInput(f"{where}: {problem}" + (f" (flag {flag})" if source else ""))

@@ -23,9 +23,13 @@ option is checked before any work (BadInput names the flag and the key).
 they were given back to rag.toml once they have succeeded, so rag.toml stays
 the config actually used; `search`, `ask` and `evaluate` never change it.
 
-Operations that write the project hold the project lock (a file lock on
-`.lock`) from start to end; another writer waits up to `lock_timeout`
-seconds, then gets WorkFailed (exit 1). Errors: BadInput (exit 2) for bad
+Operations that write the project (chunk, embed, index, build, update,
+rollback) hold the project lock (a file lock on `.lock`; the holder's pid,
+command and start time in `.lock.json`) from start to end; another writer
+waits up to `wait` seconds (the operation's `wait`, else `lock_timeout`,
+else config `lock.wait`, default 0), then gets WorkFailed (exit 1) naming
+the holder. Readers (search, ask, status) never take the lock: they read
+the index generation that is current when they open it. Errors: BadInput (exit 2) for bad
 usage or input, naming the file, row or flag; WorkFailed (exit 1) otherwise.
 """
 
@@ -136,12 +140,14 @@ class Project:
 
     Attributes:
         root: the folder.
-        lock_timeout: seconds a writer waits for another writer's lock.
+        lock_timeout: seconds a writer waits for another writer's lock when
+            an operation gets no `wait`; None = config `lock.wait`.
     """
 
     root: Path
-    lock_timeout: float = 10.0
+    lock_timeout: float | None = None
     _searchers: dict = field(default_factory=dict, repr=False, init=False)
+    _lock_depth: int = field(default=0, repr=False, init=False)
 
     # -- opening -------------------------------------------------------------
     @classmethod
@@ -278,27 +284,47 @@ class Project:
 
     # -- lock ----------------------------------------------------------------
     @contextlib.contextmanager
-    def _writing(self) -> Iterator[None]:
-        """Hold the project lock while writing. A project folder this call
-        created is removed again if the work fails and left it empty, so a bad
-        flag or source creates nothing. Raises BadInput first if manifest.json
-        cannot be read (the stage would record into it after writing)."""
+    def _writing(self, command: str = "write", wait: float | None = None) -> Iterator[None]:
+        """Hold the project lock while writing (reentrant within this object).
+
+        Waits up to `wait` seconds (None: `lock_timeout`, else config
+        `lock.wait`) for another writer, then raises WorkFailed naming the
+        holder (pid, command, start time from `.lock.json`). A project folder
+        this call created is removed again if the work fails and left it
+        empty, so a bad flag or source creates nothing. Raises BadInput first
+        if manifest.json cannot be read (the stage would record into it after
+        writing)."""
         from filelock import FileLock, Timeout
 
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        if wait is None:
+            wait = self.lock_timeout if self.lock_timeout is not None else self.config.lock.wait
+        check_flag("--wait", wait, (0, None))
         created = not self.root.exists()
         self.root.mkdir(parents=True, exist_ok=True)
         lock_file = self.root / ".lock"
         try:
             try:
-                lock = FileLock(str(lock_file), timeout=self.lock_timeout)
+                lock = FileLock(str(lock_file), timeout=wait)
                 lock.acquire()
             except Timeout as exc:
-                raise WorkFailed(f"another rag process is writing to {self.root}; "
-                                 "wait for it to finish and try again") from exc
+                raise WorkFailed(f"another rag process is writing to {self.root}{self._holder()}; "
+                                 f"wait for it to finish and try again, or give --wait SECONDS "
+                                 f"(config lock.wait; waited {wait:g} s)") from exc
             try:
                 self.manifest()  # a damaged manifest.json fails now, before any output is written
+                self._write_holder(command)
+                self._lock_depth = 1
                 yield
             finally:
+                self._lock_depth = 0
+                (self.root / ".lock.json").unlink(missing_ok=True)
                 lock.release()
         except BaseException:
             if created:
@@ -307,6 +333,26 @@ class Project:
                     self.root.rmdir()
             raise
 
+    def _write_holder(self, command: str) -> None:
+        import json
+        import time
+
+        from rag_cli import atomic
+
+        atomic.write_text(self.root / ".lock.json", json.dumps(
+            {"pid": os.getpid(), "command": command,
+             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+
+    def _holder(self) -> str:
+        """` (pid P, `rag COMMAND`, since TIME)` from .lock.json, or "" if unknown."""
+        import json
+
+        try:
+            h = json.loads((self.root / ".lock.json").read_text(encoding="utf-8"))
+            return f" (pid {h['pid']}, `rag {h['command']}`, since {h['started']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            return ""
+
     # -- models --------------------------------------------------------------
     def _embedder(self, config: Config):
         from rag_cli.models.loading import load_embedder
@@ -314,15 +360,16 @@ class Project:
         return load_embedder(asdict(config.model))
 
     def _searcher(self, config: Config, *, with_embedder: bool):
-        """The loaded index (kept while index/meta.json is unchanged), with the
+        """The loaded index (kept while the current generation is the same), with the
         embedder when `with_embedder`. Raises BadInput if there is no index or
         the embedder differs from the index's."""
         from rag_cli.index.searcher import Searcher
-        from rag_cli.store.index_folder import IndexFolder
+        from rag_cli.store.index_folder import current_generation
 
-        if not IndexFolder.exists(self.index_dir):
+        gen = current_generation(self.index_dir)
+        if gen is None:
             raise BadInput(f"{self.index_dir} has no index: run `rag index` first (project folder {self.root})")
-        stamp = (self.index_dir / "meta.json").stat().st_mtime_ns
+        stamp = (gen, (gen / "meta.json").stat().st_mtime_ns if gen == self.index_dir else None)
         key = (with_embedder, asdict(config.model).__repr__() if with_embedder else None)
         cached = self._searchers.get(key)
         if cached is not None and cached[0] == stamp:
@@ -332,6 +379,7 @@ class Project:
             embedder = self._embedder(config)
             embedder.query_encoder.preload()  # the graph loads while the index and the tokenizer do
         searcher = Searcher.open(self.index_dir, embedder, self.root)
+        stamp = (searcher.index_dir, stamp[1])  # the generation actually opened (CURRENT may have moved)
         self._searchers = {key: (stamp, searcher)}
         return searcher
 
@@ -340,7 +388,8 @@ class Project:
               size: int | None = None, overlap: int | None = None, unit: str | None = None,
               context_sentences: int | None = None, parent_size: int | None = None,
               breakpoint_percentile: float | None = None, model: str | os.PathLike | None = None,
-              precision: str | None = None, progress: Progress | None = None) -> dict:
+              precision: str | None = None, wait: float | None = None,
+              progress: Progress | None = None) -> dict:
         """Load documents (files, folders, globs; a BEIR corpus with
         format="beir") and split them into chunks: docs.parquet, chunks.parquet
         (see `rag_cli.stages.chunk.chunk_sources`). Returns its summary.
@@ -353,14 +402,14 @@ class Project:
         model_opts = {"embedder": _model_value(model), "precision": precision}
         config, _ = self._with("chunk", chunk_opts)
         config, _ = config.with_options("model", model_opts)
-        with self._writing():
+        with self._writing("chunk", wait):
             summary = chunk_sources(self, [os.fspath(s) for s in sources], fmt=format, params=config.chunk,
                                     model=config.model, progress=progress)
             self._save(("chunk", chunk_opts), ("model", model_opts))
         return summary
 
     def embed(self, *, model: str | os.PathLike | None = None, precision: str | None = None,
-              threads: int | None = None, provider: str | None = None,
+              threads: int | None = None, provider: str | None = None, wait: float | None = None,
               progress: Progress | None = None) -> dict:
         """Embed chunks.parquet with the bi-encoder: embeddings.parquet, only
         new or changed texts computed (see `rag_cli.stages.embed.embed_chunks`).
@@ -372,27 +421,108 @@ class Project:
         opts = {"embedder": _model_value(model), "precision": precision, "threads": threads, "provider": provider}
         config, _ = self._with("model", opts)
         encoder = self._embedder(config)  # checks every option before rag.toml records it
-        with self._writing():
+        with self._writing("embed", wait):
             summary = embed_chunks(self, encoder, progress)
             self._save(("model", opts))
         return {**summary, "model": encoder.folder.name}
 
     def index(self, *, hnsw_m: int | None = None, hnsw_ef_construction: int | None = None,
               hnsw_ef: int | None = None, bm25_k1: float | None = None, bm25_b: float | None = None,
-              bm25_method: str | None = None, progress: Progress | None = None) -> dict:
-        """Build index/: HNSW (cosine) over the embeddings and BM25 over the
-        chunk texts (see `rag_cli.stages.index.build_index`). Returns its summary."""
+              bm25_method: str | None = None, keep: int | None = None, wait: float | None = None,
+              progress: Progress | None = None) -> dict:
+        """Build a new generation of index/: HNSW (cosine) over the embeddings
+        and BM25 over the chunk texts (see `rag_cli.stages.index.build_index`),
+        keeping `keep` older generations. Returns its summary."""
         from rag_cli.stages.index import build_index
 
         opts = {"hnsw_m": hnsw_m, "hnsw_ef_construction": hnsw_ef_construction, "hnsw_ef": hnsw_ef,
-                "bm25_k1": bm25_k1, "bm25_b": bm25_b, "bm25_method": bm25_method}
+                "bm25_k1": bm25_k1, "bm25_b": bm25_b, "bm25_method": bm25_method, "keep": keep}
         config, _ = self._with("index", opts)
         self.require(self.chunks_path, "chunk")  # before the lock, which would create the folder
         self.require(self.embeddings_path, "embed")
-        with self._writing():
-            summary = build_index(self, config.index, threads=config.model.threads, progress=progress)
+        with self._writing("index", wait):
+            summary = build_index(self, config.index, threads=config.model.threads, progress=progress,
+                                  keep=config.index.keep)
             self._save(("index", opts))
         return summary
+
+    # -- build, update, rollback, status ---------------------------------------
+    def build(self, sources: Sequence[str | os.PathLike], *, format: str = "auto", strategy: str | None = None,
+              size: int | None = None, overlap: int | None = None, unit: str | None = None,
+              context_sentences: int | None = None, parent_size: int | None = None,
+              breakpoint_percentile: float | None = None, model: str | os.PathLike | None = None,
+              precision: str | None = None, threads: int | None = None, provider: str | None = None,
+              hnsw_m: int | None = None, hnsw_ef_construction: int | None = None, hnsw_ef: int | None = None,
+              bm25_k1: float | None = None, bm25_b: float | None = None, bm25_method: str | None = None,
+              keep: int | None = None, wait: float | None = None, progress: Progress | None = None) -> dict:
+        """`chunk`, `embed` and `index` under one lock, with the same options;
+        the sources (as absolute paths) and --format are remembered in rag.toml
+        `[sources]` for `update`. Returns {"chunk": ..., "embed": ..., "index": ...} summaries."""
+        sources = [os.path.abspath(os.fspath(s)) for s in sources]
+        with self._writing("build", wait):
+            c = self.chunk(sources, format=format, strategy=strategy, size=size, overlap=overlap, unit=unit,
+                           context_sentences=context_sentences, parent_size=parent_size,
+                           breakpoint_percentile=breakpoint_percentile, model=model, precision=precision,
+                           progress=progress)
+            e = self.embed(threads=threads, provider=provider, progress=progress)
+            i = self.index(hnsw_m=hnsw_m, hnsw_ef_construction=hnsw_ef_construction, hnsw_ef=hnsw_ef,
+                           bm25_k1=bm25_k1, bm25_b=bm25_b, bm25_method=bm25_method, keep=keep, progress=progress)
+            self._save(("sources", {"paths": sources, "format": format}))
+        return {"chunk": c, "embed": e, "index": i}
+
+    def update(self, *, keep: int | None = None, wait: float | None = None,
+               progress: Progress | None = None) -> dict:
+        """Rescan the sources remembered by `build`, rechunk new and changed
+        documents, embed only new texts and write a new index generation
+        updated in place (see `rag_cli.stages.update`). A change of the chunk
+        settings rechunks everything; another embedder or HNSW M /
+        ef_construction rebuilds the index (`full` says why).
+        Returns {"chunk": counts, "embed": summary, "index": summary, "full_rechunk": reason or None};
+        also recorded in manifest.json under `update`.
+        Raises BadInput when no sources are remembered (run `build` first)."""
+        from rag_cli.chunking.setup import chunk_settings
+        from rag_cli.stages.embed import embed_chunks
+        from rag_cli.stages.update import update_chunks, update_index
+
+        config, _ = self._with("index", {"keep": keep})
+        src = config.sources
+        if not src.paths:
+            raise BadInput(f"{self.config_path} remembers no sources ([sources] paths): run "
+                           f"`rag build SRC...` first (project folder {self.root})")
+        with self._writing("update", wait):
+            previous = self.manifest().get("chunk", {}).get("params")
+            settings = chunk_settings(config.chunk, config.model, src.format)
+            rechunk = None if previous == settings else (
+                "the chunk settings changed" if previous else "no earlier chunk settings recorded")
+            c = update_chunks(self, list(src.paths), fmt=src.format, params=config.chunk, model=config.model,
+                              full=rechunk is not None, progress=progress)
+            e = embed_chunks(self, self._embedder(config), progress)
+            i = update_index(self, config.index, threads=config.model.threads, keep=config.index.keep,
+                             progress=progress)
+            out = {"chunk": c, "embed": e, "index": i, "full_rechunk": rechunk}
+            self.record("update", chunk={k: v for k, v in c.items() if k != "skipped"},
+                        n_embedded=e["n_embedded"], index={k: v for k, v in i.items() if k != "seconds"},
+                        full_rechunk=rechunk)
+        return out
+
+    def rollback(self, *, wait: float | None = None) -> dict:
+        """Make the previous index generation current again (the chunk and
+        embedding files are not changed: `status` shows them as newer).
+        Returns {"from": name, "to": name}. Raises BadInput when there is no
+        older generation."""
+        from rag_cli.store.index_folder import rollback
+
+        self.require_exists()
+        with self._writing("rollback", wait):
+            old, new = rollback(self.index_dir)
+        return {"from": old, "to": new}
+
+    def status(self) -> dict:
+        """The project's state (see `rag_cli.store.status.project_status`)."""
+        from rag_cli.store.status import project_status
+
+        self.require_exists()
+        return project_status(self)
 
     # -- search --------------------------------------------------------------
     def _search_setup(self, mode, k, rrf_k, candidates, filter):

@@ -476,7 +476,9 @@ def test_search_with_another_model_is_refused(sample, tmp_path, tiny_bi_encoder)
 
     p = tmp_path / "proj"
     shutil.copytree(sample.project, p)
-    meta = json.loads((p / "index" / "meta.json").read_text())
+    from rag_cli.store.index_folder import current_generation
+
+    meta = json.loads((current_generation(p / "index") / "meta.json").read_text())
     cfg = tomllib.loads((p / "rag.toml").read_text())
     cfg["model"]["embedder"] = str(tiny_bi_encoder)
     (p / "rag.toml").write_text(tomli_w.dumps(cfg))

@@ -202,11 +202,17 @@ def test_message_keeps_paths_whole(tmp_path):
 
 
 # ------------------------------------------------------------------ damaged files, odd queries
-@pytest.mark.parametrize("damaged", ["index/meta.json", "index/dense/hnsw.bin", "index/chunks.parquet"])
-def test_damaged_index_file_says_rebuild(project, damaged):
-    (project / damaged).write_bytes(b"garbage")
-    message = assert_bad_input(["search", "hnsw", "-p", project], project, "index", "rag index")
-    assert "cannot be read" in message
+@pytest.mark.parametrize("damaged", ["meta.json", "dense/hnsw.bin", "chunks.parquet"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "same size"])
+def test_damaged_index_file_says_rebuild(project, damaged, damage):
+    from rag_cli.store.index_folder import current_generation
+
+    path = current_generation(project / "index") / damaged
+    data = path.read_bytes()
+    path.write_bytes({"garbage": b"garbage", "truncated": data[:-10],
+                      "same size": data[:-1] + bytes([data[-1] ^ 1])}[damage])
+    message = assert_bad_input(["search", "hnsw", "-p", project], project, path, "rag index", "rag rollback")
+    assert "is damaged" in message
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
@@ -502,8 +508,9 @@ def test_bm25_method_flag_is_used_and_written_back(project):
     assert res.exit_code == 0, (res.stderr, res.exception)
     assert tomllib.loads((project / "rag.toml").read_text())["index"]["bm25_method"] == "bm25l"
     from rag_cli.index.sparse import SparseIndex
+    from rag_cli.store.index_folder import current_generation
 
-    assert SparseIndex.load(project / "index" / "sparse").params["method"] == "bm25l"
+    assert SparseIndex.load(current_generation(project / "index") / "sparse").params["method"] == "bm25l"
     assert_bad_input(["index", "--bm25-method", "okapi", "-p", project], project, "--bm25-method 'okapi'", "lucene")
 
 

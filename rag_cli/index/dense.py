@@ -3,6 +3,12 @@
 Space is cosine: hnswlib returns the distance 1 - cos, which we turn back
 into the cosine similarity. Parameters: M (graph degree), ef_construction
 (build-time beam), ef (query-time beam; raised to at least k).
+
+Labels: a fresh index gives chunk row i the label i. An updated index
+(`rag update`) keeps the labels of unchanged chunks, marks those of removed
+chunks deleted (`mark_deleted`) and gives new chunks new labels, so labels
+and rows differ; `row_labels` ((n,) int64, row -> label) maps between them,
+and search results are always rows.
 """
 
 from __future__ import annotations
@@ -16,8 +22,13 @@ import numpy as np
 
 @dataclass
 class DenseIndex:
+    """`index` (hnswlib.Index), `params` (space, dim, n live items, M,
+    ef_construction, ef, max_elements, n_deleted, next_label), and
+    `row_labels` ((n,) int64 label of each row; None = label i is row i)."""
+
     index: "object"
     params: dict
+    row_labels: np.ndarray | None = None
 
     @classmethod
     def build(cls, vectors: np.ndarray, *, m: int = 32, ef_construction: int = 200, ef: int = 128,
@@ -31,7 +42,30 @@ class DenseIndex:
         if n:
             index.add_items(vectors, np.arange(n), num_threads=threads or -1)
         index.set_ef(ef)
-        return cls(index, {"space": "cosine", "dim": d, "n": n, "M": m, "ef_construction": ef_construction, "ef": ef})
+        return cls(index, {"space": "cosine", "dim": d, "n": n, "M": m, "ef_construction": ef_construction, "ef": ef,
+                           "max_elements": max(n, 1), "n_deleted": 0, "next_label": n})
+
+    def update(self, row_labels: np.ndarray, deleted: list[int], add_vectors: np.ndarray, add_labels: np.ndarray,
+               *, ef: int | None = None, threads: int = 0) -> None:
+        """Change the graph in place: mark the labels `deleted` deleted, add
+        `add_vectors` ((a, d) float32) under `add_labels` ((a,) int64),
+        growing max_elements as needed; `row_labels` ((n,) int64) is the new
+        row -> label map."""
+        for label in deleted:
+            self.index.mark_deleted(int(label))
+        count = self.index.get_current_count()
+        if count + len(add_labels) > self.index.get_max_elements():
+            self.index.resize_index(max(count + len(add_labels), int(self.index.get_max_elements() * 1.25)))
+        if len(add_labels):
+            self.index.add_items(add_vectors, add_labels, num_threads=threads or -1)
+        if ef is not None:
+            self.params["ef"] = ef
+        self.index.set_ef(self.params["ef"])
+        self.row_labels = np.asarray(row_labels, dtype=np.int64)
+        self.params.update(n=len(row_labels), max_elements=int(self.index.get_max_elements()),
+                           n_deleted=self.params.get("n_deleted", 0) + len(deleted),
+                           next_label=int(max(self.params.get("next_label", 0),
+                                              int(add_labels.max()) + 1 if len(add_labels) else 0)))
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -39,8 +73,8 @@ class DenseIndex:
         (folder / "rag_dense.json").write_text(json.dumps(self.params), encoding="utf-8")
 
     @classmethod
-    def load(cls, folder: Path) -> "DenseIndex":
-        """Load `folder` (hnsw.bin + rag_dense.json).
+    def load(cls, folder: Path, row_labels: np.ndarray | None = None) -> "DenseIndex":
+        """Load `folder` (hnsw.bin + rag_dense.json); `row_labels` as in the class doc.
 
         Raises:
             ValueError: rag_dense.json records a space other than cosine (the
@@ -53,13 +87,25 @@ class DenseIndex:
             raise ValueError(f"{folder / 'rag_dense.json'} records space {params.get('space')!r}; "
                              "rag-cli searches by cosine and needs space 'cosine'")
         index = hnswlib.Index(space="cosine", dim=params["dim"])
-        index.load_index(str(folder / "hnsw.bin"), max_elements=max(params["n"], 1))
+        index.load_index(str(folder / "hnsw.bin"), max_elements=max(params.get("max_elements", params["n"]), 1))
         index.set_ef(params["ef"])
-        return cls(index, params)
+        labels = None
+        if row_labels is not None and not np.array_equal(row_labels, np.arange(len(row_labels))):
+            labels = np.asarray(row_labels, dtype=np.int64)
+        return cls(index, params, labels)
+
+    def _label_rows(self) -> np.ndarray:
+        """(max label + 1,) int64: the row of each label, -1 for deleted ones."""
+        if not hasattr(self, "_rows"):
+            rows = np.full(int(self.row_labels.max()) + 1 if len(self.row_labels) else 0, -1, dtype=np.int64)
+            rows[self.row_labels] = np.arange(len(self.row_labels))
+            self._rows = rows
+        return self._rows
 
     def vectors(self, rows) -> np.ndarray:
-        """(len(rows), d) float32: the stored vectors of `rows` (labels)."""
-        return np.asarray(self.index.get_items(list(rows)), dtype=np.float32).reshape(len(rows), self.params["dim"])
+        """(len(rows), d) float32: the stored vectors of `rows`."""
+        labels = list(rows) if self.row_labels is None else [int(self.row_labels[r]) for r in rows]
+        return np.asarray(self.index.get_items(labels), dtype=np.float32).reshape(len(labels), self.params["dim"])
 
     def search(self, query_vectors: np.ndarray, k: int, mask: np.ndarray | None = None,
                ef: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -83,6 +129,15 @@ class DenseIndex:
         if k == 0:
             return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(query_vectors))]
         self.index.set_ef(max(ef or self.params["ef"], k))
-        flt = None if mask is None else (lambda label: bool(mask[label]))
+        label_rows = None if self.row_labels is None else self._label_rows()
+        if mask is None:
+            flt = None
+        elif label_rows is None:
+            flt = lambda label: bool(mask[label])  # noqa: E731
+        else:
+            flt = lambda label: bool(mask[label_rows[label]])  # noqa: E731
         labels, dist = self.index.knn_query(query_vectors, k=k, filter=flt, num_threads=1 if flt else -1)
-        return [(labels[i].astype(np.int64), (1.0 - dist[i]).astype(np.float32)) for i in range(len(query_vectors))]
+        labels = labels.astype(np.int64)
+        if label_rows is not None:
+            labels = label_rows[labels]
+        return [(labels[i], (1.0 - dist[i]).astype(np.float32)) for i in range(len(query_vectors))]

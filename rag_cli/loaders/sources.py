@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import importlib.util
 import os
 from pathlib import Path, PurePosixPath
+from typing import Callable
 
 from ..errors import BadInput
 from .beir import is_beir_path, read_beir_corpus
@@ -151,7 +153,8 @@ def _beir_corpus_of(folder: str) -> str:
                    "give the BEIR dataset folder or its corpus file")
 
 
-def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
+def load_sources(sources: list[str], *, fmt: str = "auto",
+                 known: Callable[[str, float], list[Document] | None] | None = None) -> LoadResult:
     """Load documents from `sources` (files, folders searched recursively, or
     globs such as `docs/**/*.md`).
 
@@ -168,6 +171,10 @@ def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
     folder), and skipped files with reasons (unknown format, binary, not
     decodable, empty, corrupt/encrypted/image-only PDF, corrupt DOCX, the
     same file reached twice).
+
+    `known(path, mtime)` (optional; `rag update`) may return the documents
+    of a file already loaded before, whose mtime has not changed: they are
+    taken as they are (in the same checks and order) and the file is not read.
 
     Raises `BadInput` when `fmt` is unknown (flag `--format`), a source does
     not exist or a glob matches nothing, two files get the same `doc_id`, a
@@ -200,6 +207,13 @@ def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
                 skipped.append(Skipped(path, f"already loaded (same file as {seen_files[key]})"))
                 continue
             seen_files[key] = path
+            if known is not None:
+                with contextlib.suppress(OSError):
+                    reused = known(path, os.stat(path).st_mtime)
+                    if reused is not None:
+                        for d in reused:
+                            add(d)
+                        continue
             if fmt == "beir" or (fmt == "auto" and is_file_source and is_beir_path(path)):
                 if fmt == "auto" or is_beir_path(path) or is_file_source:
                     bdocs, bskipped = read_beir_corpus(path)

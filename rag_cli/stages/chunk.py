@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING
 
 from rag_cli.chunking import chunk_stats, chunk_with_parents, validate
+from rag_cli.chunking.setup import chunk_options, chunk_settings
 from rag_cli.config import ChunkConfig, ModelConfig
 from rag_cli.loaders import load_sources
 from rag_cli.progress import Progress
@@ -33,21 +34,15 @@ def chunk_sources(project: "Project", sources: list[str], *, fmt: str, params: C
     missing sources, or no documents.
     Returns a summary: n_docs, n_chunks, n_parents, n_oversized, max_tokens, skipped, seconds.
     """
-    from rag_cli.models.loading import load_embedder, load_embedder_tokenizer
-
     t0 = time.perf_counter()
-    options = {"context_sentences": params.context_sentences, "parent_size": params.parent_size,
-               "breakpoint_percentile": params.breakpoint_percentile}
-    validate(params.strategy, params.size, params.overlap, params.unit, tokenizer=True, **options)
+    validate(params.strategy, params.size, params.overlap, params.unit, tokenizer=True,
+             context_sentences=params.context_sentences, parent_size=params.parent_size,
+             breakpoint_percentile=params.breakpoint_percentile)  # before any document is read
     loaded = load_sources(sources, fmt=fmt)
-    tokenizer = load_embedder_tokenizer(model.__dict__) if params.unit == "tokens" else None
-    if params.strategy == "semantic":
-        options["embed"] = load_embedder(model.__dict__).encode_passages
     docs = loaded.documents
     chunks, parents = chunk_with_parents(
-        docs, strategy=params.strategy, size=params.size, overlap=params.overlap, unit=params.unit,
-        tokenizer=tokenizer, progress=(lambda done, n: progress("chunking", done, n)) if progress else None,
-        **options)
+        docs, progress=(lambda done, n: progress("chunking", done, n)) if progress else None,
+        **chunk_options(params, model))
     stats = chunk_stats(chunks)
     skipped = [{"path": s.path, "reason": s.reason} for s in loaded.skipped]
     tables = {project.docs_path: docs_table(docs), project.chunks_path: chunks_table(chunks)}
@@ -55,7 +50,7 @@ def chunk_sources(project: "Project", sources: list[str], *, fmt: str, params: C
         tables[project.parents_path] = chunks_table(parents)
     write_tables(tables, remove=[] if params.strategy == "parent-child" else [project.parents_path])
     seconds = time.perf_counter() - t0
-    project.record("chunk", params=dict(params.__dict__, format=fmt), inputs={"sources": list(sources)},
+    project.record("chunk", params=chunk_settings(params, model, fmt), inputs={"sources": list(sources)},
                    outputs=[p.name for p in tables], rows={"docs": len(docs), "chunks": len(chunks),
                                                            "parents": len(parents)},
                    skipped=skipped, n_oversized=stats.n_oversized, seconds=round(seconds, 3))

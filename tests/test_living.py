@@ -1,0 +1,275 @@
+"""The living index: generations, one writer, `rag build` / `update` / `rollback` / `status`,
+crash safety (SIGKILL at random moments) and searches during updates."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rag_cli.errors import BadInput, WorkFailed
+from rag_cli.project import Project
+from rag_cli.store.index_folder import current_generation, generations
+
+REPO = Path(__file__).resolve().parents[1]
+QUERIES = ["cancer therapy tumor", "protein folding", "vitamin D deficiency", "insulin resistance obesity",
+           "DNA methylation", "antibiotic resistance bacteria", "stem cells", "immune response T cells"]
+
+
+@pytest.fixture(scope="module")
+def scifact_docs(scifact_dir) -> list[tuple[str, str]]:
+    """The first 120 SciFact documents: (doc_id, title + text)."""
+    out = []
+    with gzip.open(scifact_dir / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            out.append((r["_id"], f"{r['title']}\n\n{r['text']}\n"))
+            if len(out) == 120:
+                break
+    return out
+
+
+def write_corpus(folder: Path, docs: list[tuple[str, str]]) -> None:
+    """Make `folder` hold exactly `docs` as DOC_ID.txt (files whose text is the same are left alone)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    want = {f"{d}.txt": t for d, t in docs}
+    for p in folder.iterdir():
+        if p.name not in want:
+            p.unlink()
+    for name, text in want.items():
+        p = folder / name
+        if not p.exists() or p.read_text(encoding="utf-8") != text:
+            p.write_text(text, encoding="utf-8")
+
+
+def state_b(docs):
+    """The corpus after edits (3), removals (2) and additions (2)."""
+    out = [(d, t + "Edited: insulin resistance obesity.\n" if i in (3, 40, 77) else t)
+           for i, (d, t) in enumerate(docs[:100]) if i not in (10, 11)]
+    return out + docs[100:102]
+
+
+def build(root: Path, src: Path, model: Path, **kw) -> Project:
+    p = Project.create(root, model={"embedder": str(model)}, chunk={"unit": "chars", "size": 400, "overlap": 40},
+                       index={"hnsw_m": 8, "hnsw_ef_construction": 64})
+    p.build([src], **kw)
+    return p
+
+
+def sparse_results(p: Project) -> list[list[tuple[str, float]]]:
+    fresh = Project.open(p.root)
+    return [[(h.chunk_id, round(h.score, 5)) for h in fresh.search(q, mode="sparse", k=10)] for q in QUERIES]
+
+
+def test_update_equals_a_fresh_build(tmp_path, scifact_docs, tiny_bi_encoder):
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:100])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    first, results_a = current_generation(p.index_dir).name, sparse_results(p)
+    time.sleep(0.01)
+    write_corpus(src, state_b(scifact_docs))
+    out = p.update()
+    c = out["chunk"]
+    assert (c["docs_added"], c["docs_changed"], c["docs_removed"], c["docs_unchanged"]) == (2, 3, 2, 95)
+    assert out["full_rechunk"] is None and out["index"]["full"] is None
+    # chunks of an edited document whose text did not change keep their vector (and HNSW label)
+    i = out["index"]
+    assert 0 < i["vectors_added"] <= c["chunks_added"] and 0 < i["vectors_deleted"] <= c["chunks_removed"]
+    assert i["vectors_added"] - i["vectors_deleted"] == c["chunks_added"] - c["chunks_removed"]
+    assert out["embed"]["n_embedded"] <= c["chunks_added"]
+    assert p.manifest()["update"]["chunk"]["docs_changed"] == 3
+
+    fresh = build(tmp_path / "fresh", src, tiny_bi_encoder)
+    assert sparse_results(p) == sparse_results(fresh)
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(p.chunks_path).equals(pq.read_table(fresh.chunks_path))
+    # dense: the updated graph finds the exact top 10 (brute force over the vectors) as well as a fresh one
+    s_upd, s_fresh = p._searcher(p.config, with_embedder=True), fresh._searcher(fresh.config, with_embedder=True)
+    qv = s_upd.encode_queries(QUERIES)
+    vecs = s_fresh.dense.vectors(range(s_fresh.chunks.num_rows))
+    exact = np.argsort(-(qv @ vecs.T / np.linalg.norm(vecs, axis=1)), axis=1)[:, :10]
+    exact_ids = [{s_fresh._chunk_ids[r] for r in row} for row in exact]
+
+    def recall(s):
+        got = s.search(QUERIES, mode="dense", k=10, query_vectors=qv)
+        return np.mean([len({h.chunk_id for h in hits} & e) / 10 for hits, e in zip(got, exact_ids)])
+
+    assert recall(s_upd) >= recall(s_fresh) - 0.05 and recall(s_upd) >= 0.9
+
+    # nothing changed: no new generation
+    again = p.update()
+    assert again["index"]["unchanged"] and again["chunk"]["docs_unchanged"] == 100
+    assert [g for g, _ in generations(p.index_dir)][-1] == int(current_generation(p.index_dir).name[4:])
+    # rollback to the first generation gives the first corpus's results
+    second = current_generation(p.index_dir).name
+    assert p.rollback() == {"from": second, "to": first}
+    assert sparse_results(p) == results_a
+
+
+def test_changed_chunk_settings_rechunk_everything(tmp_path, scifact_docs, tiny_bi_encoder):
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:30])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    with p._writing():
+        p._save(("chunk", {"size": 300}))
+    out = p.update()
+    assert out["full_rechunk"] == "the chunk settings changed"
+    assert out["chunk"]["docs_changed"] == 30
+    fresh = build(tmp_path / "fresh", src, tiny_bi_encoder)
+    with fresh._writing():
+        fresh._save(("chunk", {"size": 300}))
+    fresh.build([src])
+    assert sparse_results(p) == sparse_results(fresh)
+
+
+def test_generations_keep_rollback_and_leftovers(tmp_path, scifact_docs, tiny_bi_encoder):
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:20])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    for _ in range(4):
+        p.index()
+    names = [g.name for _, g in generations(p.index_dir)]
+    assert names == ["gen-000003", "gen-000004", "gen-000005"]  # keep 2 besides the current one
+    assert (p.index_dir / "CURRENT").read_text().strip() == "gen-000005"
+    # what a killed writer leaves is removed by the next one, never read
+    (p.index_dir / ".gen-000006.tmp").mkdir()
+    (p.index_dir / "gen-000007").mkdir()
+    (p.root / ".index.abc.tmp").mkdir()
+    assert p.search("cancer", mode="sparse", k=1)
+    p.index(keep=0)
+    assert sorted(x.name for x in p.index_dir.iterdir()) == ["CURRENT", "gen-000006"]
+    assert not (p.root / ".index.abc.tmp").exists()
+    with pytest.raises(BadInput, match="no generation older than gen-000006"):
+        p.rollback()
+    st = p.status()
+    assert st["current"] == "gen-000006" and st["documents"] == 20 and st["stale"] == []
+    assert st["generations"][0]["n_chunks"] == st["chunks"] == st["vectors"]
+
+
+def test_status_names_stale_stages_and_the_command(tmp_path, scifact_docs, tiny_bi_encoder):
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    time.sleep(0.01)
+    (src / f"{scifact_docs[0][0]}.txt").write_text("changed text about tumors\n", encoding="utf-8")
+    assert [(s["stage"], s["command"]) for s in p.status()["stale"]] == [("chunk", "rag update")]
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    res = CliRunner().invoke(app, ["status", "--json", "-p", str(p.root)])
+    assert res.exit_code == 0 and json.loads(res.stdout)["stale"][0]["command"] == "rag update"
+
+
+def test_old_flat_index_is_read_and_migrated(tmp_path, scifact_docs, tiny_bi_encoder):
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    gen = current_generation(p.index_dir)
+    before = sparse_results(p)
+    for f in gen.iterdir():  # the layout of earlier versions: the files directly in index/
+        if f.name != "files.json":
+            f.rename(p.index_dir / f.name)
+    shutil.rmtree(gen)
+    (p.index_dir / "CURRENT").unlink()
+    assert sparse_results(p) == before
+    p.index()
+    assert sorted(x.name for x in p.index_dir.iterdir()) == ["CURRENT", "gen-000001"]
+    assert sparse_results(p) == before
+
+
+def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path, scifact_docs, tiny_bi_encoder):
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:5])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    other = Project.open(p.root)
+    with p._writing("update"):
+        t0 = time.monotonic()
+        with pytest.raises(WorkFailed, match=rf"pid {os.getpid()}, `rag update`, since 20"):
+            other.update()
+        assert time.monotonic() - t0 < 1.0  # --wait 0 (the default): at once
+        with pytest.raises(WorkFailed, match="waited 0.3 s"):
+            other.index(wait=0.3)
+        assert other.search("cancer", mode="sparse", k=1)  # readers take no lock
+    assert not (p.root / ".lock.json").exists()
+
+
+# ---------------------------------------------------------------- crash and concurrency
+def _rag(*args, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-m", "rag_cli", *map(str, args)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+
+
+@pytest.fixture(scope="module")
+def two_states(tmp_path_factory, scifact_docs, tiny_bi_encoder):
+    """Expected sparse results of corpus A (100 docs) and B (`state_b`), from fresh builds."""
+    root = tmp_path_factory.mktemp("states")
+    out = {}
+    for name, docs in (("a", scifact_docs[:100]), ("b", state_b(scifact_docs))):
+        write_corpus(root / name, docs)
+        out[name] = sparse_results(build(root / f"p{name}", root / name, tiny_bi_encoder))
+    return out
+
+
+@pytest.mark.parametrize("command", ["update", "index"])
+def test_sigkill_at_random_moments_leaves_a_working_index(tmp_path, scifact_docs, tiny_bi_encoder, two_states,
+                                                          command):
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:100])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    rng = random.Random(7)
+    for trial in range(3):
+        write_corpus(src, state_b(scifact_docs) if trial % 2 == 0 else scifact_docs[:100])
+        proc = _rag(command, "-p", p.root, "-q")
+        time.sleep(rng.uniform(0.2, 2.5))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        got = sparse_results(p)  # the current generation loads and is one of the two corpora
+        assert got in (two_states["a"], two_states["b"]), f"trial {trial}: a mixed or broken index"
+    proc = _rag("update", "-p", p.root, "-q")
+    assert proc.wait() == 0, proc.stderr.read()
+    assert sparse_results(p) == two_states["b" if (trial % 2 == 0) else "a"]
+    assert not [x for x in p.index_dir.iterdir() if x.name.startswith(".")]
+
+
+def test_searches_during_updates_see_whole_generations(tmp_path, scifact_docs, tiny_bi_encoder, two_states):
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:100])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    expected = (two_states["a"], two_states["b"])
+    errors, wrong, n = [], [], [0]
+    stop = threading.Event()
+
+    def search_loop():
+        while not stop.is_set():
+            try:
+                got = sparse_results(p)  # each query may see another generation than the one before
+                n[0] += 1
+                wrong.extend((q, hits) for q, hits in enumerate(got) if hits not in (expected[0][q], expected[1][q]))
+            except Exception as exc:  # noqa: BLE001 - any error counts
+                errors.append(repr(exc))
+
+    t = threading.Thread(target=search_loop)
+    t.start()
+    try:
+        for i in range(6):
+            write_corpus(src, state_b(scifact_docs) if i % 2 == 0 else scifact_docs[:100])
+            proc = _rag("update", "-p", p.root, "-q", "--keep", "1")
+            assert proc.wait() == 0, proc.stderr.read()
+    finally:
+        stop.set()
+        t.join()
+    assert errors == [] and wrong == [] and n[0] >= 6, (errors[:3], len(wrong), n[0])
