@@ -172,11 +172,19 @@ def test_json_output_has_no_nan(capsys):
 
 
 def test_index_space_is_checked_when_opened(project):
+    """A generation whose files are intact (files.json agrees) but whose dense index is not cosine."""
+    from rag_cli.hashing import sha256_file
+    from rag_cli.store.index_folder import current_generation
+
     ok("index", "-p", project)
-    dense_json = project / "index" / "dense" / "rag_dense.json"
+    gen = current_generation(project / "index")
+    dense_json = gen / "dense" / "rag_dense.json"
     params = json.loads(dense_json.read_text())
     params["space"] = "l2"
     dense_json.write_text(json.dumps(params))
+    listing = json.loads((gen / "files.json").read_text())
+    listing["files"]["dense/rag_dense.json"] = {"size": dense_json.stat().st_size, "sha256": sha256_file(dense_json)}
+    (gen / "files.json").write_text(json.dumps(listing))
     res = rag("search", "cat", "-p", project)
     assert res.exit_code == 2, (res.stdout, res.stderr)
     msg = " ".join(res.stderr.split())
