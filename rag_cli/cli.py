@@ -272,6 +272,7 @@ def search(
     candidates: Annotated[Optional[int], typer.Option("--candidates", min=1, help="Hybrid: hits per retriever before fusion (config: search.candidates)")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet (default: the query file's stem-mode)")] = None,
     fmt: Annotated[str, typer.Option("--format", help="parquet | trec (for --queries)")] = "parquet",
+    level: Annotated[str, typer.Option("--level", help="chunk | doc: one run row per chunk, or per document (MaxP) (for --queries)")] = "chunk",
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the run here instead of runs/NAME")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
@@ -295,7 +296,7 @@ def search(
             _print_hits(query, res.mode, rows)
         return
     with _progress(quiet or json_out) as progress:
-        run = p.search_queries(queries, **opts, name=name, format=fmt, output=output, progress=progress)
+        run = p.search_queries(queries, **opts, name=name, format=fmt, output=output, level=level, progress=progress)
     _report_queries_truncated(run.n_queries_truncated, run.max_length, quiet)
     if json_out:
         _emit_json({"run": str(run.path), "mode": run.mode, "k": run.k, "n_queries_truncated": run.n_queries_truncated})
@@ -466,11 +467,13 @@ def eval_(
     mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode with --queries (config: search.mode)")] = None,
     ks: Annotated[str, typer.Option("--ks", help="Cutoffs, comma-separated")] = "1,5,10,20,100",
     name: Annotated[Optional[str], typer.Option("--name", help="Report name: eval/NAME.json (default: RUN-QRELS, the two files' stems)")] = None,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the JSON report here (with --run no project folder is needed)")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ):
-    """Recall@k, Hit@k, MRR@k and nDCG@k of a run against qrels (document level by best chunk)."""
+    """Recall@k, Hit@k, MRR@k, nDCG@k, P@k, MAP and R-precision of a run against qrels, as trec_eval
+    computes them (document level by best chunk, MaxP)."""
     from rag_cli.errors import BadInput
     from rag_cli.project import Project
 
@@ -482,10 +485,13 @@ def eval_(
         raise BadInput(f"--ks {ks!r}: cutoffs must be integers >= 1")
     p = Project.open(project)
     with _progress(quiet or json_out) as progress:
-        report, path = p.evaluate(qrels, run=run, queries=queries, mode=mode, ks=cutoffs, name=name, progress=progress)
+        report, path = p.evaluate(qrels, run=run, queries=queries, mode=mode, ks=cutoffs, name=name, output=output,
+                                  progress=progress)
     if queries is not None:
         _report_queries_truncated(report["n_queries_truncated"], report["max_length"], quiet)
     if json_out:
+        if not quiet:
+            _warn_run_checks(report)
         _emit_json(report)
         return
     _print_report(report, path, quiet)
@@ -498,20 +504,51 @@ def _print_report(report: dict, path: Path, quiet: bool) -> None:
     table = Table(title=f"{report['run']}: {report['n_queries']} queries ({report['level']} level)")
     table.add_column("metric")
     ks = sorted({int(m.split("@")[1]) for m in means if "@" in m})
-    labels = {"recall": "Recall", "hit": "Hit", "mrr": "MRR", "ndcg": "nDCG", "precision": "P"}
+    labels = {"recall": "Recall", "hit": "Hit", "mrr": "MRR", "ndcg": "nDCG", "precision": "P", "map": "MAP"}
     names = [n for n in labels if any(m.startswith(n + "@") for m in means)]
     for kk in ks:
         table.add_column(f"@{kk}", justify="right")
     for n in names:
         table.add_row(labels[n], *(f"{means[f'{n}@{kk}']:.4f}" if f"{n}@{kk}" in means else "" for kk in ks))
     _stdout().print(table)
+    whole = {"map": "MAP", "rprec": "R-precision"}
+    line = ", ".join(f"{label} {means[n]:.4f}" for n, label in whole.items() if n in means)
+    if line:
+        _stdout().print(f"whole run: {line}", highlight=False)
     if quiet:
         return
-    missing = report.get("n_queries_missing_from_run", 0)
-    if missing:
-        _warn(f"{missing} of {report['n_queries']} qrels queries are not in the run and score 0 "
-              "(is it the run and qrels of the same query set?)")
-    _note(f"written: {path}")
+    _warn_run_checks(report)
+    if path is not None:
+        _note(f"written: {path}")
+
+
+def _ids(ids: list, shown: int = 10) -> str:
+    return ", ".join(map(str, ids[:shown])) + (f", ... ({len(ids) - shown} more)" if len(ids) > shown else "")
+
+
+def _warn_run_checks(report: dict) -> None:
+    """Say on stderr what trec_eval would have done silently: queries scored 0
+    or ignored (by id), repeated rows, ties ordered by id."""
+    n = report["n_queries"]
+    if report.get("queries_missing_from_run"):
+        ids = report["queries_missing_from_run"]
+        _warn(f"{len(ids)} of {n} qrels queries are not in the run and score 0 "
+              f"(is it the run and qrels of the same query set?): {_ids(ids)}")
+    if report.get("queries_without_relevant"):
+        ids = report["queries_without_relevant"]
+        _warn(f"{len(ids)} qrels quer{'y has' if len(ids) == 1 else 'ies have'} no relevant document "
+              f"(relevance >= 1) and score 0: {_ids(ids)}")
+    if report.get("run_queries_not_in_qrels"):
+        ids = report["run_queries_not_in_qrels"]
+        _warn(f"{len(ids)} run quer{'y is' if len(ids) == 1 else 'ies are'} not in the qrels and ignored: {_ids(ids)}")
+    dups = report.get("duplicates") or {}
+    if dups.get("n"):
+        ex = ", ".join(f"{q}/{c}" for q, c in dups["examples"])
+        _warn(f"{dups['n']} repeated (query, id) row(s) counted once, at their best score; e.g. {ex}")
+    ties = report.get("ties") or {}
+    if ties.get("n_groups"):
+        _note(f"ties: {ties['n_ids']} ids in {ties['n_groups']} groups of equal score "
+              f"({ties['n_queries']} queries) ordered by id, descending, as trec_eval orders them")
 
 
 # --------------------------------------------------------------------------- models

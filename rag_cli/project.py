@@ -410,9 +410,12 @@ class Project:
     def search_queries(self, queries: str | os.PathLike, *, mode: str | None = None, k: int | None = None,
                        filter: str | None = None, rrf_k: int | None = None, candidates: int | None = None,
                        name: str | None = None, format: str = "parquet", output: str | os.PathLike | None = None,
-                       progress: Progress | None = None) -> RunFile:
+                       level: str = "chunk", progress: Progress | None = None) -> RunFile:
         """Search every query of a query file (JSONL or TSV) and write a run:
         runs/NAME.parquet (NAME: the file's stem-mode) or .trec, or `output`.
+        Each query gets the chunks that hold its top k distinct documents, so a
+        document-level (MaxP) evaluation is at depth k; `level` "doc" writes
+        one row per document instead of per chunk (docno = doc id).
         Returns the `RunFile` written."""
         from rag_cli.stages.search import run_queries
 
@@ -420,7 +423,8 @@ class Project:
         config, s, mask = self._search_setup(mode, k, rrf_k, candidates, filter)
         path = Path(output) if output else self.run_path(name or f"{file_stem(queries)}-{config.search.mode}", format)
         before = s.n_queries_truncated
-        out = run_queries(self, s, Path(queries), config.search, mask, path=path, fmt=format, progress=progress)
+        out = run_queries(self, s, Path(queries), config.search, mask, path=path, fmt=format, level=level,
+                          progress=progress)
         return RunFile(out, config.search.mode, config.search.k, s.n_queries_truncated - before, _max_length(s))
 
     # -- rerank --------------------------------------------------------------
@@ -547,12 +551,16 @@ class Project:
     def evaluate(self, qrels: str | os.PathLike, *, run: str | os.PathLike | None = None,
                  queries: str | os.PathLike | None = None, mode: str | None = None,
                  ks: Sequence[int] = (1, 5, 10, 20, 100), name: str | None = None,
-                 progress: Progress | None = None) -> tuple[dict, Path]:
-        """Recall@k, Hit@k, MRR@k and nDCG@k of `run` against `qrels`
-        (document level by the best chunk, MaxP), or of a run searched now
-        from `queries` (k = the largest cutoff). Writes eval/NAME.json (NAME:
-        RUN-QRELS). Returns (report, path); with `queries`, the report also
-        has n_queries_truncated and max_length (see `search_queries`)."""
+                 output: str | os.PathLike | None = None,
+                 progress: Progress | None = None) -> tuple[dict, Path | None]:
+        """Recall@k, Hit@k, MRR@k, nDCG@k, P@k, MAP@k, MAP and R-precision of
+        `run` against `qrels` as trec_eval computes them (document level by
+        the best chunk, MaxP), or of a run searched now from `queries` (down to
+        k = the largest cutoff distinct documents). Writes `output`, else
+        eval/NAME.json (NAME: RUN-QRELS); a `run` needs no project folder:
+        without one and without `output` nothing is written (path None).
+        Returns (report, path); with `queries`, the report also has
+        n_queries_truncated and max_length (see `search_queries`)."""
         from rag_cli.stages.evaluation import evaluate
 
         cutoffs = sorted({int(x) for x in ks})
@@ -560,11 +568,16 @@ class Project:
             raise BadInput(f"--ks {','.join(map(str, ks))!r}: cutoffs must be integers >= 1")
         one_of("--run FILE (a run to score)", run, "--queries FILE (to search first)", queries)
         check_name(name)
-        self.require_exists()
         searched = None
         if queries is not None:
+            self.require_exists()
             searched = run = self.search_queries(queries, mode=mode, k=max(cutoffs), name=name, progress=progress)
-        path = self.eval_path(name or f"{file_stem(run)}-{file_stem(qrels)}")
+        if output is not None:
+            path = Path(output)
+        elif self.root.is_dir():
+            path = self.eval_path(name or f"{file_stem(run)}-{file_stem(qrels)}")
+        else:
+            path = None
         report = evaluate(Path(run), Path(qrels), cutoffs, path)
         if searched is not None:
             report = {**report, "n_queries_truncated": searched.n_queries_truncated, "max_length": searched.max_length}

@@ -13,7 +13,7 @@ import numpy as np
 from rag_cli.errors import BadInput
 from rag_cli.progress import Progress
 from rag_cli.store.chunks import read_chunks
-from rag_cli.store.runs import RunRow
+from rag_cli.store.runs import RunRow, trec_key
 
 
 def chunk_texts(chunks_path, chunk_ids: set[str]) -> dict[str, str]:
@@ -53,7 +53,7 @@ def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top
     groups: list[tuple[str, list[RunRow]]] = []
     pairs: list[tuple[str, str]] = []
     for qid in order:
-        cands = sorted(by_query[qid], key=lambda r: r.rank)[:top_in]
+        cands = sorted(by_query[qid], key=trec_key, reverse=True)[:top_in]  # trec_eval order, not the rank column
         query = cands[0].query
         if not query:
             raise BadInput(f"{source}: query {qid!r} has no query text (a TREC run has none); "
