@@ -468,6 +468,9 @@ def eval_(
     ks: Annotated[str, typer.Option("--ks", help="Cutoffs, comma-separated")] = "1,5,10,20,100",
     name: Annotated[Optional[str], typer.Option("--name", help="Report name: eval/NAME.json (default: RUN-QRELS, the two files' stems)")] = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the JSON report here (with --run no project folder is needed)")] = None,
+    compare: Annotated[bool, typer.Option("--compare", help="Compare the RUNS given as arguments (the first is the baseline): mean difference, randomisation and t-test p-values (Holm), win/tie/loss")] = False,
+    runs: Annotated[Optional[list[Path]], typer.Argument(help="Run files for --compare")] = None,
+    permutations: Annotated[int, typer.Option("--permutations", help="Random sign flips of the randomisation test (--compare)")] = 10000,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -484,6 +487,17 @@ def eval_(
     if not cutoffs or min(cutoffs) < 1:
         raise BadInput(f"--ks {ks!r}: cutoffs must be integers >= 1")
     p = Project.open(project)
+    if compare or runs:
+        if not compare:
+            raise BadInput(f"unexpected argument(s) {' '.join(map(str, runs))}: run files as arguments need --compare")
+        if run is not None or queries is not None:
+            raise BadInput("--compare takes the run files as arguments; leave out --run and --queries")
+        report, path = p.compare(qrels, runs or [], ks=cutoffs, permutations=permutations, name=name, output=output)
+        if json_out:
+            _emit_json(report)
+        else:
+            _print_comparison(report, path, quiet)
+        return
     with _progress(quiet or json_out) as progress:
         report, path = p.evaluate(qrels, run=run, queries=queries, mode=mode, ks=cutoffs, name=name, output=output,
                                   progress=progress)
@@ -519,6 +533,23 @@ def _print_report(report: dict, path: Path, quiet: bool) -> None:
         return
     _warn_run_checks(report)
     if path is not None:
+        _note(f"written: {path}")
+
+
+def _print_comparison(report: dict, path: Path | None, quiet: bool) -> None:
+    from rich.table import Table
+
+    for comp in report["comparisons"]:
+        table = Table(title=f"{comp['run']} vs {comp['baseline']}: {report['n_queries']} queries "
+                            f"(p: two-sided, Holm-corrected across {len(comp['metrics'])} metrics)")
+        for col in ("metric", comp["baseline"], comp["run"], "diff", "p rand", "p t-test", "W/T/L"):
+            table.add_column(col, justify="left" if col == "metric" else "right")
+        for m, r in comp["metrics"].items():
+            table.add_row(m, f"{r['baseline']:.4f}", f"{r['run']:.4f}", f"{r['mean_diff']:+.4f}",
+                          f"{r['p_randomisation_holm']:.4f}", f"{r['p_t_test_holm']:.4f}",
+                          f"{r['wins']}/{r['ties']}/{r['losses']}")
+        _stdout().print(table)
+    if path is not None and not quiet:
         _note(f"written: {path}")
 
 

@@ -583,6 +583,30 @@ class Project:
             report = {**report, "n_queries_truncated": searched.n_queries_truncated, "max_length": searched.max_length}
         return report, path
 
+    def compare(self, qrels: str | os.PathLike, runs: Sequence[str | os.PathLike], *,
+                ks: Sequence[int] = (1, 5, 10, 20, 100), permutations: int = 10000, seed: int = 0,
+                name: str | None = None, output: str | os.PathLike | None = None) -> tuple[dict, Path | None]:
+        """Score each run against `qrels` (as `evaluate`) and compare each with
+        the first: per metric the mean difference, paired randomisation and
+        t-test p-values, Holm-corrected across metrics, and win/tie/loss
+        counts (see `rag_cli.evaluate.compare`). Writes `output`, else
+        eval/NAME.json (NAME: compare-FIRST-QRELS) when the project folder
+        exists, else nothing. Returns (report, path)."""
+        from rag_cli.stages.evaluation import compare
+
+        cutoffs = sorted({int(x) for x in ks})
+        if not cutoffs or min(cutoffs) < 1:
+            raise BadInput(f"--ks {','.join(map(str, ks))!r}: cutoffs must be integers >= 1")
+        check_name(name)
+        if output is not None:
+            path = Path(output)
+        elif self.root.is_dir() and runs:
+            path = self.eval_path(name or f"compare-{file_stem(runs[0])}-{file_stem(qrels)}")
+        else:
+            path = None
+        report = compare([Path(r) for r in runs], Path(qrels), cutoffs, path, permutations=permutations, seed=seed)
+        return report, path
+
 
 def _max_length(searcher) -> int | None:
     return searcher.embedder.folder.max_length if searcher.embedder is not None else None

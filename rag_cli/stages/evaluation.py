@@ -24,3 +24,27 @@ def evaluate(run_path: Path, qrels_path: Path, ks: list[int], path: Path | None)
     if path is not None:
         write_report(path, report)
     return report
+
+
+def compare(run_paths: list[Path], qrels_path: Path, ks: list[int], path: Path | None, *,
+            permutations: int = 10000, seed: int = 0) -> dict:
+    """Score each run against `qrels_path` (as `evaluate`) and compare every
+    run with the first (see `rag_cli.evaluate.compare.compare_reports`); write
+    the report to `path` unless None. Returns the report.
+    Raises BadInput for fewer than two runs or a missing or malformed file."""
+    from rag_cli.errors import BadInput
+    from rag_cli.evaluate.compare import compare_reports
+
+    if len(run_paths) < 2:
+        raise BadInput(f"--compare needs two or more run files (the first is the baseline), got {len(run_paths)}")
+    if permutations < 1:
+        raise BadInput(f"--permutations {permutations}: must be at least 1")
+    qrels = read_qrels(qrels_path)
+    stems = [Path(p).name for p in run_paths]
+    names = stems if len(set(stems)) == len(stems) else [str(p) for p in run_paths]
+    reports = [evaluate_rows(read_run(p), qrels, ks) for p in run_paths]
+    report = {"qrels": str(qrels_path), "run_files": [str(p) for p in run_paths],
+              **compare_reports(reports, names, permutations=permutations, seed=seed)}
+    if path is not None:
+        write_report(path, report)
+    return report
