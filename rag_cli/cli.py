@@ -534,6 +534,8 @@ def _print_report(report: dict, path: Path, quiet: bool) -> None:
     _warn_run_checks(report)
     if path is not None:
         _note(f"written: {path}")
+    else:
+        _note("no project folder: the report was not written (give -o FILE to keep it)")
 
 
 def _print_comparison(report: dict, path: Path | None, quiet: bool) -> None:
