@@ -471,6 +471,7 @@ def eval_(
     compare: Annotated[bool, typer.Option("--compare", help="Compare the RUNS given as arguments (the first is the baseline): mean difference, randomisation and t-test p-values (Holm), win/tie/loss")] = False,
     runs: Annotated[Optional[list[Path]], typer.Argument(help="Run files for --compare")] = None,
     permutations: Annotated[int, typer.Option("--permutations", help="Random sign flips of the randomisation test (--compare)")] = 10000,
+    funnel: Annotated[bool, typer.Option("--funnel", help="With --queries: per query, the layer where the gold first goes missing, and ANN recall (needs the project index)")] = False,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -497,6 +498,16 @@ def eval_(
             _emit_json(report)
         else:
             _print_comparison(report, path, quiet)
+        return
+    if funnel:
+        if queries is None or run is not None:
+            raise BadInput("--funnel needs --queries FILE (the funnel searches them now) and no --run")
+        with _progress(quiet or json_out) as progress:
+            report, path = p.funnel(qrels, queries, name=name, output=output, progress=progress)
+        if json_out:
+            _emit_json(report)
+        else:
+            _print_funnel(report, path, quiet)
         return
     with _progress(quiet or json_out) as progress:
         report, path = p.evaluate(qrels, run=run, queries=queries, mode=mode, ks=cutoffs, name=name, output=output,
@@ -552,6 +563,32 @@ def _print_comparison(report: dict, path: Path | None, quiet: bool) -> None:
                           f"{r['wins']}/{r['ties']}/{r['losses']}")
         _stdout().print(table)
     if path is not None and not quiet:
+        _note(f"written: {path}")
+
+
+def _print_funnel(report: dict, path: Path, quiet: bool) -> None:
+    from rich.table import Table
+
+    n = report["n_queries"]
+    c = report["counts"]
+    table = Table(title=f"funnel: {n} queries with a relevant document (k {report['params']['k']}, "
+                        f"candidates {report['params']['candidates']})")
+    table.add_column("where the gold is missing")
+    table.add_column("queries", justify="right")
+    table.add_column("share", justify="right")
+    rows = [("not in sparse candidates", c["not_in_sparse"]), ("not in dense candidates", c["not_in_dense"])]
+    labels = {"retrieval": "first lost: in neither candidate list", "fusion": "first lost: in fusion",
+              "rerank": "first lost: dropped by rerank", "evidence": "first lost: cut from the evidence",
+              "citation": "first lost: not cited", "none": "reached the last layer measured"}
+    measured = set(report["layers_measured"]) | {"retrieval", "none"}
+    rows += [(labels[s], v) for s, v in c["first_missing"].items()
+             if s in measured or (s == "citation" and "cited" in measured)]
+    for label, v in rows:
+        table.add_row(label, str(v), f"{v / n:.1%}" if n else "")
+    _stdout().print(table)
+    _stdout().print("ANN recall (HNSW vs exact): " + ", ".join(f"{k} {v:.4f}" for k, v in report["ann"].items()),
+                    highlight=False)
+    if not quiet:
         _note(f"written: {path}")
 
 

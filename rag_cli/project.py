@@ -607,6 +607,56 @@ class Project:
         report = compare([Path(r) for r in runs], Path(qrels), cutoffs, path, permutations=permutations, seed=seed)
         return report, path
 
+    def funnel(self, qrels: str | os.PathLike, queries: str | os.PathLike, *, k: int | None = None,
+               candidates: int | None = None, rrf_k: int | None = None, answers: bool = True,
+               name: str | None = None, output: str | os.PathLike | None = None,
+               progress: Progress | None = None) -> tuple[dict, Path]:
+        """Where each query's gold first goes missing (sparse and dense
+        candidates, fusion, rerank when model.reranker is set, the evidence
+        and the citations of `ask` when `answers`), and ANN recall (HNSW vs
+        exact search); see `rag_cli.evaluate.funnel`. Writes `output`, else
+        eval/NAME.json (NAME: funnel-QUERIES). Returns (report, path)."""
+        from rag_cli.evaluate.datasets import read_qrels, read_queries
+        from rag_cli.evaluate.funnel import funnel
+        from rag_cli.stages.ask import ask
+        from rag_cli.store.eval_reports import write_report
+
+        check_name(name)
+        self.require_exists()
+        config, _ = self._with("search", {"k": k, "candidates": candidates, "rrf_k": rrf_k, "mode": "hybrid"})
+        s = self._searcher(config, with_embedder=True)
+        reranker = None
+        if config.model.reranker:
+            from rag_cli.index.searcher import Hit
+            from rag_cli.stages.rerank import rerank_rows
+            from rag_cli.store.runs import RunRow
+
+            ce = self._cross_encoder(config)
+
+            def reranker(text, hits):
+                rows = [RunRow("q", text, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits]
+                out, _ = rerank_rows(rows, {h.chunk_id: h.text for h in hits}, ce, top_in=len(rows),
+                                     top_out=max(len(rows), 1))
+                return [Hit(rank=r.rank, row=None, chunk_id=r.chunk_id, doc_id=r.doc_id, score=r.score,
+                            stage=r.stage) for r in out]
+        answerer = None
+        if answers:
+            acfg, scfg, s2, mask, gen = self._ask_setup(None, None, None, None, None, None, None)
+
+            def answerer(text):
+                res = ask(s2, gen, text, acfg, scfg, mask)
+                gate_refused = res.refused and res.reason != "the generator found no sentence to quote"
+                given = [] if gate_refused else [e.chunk_id for e in res.evidence if e.score >= acfg.min_score]
+                return given, list(res.answer.citations)
+        search = config.search
+        report = funnel(s, read_queries(queries), read_qrels(qrels), k=search.k, candidates=search.candidates,
+                        rrf_k=search.rrf_k, reranker=reranker, answerer=answerer,
+                        ann_ks=sorted({10, search.k, search.candidates}), progress=progress)
+        report = {"queries": str(queries), "qrels": str(qrels), **report}
+        path = Path(output) if output else self.eval_path(name or f"funnel-{file_stem(queries)}")
+        write_report(path, report)
+        return report, path
+
 
 def _max_length(searcher) -> int | None:
     return searcher.embedder.folder.max_length if searcher.embedder is not None else None
