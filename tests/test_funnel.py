@@ -75,3 +75,17 @@ def test_cli_funnel(project, tmp_path):
     bad = CliRunner().invoke(app, ["eval", "--funnel", "--run", "x", "--qrels", str(SAMPLE_QRELS),
                                    "-p", str(project.root)])
     assert bad.exit_code == 2 and "--funnel needs --queries" in bad.stderr
+
+
+def test_funnel_with_a_reranker(tmp_path, tiny_bi_encoder, tiny_cross_encoder):
+    p = Project.create(tmp_path / "p.rag", model={"embedder": str(tiny_bi_encoder), "reranker": str(tiny_cross_encoder)},
+                       chunk={"unit": "chars", "size": 300, "overlap": 0}, search={"k": 1, "candidates": 5})
+    p.chunk([SAMPLE_DOCS])
+    p.embed()
+    p.index()
+    report, path = p.funnel(SAMPLE_QRELS, SAMPLE_QUESTIONS, answers=False)
+    assert path == p.root / "eval" / "funnel-questions.json"
+    assert report["layers_measured"] == ["sparse", "dense", "fusion", "rerank"]
+    for row in report["per_query"]:
+        assert row["rerank"] in (True, False) and row["evidence"] is None
+        assert row["first_missing"] == first_missing(row)
