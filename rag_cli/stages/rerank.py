@@ -28,7 +28,8 @@ def chunk_texts(chunks_path, chunk_ids: set[str]) -> dict[str, str]:
 def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top_in: int = 100,
                 top_out: int = 10, source: str = "the run", probability: bool = False,
                 progress: Progress | None = None) -> tuple[list[RunRow], int]:
-    """Rerank each query's best `top_in` rows (by rank) and keep the best `top_out`.
+    """Rerank each query's best `top_in` rows (by score, ties by chunk id descending, as
+    trec_eval orders a run; the rank column is not used) and keep the best `top_out`.
 
     `texts` maps chunk_id -> text. All (query, passage) pairs of the run are
     scored together (`CrossEncoder.score_pairs`: length-sorted token-budget
