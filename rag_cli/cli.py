@@ -416,6 +416,7 @@ def search(
     candidates: Annotated[Optional[int], typer.Option("--candidates", min=1, help="Hybrid: hits per retriever before fusion (config: search.candidates)")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet (default: the query file's stem-mode)")] = None,
     fmt: Annotated[str, typer.Option("--format", help="parquet | trec (for --queries)")] = "parquet",
+    level: Annotated[str, typer.Option("--level", help="chunk | doc: one run row per chunk, or per document (MaxP) (for --queries)")] = "chunk",
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the run here instead of runs/NAME")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
@@ -439,7 +440,7 @@ def search(
             _print_hits(query, res.mode, rows)
         return
     with _progress(quiet or json_out) as progress:
-        run = p.search_queries(queries, **opts, name=name, format=fmt, output=output, progress=progress)
+        run = p.search_queries(queries, **opts, name=name, format=fmt, output=output, level=level, progress=progress)
     _report_queries_truncated(run.n_queries_truncated, run.max_length, quiet)
     _report_escaped(run.escaped_ids, quiet)
     if json_out:
@@ -639,11 +640,17 @@ def eval_(
     mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode with --queries (config: search.mode)")] = None,
     ks: Annotated[str, typer.Option("--ks", help="Cutoffs, comma-separated")] = "1,5,10,20,100",
     name: Annotated[Optional[str], typer.Option("--name", help="Report name: eval/NAME.json (default: RUN-QRELS, the two files' stems)")] = None,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the JSON report here (with --run no project folder is needed)")] = None,
+    compare: Annotated[bool, typer.Option("--compare", help="Compare the RUNS given as arguments (the first is the baseline): mean difference, randomisation and t-test p-values (Holm), win/tie/loss")] = False,
+    runs: Annotated[Optional[list[Path]], typer.Argument(help="Run files for --compare")] = None,
+    permutations: Annotated[int, typer.Option("--permutations", help="Random sign flips of the randomisation test (--compare)")] = 10000,
+    funnel: Annotated[bool, typer.Option("--funnel", help="With --queries: per query, the layer where the gold first goes missing, and ANN recall (needs the project index)")] = False,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ):
-    """Recall@k, Hit@k, MRR@k and nDCG@k of a run against qrels (document level by best chunk)."""
+    """Recall@k, Hit@k, MRR@k, nDCG@k, P@k, MAP and R-precision of a run against qrels, as trec_eval
+    computes them (document level by best chunk, MaxP)."""
     from rag_cli.errors import BadInput
     from rag_cli.project import Project
 
@@ -654,11 +661,35 @@ def eval_(
     if not cutoffs or min(cutoffs) < 1:
         raise BadInput(f"--ks {ks!r}: cutoffs must be integers >= 1")
     p = Project.open(project)
+    if compare or runs:
+        if not compare:
+            raise BadInput(f"unexpected argument(s) {' '.join(map(str, runs))}: run files as arguments need --compare")
+        if run is not None or queries is not None:
+            raise BadInput("--compare takes the run files as arguments; leave out --run and --queries")
+        report, path = p.compare(qrels, runs or [], ks=cutoffs, permutations=permutations, name=name, output=output)
+        if json_out:
+            _emit_json(report)
+        else:
+            _print_comparison(report, path, quiet)
+        return
+    if funnel:
+        if queries is None or run is not None:
+            raise BadInput("--funnel needs --queries FILE (the funnel searches them now) and no --run")
+        with _progress(quiet or json_out) as progress:
+            report, path = p.funnel(qrels, queries, name=name, output=output, progress=progress)
+        if json_out:
+            _emit_json(report)
+        else:
+            _print_funnel(report, path, quiet)
+        return
     with _progress(quiet or json_out) as progress:
-        report, path = p.evaluate(qrels, run=run, queries=queries, mode=mode, ks=cutoffs, name=name, progress=progress)
+        report, path = p.evaluate(qrels, run=run, queries=queries, mode=mode, ks=cutoffs, name=name, output=output,
+                                  progress=progress)
     if queries is not None:
         _report_queries_truncated(report["n_queries_truncated"], report["max_length"], quiet)
     if json_out:
+        if not quiet:
+            _warn_run_checks(report)
         _emit_json(report)
         return
     _print_report(report, path, quiet)
@@ -671,20 +702,96 @@ def _print_report(report: dict, path: Path, quiet: bool) -> None:
     table = Table(title=f"{report['run']}: {report['n_queries']} queries ({report['level']} level)")
     table.add_column("metric")
     ks = sorted({int(m.split("@")[1]) for m in means if "@" in m})
-    labels = {"recall": "Recall", "hit": "Hit", "mrr": "MRR", "ndcg": "nDCG", "precision": "P"}
+    labels = {"recall": "Recall", "hit": "Hit", "mrr": "MRR", "ndcg": "nDCG", "precision": "P", "map": "MAP"}
     names = [n for n in labels if any(m.startswith(n + "@") for m in means)]
     for kk in ks:
         table.add_column(f"@{kk}", justify="right")
     for n in names:
         table.add_row(labels[n], *(f"{means[f'{n}@{kk}']:.4f}" if f"{n}@{kk}" in means else "" for kk in ks))
     _stdout().print(table)
+    whole = {"map": "MAP", "rprec": "R-precision"}
+    line = ", ".join(f"{label} {means[n]:.4f}" for n, label in whole.items() if n in means)
+    if line:
+        _stdout().print(f"whole run: {line}", highlight=False)
     if quiet:
         return
-    missing = report.get("n_queries_missing_from_run", 0)
-    if missing:
-        _warn(f"{missing} of {report['n_queries']} qrels queries are not in the run and score 0 "
-              "(is it the run and qrels of the same query set?)")
-    _note(f"written: {path}")
+    _warn_run_checks(report)
+    if path is not None:
+        _note(f"written: {path}")
+    else:
+        _note("no project folder: the report was not written (give -o FILE to keep it)")
+
+
+def _print_comparison(report: dict, path: Path | None, quiet: bool) -> None:
+    from rich.table import Table
+
+    for comp in report["comparisons"]:
+        table = Table(title=f"{comp['run']} vs {comp['baseline']}: {report['n_queries']} queries "
+                            f"(p: two-sided, Holm-corrected across {len(comp['metrics'])} metrics)")
+        for col in ("metric", comp["baseline"], comp["run"], "diff", "p rand", "p t-test", "W/T/L"):
+            table.add_column(col, justify="left" if col == "metric" else "right")
+        for m, r in comp["metrics"].items():
+            table.add_row(m, f"{r['baseline']:.4f}", f"{r['run']:.4f}", f"{r['mean_diff']:+.4f}",
+                          f"{r['p_randomisation_holm']:.4f}", f"{r['p_t_test_holm']:.4f}",
+                          f"{r['wins']}/{r['ties']}/{r['losses']}")
+        _stdout().print(table)
+    if path is not None and not quiet:
+        _note(f"written: {path}")
+
+
+def _print_funnel(report: dict, path: Path, quiet: bool) -> None:
+    from rich.table import Table
+
+    n = report["n_queries"]
+    c = report["counts"]
+    table = Table(title=f"funnel: {n} queries with a relevant document (k {report['params']['k']}, "
+                        f"candidates {report['params']['candidates']})")
+    table.add_column("where the gold is missing")
+    table.add_column("queries", justify="right")
+    table.add_column("share", justify="right")
+    rows = [("not in sparse candidates", c["not_in_sparse"]), ("not in dense candidates", c["not_in_dense"])]
+    labels = {"retrieval": "first lost: in neither candidate list", "fusion": "first lost: in fusion",
+              "rerank": "first lost: dropped by rerank", "evidence": "first lost: cut from the evidence",
+              "citation": "first lost: not cited", "none": "reached the last layer measured"}
+    measured = set(report["layers_measured"]) | {"retrieval", "none"}
+    rows += [(labels[s], v) for s, v in c["first_missing"].items()
+             if s in measured or (s == "citation" and "cited" in measured)]
+    for label, v in rows:
+        table.add_row(label, str(v), f"{v / n:.1%}" if n else "")
+    _stdout().print(table)
+    _stdout().print("ANN recall (HNSW vs exact): " + ", ".join(f"{k} {v:.4f}" for k, v in report["ann"].items()),
+                    highlight=False)
+    if not quiet:
+        _note(f"written: {path}")
+
+
+def _ids(ids: list, shown: int = 10) -> str:
+    return ", ".join(map(str, ids[:shown])) + (f", ... ({len(ids) - shown} more)" if len(ids) > shown else "")
+
+
+def _warn_run_checks(report: dict) -> None:
+    """Say on stderr what trec_eval would have done silently: queries scored 0
+    or ignored (by id), repeated rows, ties ordered by id."""
+    n = report["n_queries"]
+    if report.get("queries_missing_from_run"):
+        ids = report["queries_missing_from_run"]
+        _warn(f"{len(ids)} of {n} qrels queries are not in the run and score 0 "
+              f"(is it the run and qrels of the same query set?): {_ids(ids)}")
+    if report.get("queries_without_relevant"):
+        ids = report["queries_without_relevant"]
+        _warn(f"{len(ids)} qrels quer{'y has' if len(ids) == 1 else 'ies have'} no relevant document "
+              f"(relevance >= 1) and score 0: {_ids(ids)}")
+    if report.get("run_queries_not_in_qrels"):
+        ids = report["run_queries_not_in_qrels"]
+        _warn(f"{len(ids)} run quer{'y is' if len(ids) == 1 else 'ies are'} not in the qrels and ignored: {_ids(ids)}")
+    dups = report.get("duplicates") or {}
+    if dups.get("n"):
+        ex = ", ".join(f"{q}/{c}" for q, c in dups["examples"])
+        _warn(f"{dups['n']} repeated (query, id) row(s) counted once, at their best score; e.g. {ex}")
+    ties = report.get("ties") or {}
+    if ties.get("n_groups"):
+        _note(f"ties: {ties['n_ids']} ids in {ties['n_groups']} groups of equal score "
+              f"({ties['n_queries']} queries) ordered by id, descending, as trec_eval orders them")
 
 
 # --------------------------------------------------------------------------- models

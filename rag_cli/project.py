@@ -550,9 +550,12 @@ class Project:
     def search_queries(self, queries: str | os.PathLike, *, mode: str | None = None, k: int | None = None,
                        filter: str | None = None, rrf_k: int | None = None, candidates: int | None = None,
                        name: str | None = None, format: str = "parquet", output: str | os.PathLike | None = None,
-                       progress: Progress | None = None) -> RunFile:
+                       level: str = "chunk", progress: Progress | None = None) -> RunFile:
         """Search every query of a query file (JSONL or TSV) and write a run:
         runs/NAME.parquet (NAME: the file's stem-mode) or .trec, or `output`.
+        Each query gets the chunks that hold its top k distinct documents, so a
+        document-level (MaxP) evaluation is at depth k; `level` "doc" writes
+        one row per document instead of per chunk (docno = doc id).
         Returns the `RunFile` written."""
         from rag_cli.stages.search import run_queries
 
@@ -561,7 +564,7 @@ class Project:
         path = Path(output) if output else self.run_path(name or f"{file_stem(queries)}-{config.search.mode}", format)
         before = s.n_queries_truncated
         self.manifest()  # recorded into after the run is written: check it first
-        out, escaped = run_queries(self, s, Path(queries), config.search, mask, path=path, fmt=format,
+        out, escaped = run_queries(self, s, Path(queries), config.search, mask, path=path, fmt=format, level=level,
                                    progress=progress)
         return RunFile(out, config.search.mode, config.search.k, s.n_queries_truncated - before, _max_length(s),
                        escaped_ids=tuple(escaped))
@@ -696,12 +699,16 @@ class Project:
     def evaluate(self, qrels: str | os.PathLike, *, run: str | os.PathLike | None = None,
                  queries: str | os.PathLike | None = None, mode: str | None = None,
                  ks: Sequence[int] = (1, 5, 10, 20, 100), name: str | None = None,
-                 progress: Progress | None = None) -> tuple[dict, Path]:
-        """Recall@k, Hit@k, MRR@k and nDCG@k of `run` against `qrels`
-        (document level by the best chunk, MaxP), or of a run searched now
-        from `queries` (k = the largest cutoff). Writes eval/NAME.json (NAME:
-        RUN-QRELS). Returns (report, path); with `queries`, the report also
-        has n_queries_truncated and max_length (see `search_queries`)."""
+                 output: str | os.PathLike | None = None,
+                 progress: Progress | None = None) -> tuple[dict, Path | None]:
+        """Recall@k, Hit@k, MRR@k, nDCG@k, P@k, MAP@k, MAP and R-precision of
+        `run` against `qrels` as trec_eval computes them (document level by
+        the best chunk, MaxP), or of a run searched now from `queries` (down to
+        k = the largest cutoff distinct documents). Writes `output`, else
+        eval/NAME.json (NAME: RUN-QRELS); a `run` needs no project folder:
+        without one and without `output` nothing is written (path None).
+        Returns (report, path); with `queries`, the report also has
+        n_queries_truncated and max_length (see `search_queries`)."""
         from rag_cli.stages.evaluation import evaluate
 
         cutoffs = sorted({int(x) for x in ks})
@@ -709,14 +716,93 @@ class Project:
             raise BadInput(f"--ks {','.join(map(str, ks))!r}: cutoffs must be integers >= 1")
         one_of("--run FILE (a run to score)", run, "--queries FILE (to search first)", queries)
         check_name(name)
-        self.require_exists()
         searched = None
         if queries is not None:
+            self.require_exists()
             searched = run = self.search_queries(queries, mode=mode, k=max(cutoffs), name=name, progress=progress)
-        path = self.eval_path(name or f"{file_stem(run)}-{file_stem(qrels)}")
+        if output is not None:
+            path = Path(output)
+        elif self.root.is_dir():
+            path = self.eval_path(name or f"{file_stem(run)}-{file_stem(qrels)}")
+        else:
+            path = None
         report = evaluate(Path(run), Path(qrels), cutoffs, path)
         if searched is not None:
             report = {**report, "n_queries_truncated": searched.n_queries_truncated, "max_length": searched.max_length}
+        return report, path
+
+    def compare(self, qrels: str | os.PathLike, runs: Sequence[str | os.PathLike], *,
+                ks: Sequence[int] = (1, 5, 10, 20, 100), permutations: int = 10000, seed: int = 0,
+                name: str | None = None, output: str | os.PathLike | None = None) -> tuple[dict, Path | None]:
+        """Score each run against `qrels` (as `evaluate`) and compare each with
+        the first: per metric the mean difference, paired randomisation and
+        t-test p-values, Holm-corrected across metrics, and win/tie/loss
+        counts (see `rag_cli.evaluate.compare`). Writes `output`, else
+        eval/NAME.json (NAME: compare-FIRST-QRELS) when the project folder
+        exists, else nothing. Returns (report, path)."""
+        from rag_cli.stages.evaluation import compare
+
+        cutoffs = sorted({int(x) for x in ks})
+        if not cutoffs or min(cutoffs) < 1:
+            raise BadInput(f"--ks {','.join(map(str, ks))!r}: cutoffs must be integers >= 1")
+        check_name(name)
+        if output is not None:
+            path = Path(output)
+        elif self.root.is_dir() and runs:
+            path = self.eval_path(name or f"compare-{file_stem(runs[0])}-{file_stem(qrels)}")
+        else:
+            path = None
+        report = compare([Path(r) for r in runs], Path(qrels), cutoffs, path, permutations=permutations, seed=seed)
+        return report, path
+
+    def funnel(self, qrels: str | os.PathLike, queries: str | os.PathLike, *, k: int | None = None,
+               candidates: int | None = None, rrf_k: int | None = None, answers: bool = True,
+               name: str | None = None, output: str | os.PathLike | None = None,
+               progress: Progress | None = None) -> tuple[dict, Path]:
+        """Where each query's gold first goes missing (sparse and dense
+        candidates, fusion, rerank when model.reranker is set, the evidence
+        and the citations of `ask` when `answers`), and ANN recall (HNSW vs
+        exact search); see `rag_cli.evaluate.funnel`. Writes `output`, else
+        eval/NAME.json (NAME: funnel-QUERIES). Returns (report, path)."""
+        from rag_cli.evaluate.datasets import read_qrels, read_queries
+        from rag_cli.evaluate.funnel import funnel
+        from rag_cli.stages.ask import ask
+        from rag_cli.store.eval_reports import write_report
+
+        check_name(name)
+        self.require_exists()
+        config, _ = self._with("search", {"k": k, "candidates": candidates, "rrf_k": rrf_k, "mode": "hybrid"})
+        s = self._searcher(config, with_embedder=True)
+        reranker = None
+        if config.model.reranker:
+            from rag_cli.index.searcher import Hit
+            from rag_cli.stages.rerank import rerank_rows
+            from rag_cli.store.runs import RunRow
+
+            ce = self._cross_encoder(config)
+
+            def reranker(text, hits):
+                rows = [RunRow("q", text, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits]
+                out, _ = rerank_rows(rows, {h.chunk_id: h.text for h in hits}, ce, top_in=len(rows),
+                                     top_out=max(len(rows), 1))
+                return [Hit(rank=r.rank, row=None, chunk_id=r.chunk_id, doc_id=r.doc_id, score=r.score,
+                            stage=r.stage) for r in out]
+        answerer = None
+        if answers:
+            acfg, scfg, s2, mask, gen = self._ask_setup(None, None, None, None, None, None, None)
+
+            def answerer(text):
+                res = ask(s2, gen, text, acfg, scfg, mask)
+                gate_refused = res.refused and res.reason != "the generator found no sentence to quote"
+                given = [] if gate_refused else [e.chunk_id for e in res.evidence if e.score >= acfg.min_score]
+                return given, list(res.answer.citations)
+        search = config.search
+        report = funnel(s, read_queries(queries), read_qrels(qrels), k=search.k, candidates=search.candidates,
+                        rrf_k=search.rrf_k, reranker=reranker, answerer=answerer,
+                        ann_ks=sorted({10, search.k, search.candidates}), progress=progress)
+        report = {"queries": str(queries), "qrels": str(qrels), **report}
+        path = Path(output) if output else self.eval_path(name or f"funnel-{file_stem(queries)}")
+        write_report(path, report)
         return report, path
 
 

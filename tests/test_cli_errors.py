@@ -364,7 +364,9 @@ def test_failed_rerank_does_not_save_the_reranker(project, tmp_path):
 @pytest.mark.parametrize("args", [
     ["index"], ["embed"], ["search", "hnsw"], ["ask", "what is hnsw"],
     ["rerank", "--run", SAMPLE_QUESTIONS, "--model", "CE"], ["rerank", "hnsw", "--model", "CE"],
-    ["eval", "--run", "RUN", "--qrels", SAMPLE_QRELS],
+    # `eval --run RUN --qrels Q` needs no project folder any more (it scores the
+    # run and creates nothing; tests/test_eval_depth.py); `eval --queries` still does
+    ["eval", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS],
 ])
 def test_commands_that_need_a_project_do_not_create_one(built, tmp_path, tiny_cross_encoder, args):
     p = tmp_path / "missing"

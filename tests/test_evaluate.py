@@ -19,7 +19,7 @@ from rag_cli.evaluate.metrics import (
     ranked,
     recall_at_k,
 )
-from rag_cli.evaluate.report import doc_level_run, evaluate_rows, evaluate_run, judged_level
+from rag_cli.evaluate.report import doc_level_run, evaluate_rows, evaluate_run, judged_level, tie_counts
 from rag_cli.store.runs import RunRow
 
 KS = (1, 3, 5, 10, 20)
@@ -267,19 +267,35 @@ def _row(qid, rank, chunk, score, stage="hybrid"):
     return RunRow(qid, "question", rank, chunk, chunk.rsplit("#", 1)[0], score, stage)
 
 
-def test_doc_level_run_is_maxp_and_keeps_order():
+def test_doc_level_run_is_maxp_by_score_and_ignores_rank():
+    # Changed with trec_eval semantics: a document scores its best chunk's
+    # score (was 1 / best rank), and equal scores are ordered by doc id
+    # descending, as trec_eval orders them; the rank column is not used.
     rows = [
         _row("q", 1, "b.md#3", 0.5),
-        _row("q", 2, "a.md#0", 0.5),  # same score as b: rank decides, not doc id
+        _row("q", 2, "a.md#0", 0.5),
         _row("q", 3, "b.md#0", 0.4),
         _row("q", 4, "c.md#1", 0.5),
+        _row("q", 5, "d.md#1", 0.7),  # ranks disagree with scores: scores win
         _row("r", 1, "a.md#2", 9.0),
     ]
     run = doc_level_run(rows)
-    assert run == {"q": {"b.md": 1.0, "a.md": 0.5, "c.md": 0.25}, "r": {"a.md": 1.0}}
-    assert ranked(run["q"]) == ["b.md", "a.md", "c.md"]
-    # without the rank-derived score, ties would put c.md before a.md
-    assert ranked({"a.md": 0.5, "c.md": 0.5}) == ["c.md", "a.md"]
+    assert run == {"q": {"b.md": 0.5, "a.md": 0.5, "c.md": 0.5, "d.md": 0.7}, "r": {"a.md": 9.0}}
+    assert ranked(run["q"]) == ["d.md", "c.md", "b.md", "a.md"]
+    assert tie_counts(run) == {"n_queries": 1, "n_ids": 3, "n_groups": 1}
+
+
+def test_evaluate_rows_reports_duplicates_ties_and_unmatched_queries():
+    rows = [_row("q", 1, "a.md#0", 1.0), _row("q", 1, "a.md#0", 1.0), _row("q", 1, "b.md#0", 1.0),
+            _row("extra", 1, "a.md#0", 1.0)]
+    report = evaluate_rows(rows, {"q": {"a.md": 1}, "none": {"a.md": 0}}, ks=(1,))
+    assert report["duplicates"] == {"n": 1, "examples": [["q", "a.md#0"]]}
+    assert report["ties"] == {"n_queries": 1, "n_ids": 2, "n_groups": 1}
+    assert report["queries_without_relevant"] == ["none"]
+    assert report["queries_missing_from_run"] == ["none"]
+    assert report["run_queries_not_in_qrels"] == ["extra"]
+    # b.md wins the tie (doc id descending), so a.md is second
+    assert report["per_query"]["q"]["mrr@1"] == 0.0 and report["per_query"]["q"]["map"] == 0.5
 
 
 def test_evaluate_rows_doc_and_chunk_level():
@@ -290,6 +306,7 @@ def test_evaluate_rows_doc_and_chunk_level():
     assert report["metrics"] == {
         "recall@1": 0.0, "recall@2": 1.0, "hit@1": 0.0, "hit@2": 1.0,
         "mrr@1": 0.0, "mrr@2": 0.5, "ndcg@1": 0.0, "ndcg@2": pytest.approx(1 / math.log2(3)),
+        "precision@1": 0.0, "precision@2": 0.5, "map@1": 0.0, "map@2": 0.5, "map": 0.5, "rprec": 0.0,
     }
     chunk_qrels = {"q": {"a.md#1": 1}}
     assert judged_level(rows, chunk_qrels) == "chunk"
@@ -307,7 +324,11 @@ def test_perfect_run_on_scifact_scores_one(scifact_dir):
             rows.append(_row(qid, rank, f"{doc}#0", 1.0))
     report = evaluate_rows(rows, qrels, ks=(10,))
     assert report["n_queries"] == 300
-    assert all(v == pytest.approx(1.0) for v in report["metrics"].values())
+    means = dict(report["metrics"])
+    # P@10 of a perfect run is the number of relevant documents / 10
+    assert means.pop("precision@10") == pytest.approx(sum(min(len(d), 10) for d in qrels.values()) / 10 / 300)
+    assert set(means) == {"recall@10", "hit@10", "mrr@10", "ndcg@10", "map@10", "map", "rprec"}
+    assert all(v == pytest.approx(1.0) for v in means.values())
 
 
 # ---------------------------------------------------------------- sample corpus

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rag_cli.errors import BadInput
-from rag_cli.store.runs import RUN_COLUMNS, RunRow, doc_id_of, read_run, run_table, write_run
+from rag_cli.store.runs import RUN_COLUMNS, RunRow, dedupe, doc_id_of, read_run, run_table, trec_order, write_run
 
 ROWS = [
     RunRow("q1", "what is bm25?", 1, "bm25.md#2", "bm25.md", 12.5, "sparse"),
@@ -73,7 +73,7 @@ def test_doc_id_of():
         ("q1 Q0 d1 1 2.0 tag\nq1 Q0 d2 2 1.0\n", ":2:"),
         ("q1 Q0 d1 first 2.0 tag\n", "rank (4th field)"),
         ("q1 Q0 d1 1 high tag\n", "score (5th field)"),
-        ("q1 Q0 d1 0 1.0 tag\n", "1-based"),
+        ("q1 Q0 d1 1 nan tag\n", "NaN"),
         ("", "empty"),
     ],
 )
@@ -112,3 +112,34 @@ def test_float32_parquet_is_read(tmp_path):
 def test_unknown_format(tmp_path):
     with pytest.raises(BadInput, match="parquet"):
         write_run(tmp_path / "r", ROWS, fmt="csv")
+
+
+# trec_eval semantics: a TREC run whose ranks start at 0, are all 1, or disagree
+# with the scores is read as it is (rank 0 used to be rejected: "rank must be
+# >= 1"), and ordered by score desc, then docno desc; the rank column is output only.
+def test_rank_zero_and_all_ones_are_read_and_never_sort(tmp_path):
+    path = tmp_path / "ones.run"
+    path.write_text("q Q0 a 0 1.0 t\nq Q0 b 1 3.0 t\nq Q0 c 1 3.0 t\nq Q0 d 1 2.0 t\n", encoding="utf-8")
+    rows = read_run(path)
+    assert [r.rank for r in rows] == [0, 1, 1, 1]
+    assert [r.chunk_id for r in trec_order(rows)["q"]] == ["c", "b", "d", "a"]
+
+
+def test_parquet_rank_zero_is_read(tmp_path):
+    path = tmp_path / "r0.parquet"
+    table = run_table(ROWS[:1]).set_column(2, "rank", pa.array([0], pa.int32()))
+    pq.write_table(table, path)
+    assert read_run(path)[0].rank == 0
+
+
+def test_dedupe_keeps_best_score_and_reports():
+    rows = [
+        RunRow("q", "", 1, "a#0", "a", 1.0, "s"),
+        RunRow("q", "", 2, "b#0", "b", 0.5, "s"),
+        RunRow("q", "", 3, "a#0", "a", 2.0, "s"),
+        RunRow("q", "", 4, "a#0", "a", 0.1, "s"),
+        RunRow("r", "", 1, "a#0", "a", 0.1, "s"),
+    ]
+    out, dups = dedupe(rows)
+    assert out == [rows[2], rows[1], rows[4]]
+    assert dups.n == 2 and dups.examples == [["q", "a#0"]]

@@ -25,7 +25,8 @@ A document is relevant when its relevance is >= 1 (trec_eval's default
 add no gain.
 
 Reference: trec_eval 9.0.x (https://github.com/usnistgov/trec_eval),
-measures `recall.k`, `success.k`, `recip_rank`, `ndcg_cut.k`, `P.k`.
+measures `recall.k`, `success.k`, `recip_rank`, `ndcg_cut.k`, `P.k`,
+`map_cut.k`, `map`, `Rprec` (files src/m_*.c).
 """
 
 from __future__ import annotations
@@ -144,11 +145,65 @@ def ndcg_at_k(run: Run, qrels: Qrels, k: int) -> dict[str, float]:
     return _per_query(run, qrels, k, fn)
 
 
+def _average_precision(top: list[str], judged: Mapping[str, int]) -> float:
+    n_rel = _n_relevant(judged)
+    if n_rel == 0:
+        return 0.0
+    hits, total = 0, 0.0
+    for i, d in enumerate(top, 1):
+        if judged.get(d, 0) >= RELEVANCE_LEVEL:
+            hits += 1
+            total += hits / i
+    return total / n_rel
+
+
+def map_at_k(run: Run, qrels: Qrels, k: int) -> dict[str, float]:
+    """AP@k: the sum of Precision@r over the ranks r <= k that hold a relevant
+    document, divided by the number of relevant documents (all of them, not
+    only those in the top k).
+
+    trec_eval `map_cut.k` (m_map_cut.c). The mean over queries is MAP@k.
+    """
+    return _per_query(run, qrels, k, _average_precision)
+
+
+def average_precision(run: Run, qrels: Qrels) -> dict[str, float]:
+    """AP over the whole run: as `map_at_k` without a cutoff.
+
+    trec_eval `map` (m_map.c; Buckley & Voorhees, "Retrieval system
+    evaluation", in TREC: Experiment and Evaluation in IR, 2005). The mean over
+    queries is MAP.
+    """
+    return {qid: _average_precision(ranked(run.get(qid, {})), judged) for qid, judged in qrels.items()}
+
+
+def r_precision(run: Run, qrels: Qrels) -> dict[str, float]:
+    """R-precision: relevant documents in the top R / R, where R is the number
+    of relevant documents of the query (the denominator stays R when fewer
+    than R were retrieved). 0 without relevant documents.
+
+    trec_eval `Rprec` (m_Rprec.c).
+    """
+    out = {}
+    for qid, judged in qrels.items():
+        n_rel = _n_relevant(judged)
+        top = ranked(run.get(qid, {}), n_rel) if n_rel else []
+        out[qid] = sum(1 for d in top if judged.get(d, 0) >= RELEVANCE_LEVEL) / n_rel if n_rel else 0.0
+    return out
+
+
 METRICS: dict[str, Callable[[Run, Qrels, int], dict[str, float]]] = {
     "recall": recall_at_k,
     "hit": hit_at_k,
     "mrr": mrr_at_k,
     "ndcg": ndcg_at_k,
     "precision": precision_at_k,
+    "map": map_at_k,
 }
 """Metric name -> function; the report names a value `NAME@k`."""
+
+WHOLE_RUN_METRICS: dict[str, Callable[[Run, Qrels], dict[str, float]]] = {
+    "map": average_precision,
+    "rprec": r_precision,
+}
+"""Metrics without a cutoff (over the whole run); the report names them `NAME`."""

@@ -10,9 +10,9 @@ from rag_cli.store.eval_reports import write_report
 from rag_cli.store.runs import read_run
 
 
-def evaluate(run_path: Path, qrels_path: Path, ks: list[int], path: Path) -> dict:
+def evaluate(run_path: Path, qrels_path: Path, ks: list[int], path: Path | None) -> dict:
     """Evaluate the run at `run_path` against `qrels_path` at cutoffs `ks`
-    and write the report to `path` (eval/NAME.json).
+    and write the report to `path` (eval/NAME.json; None: not written).
 
     Document level by the best-ranked chunk per document (MaxP) unless the
     qrels judge chunk ids. Returns the report.
@@ -21,5 +21,30 @@ def evaluate(run_path: Path, qrels_path: Path, ks: list[int], path: Path) -> dic
     qrels = read_qrels(qrels_path)
     rows = read_run(run_path)
     report = {"run": str(run_path), "qrels": str(qrels_path), **evaluate_rows(rows, qrels, ks)}
-    write_report(path, report)
+    if path is not None:
+        write_report(path, report)
+    return report
+
+
+def compare(run_paths: list[Path], qrels_path: Path, ks: list[int], path: Path | None, *,
+            permutations: int = 10000, seed: int = 0) -> dict:
+    """Score each run against `qrels_path` (as `evaluate`) and compare every
+    run with the first (see `rag_cli.evaluate.compare.compare_reports`); write
+    the report to `path` unless None. Returns the report.
+    Raises BadInput for fewer than two runs or a missing or malformed file."""
+    from rag_cli.errors import BadInput
+    from rag_cli.evaluate.compare import compare_reports
+
+    if len(run_paths) < 2:
+        raise BadInput(f"--compare needs two or more run files (the first is the baseline), got {len(run_paths)}")
+    if permutations < 1:
+        raise BadInput(f"--permutations {permutations}: must be at least 1")
+    qrels = read_qrels(qrels_path)
+    stems = [Path(p).name for p in run_paths]
+    names = stems if len(set(stems)) == len(stems) else [str(p) for p in run_paths]
+    reports = [evaluate_rows(read_run(p), qrels, ks) for p in run_paths]
+    report = {"qrels": str(qrels_path), "run_files": [str(p) for p in run_paths],
+              **compare_reports(reports, names, permutations=permutations, seed=seed)}
+    if path is not None:
+        write_report(path, report)
     return report

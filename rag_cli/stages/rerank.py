@@ -15,7 +15,7 @@ import numpy as np
 from rag_cli.errors import BadInput
 from rag_cli.progress import Progress
 from rag_cli.store.chunks import read_chunks
-from rag_cli.store.runs import RunRow
+from rag_cli.store.runs import RunRow, trec_key
 
 #: What a reranked score is, by `probability`: stated in the output and JSON.
 SCORE_SCALES = {False: "logit (cross-encoder raw score, unbounded, higher is more relevant)",
@@ -34,7 +34,8 @@ def chunk_texts(chunks_path, chunk_ids: set[str]) -> dict[str, str]:
 def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top_in: int = 100,
                 top_out: int = 10, source: str = "the run", probability: bool = False,
                 min_score: float | None = None, progress: Progress | None = None) -> tuple[list[RunRow], int]:
-    """Rerank each query's best `top_in` rows (by rank) and keep the best `top_out`.
+    """Rerank each query's best `top_in` rows (by score, ties by chunk id descending, as
+    trec_eval orders a run; the rank column is not used) and keep the best `top_out`.
 
     `texts` maps chunk_id -> text. All (query, passage) pairs of the run are
     scored together (`CrossEncoder.score_pairs`: length-sorted token-budget
@@ -60,7 +61,7 @@ def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top
     groups: list[tuple[str, list[RunRow]]] = []
     pairs: list[tuple[str, str]] = []
     for qid in order:
-        cands = sorted(by_query[qid], key=lambda r: r.rank)[:top_in]
+        cands = sorted(by_query[qid], key=trec_key, reverse=True)[:top_in]  # trec_eval order, not the rank column
         query = cands[0].query
         if not query:
             raise BadInput(f"{source}: query {qid!r} has no query text (a TREC run has none); "

@@ -21,7 +21,12 @@ the same order work too): `query_id`, `query`, `rank` (1-based, per query),
   document level anyway (MaxP, see `rag_cli.evaluate.report`).
 
 Rows are kept in the order of the file; `rank` is taken from the file (it is
-not recomputed from the score).
+not recomputed from the score) but is **never a sort key**: as trec_eval does,
+a run is ordered by score, descending, ties broken by docno descending
+(`trec_order`). The rank column is only output, so a TREC file whose ranks
+start at 0, are all 1, or disagree with the scores reads and scores as
+trec_eval reads it. `dedupe` keeps one row per (query, chunk id) and counts
+the others.
 """
 
 from __future__ import annotations
@@ -190,10 +195,12 @@ def _read_parquet_run(path: Path) -> list[RunRow]:
         )
     rows = []
     for i, d in enumerate(table.select(list(RUN_COLUMNS)).to_pylist()):
-        if d["rank"] is None or d["rank"] < 1 or not d["query_id"] or not d["chunk_id"] or d["score"] is None:
+        if d["rank"] is None or not d["query_id"] or not d["chunk_id"] or d["score"] is None:
             raise BadInput(
-                f"{path}: row {i}: needs a query_id, a chunk_id, a score and a rank >= 1, got {d!r}"
+                f"{path}: row {i}: needs a query_id, a chunk_id, a score and a rank, got {d!r}"
             )
+        if math.isnan(d["score"]):
+            raise BadInput(f"{path}: row {i}: score is NaN; it must be a number")
         rows.append(
             RunRow(
                 str(d["query_id"]),
@@ -227,8 +234,6 @@ def _read_trec_run(path: Path) -> list[RunRow]:
                 score = float(score_s)
             except ValueError:
                 raise BadInput(f"{path}:{lineno}: score (5th field) must be a number, got {score_s!r}") from None
-            if rank < 1:
-                raise BadInput(f"{path}:{lineno}: rank must be >= 1 (ranks are 1-based), got {rank}")
             if math.isnan(score):
                 raise BadInput(f"{path}:{lineno}: score is NaN; it must be a number")
             rows.append(RunRow(qid, "", rank, docno, doc_id_of(docno), score, tag))
@@ -245,3 +250,55 @@ def read_run(path: str | os.PathLike) -> list[RunRow]:
     if _is_parquet(path):
         return _read_parquet_run(path)
     return _read_trec_run(path)
+
+
+def trec_key(row: RunRow) -> tuple[float, str]:
+    """The sort key of trec_eval's order, for `sorted(..., reverse=True)`:
+    score descending, then docno (here the chunk id) descending.
+
+    trec_eval 9.0.x, form_res_rels.c `comp_sim_docno`: `sim` descending, ties by
+    `strcmp(docno)` descending; Python's str order is the same order (UTF-8 byte
+    order is code point order)."""
+    return (float(row.score), str(row.chunk_id))
+
+
+def trec_order(rows: Iterable[Any]) -> dict[str, list[RunRow]]:
+    """`{query_id: rows best first}` in trec_eval's order (`trec_key`); the rank
+    column is ignored. Queries keep their order of first appearance."""
+    by_query: dict[str, list[RunRow]] = {}
+    for r in as_rows(rows):
+        by_query.setdefault(r.query_id, []).append(r)
+    return {qid: sorted(rs, key=trec_key, reverse=True) for qid, rs in by_query.items()}
+
+
+class Duplicates(NamedTuple):
+    """Rows that repeat a (query_id, chunk_id) pair: how many were dropped and
+    up to `examples` of the pairs, as `[query_id, chunk_id]` lists."""
+
+    n: int
+    examples: list
+
+
+def dedupe(rows: Iterable[Any], examples: int = 5) -> tuple[list[RunRow], Duplicates]:
+    """One row per (query_id, chunk_id): the one with the highest score (the
+    first in file order among equals); file order otherwise kept.
+
+    Returns (rows, Duplicates). trec_eval refuses such a run; we count each pair
+    once and report the repeats instead."""
+    best: dict[tuple[str, str], int] = {}
+    out: list[RunRow] = []
+    n_dup = 0
+    seen_examples: list = []
+    for r in as_rows(rows):
+        key = (r.query_id, r.chunk_id)
+        i = best.get(key)
+        if i is None:
+            best[key] = len(out)
+            out.append(r)
+            continue
+        n_dup += 1
+        if len(seen_examples) < examples and list(key) not in seen_examples:
+            seen_examples.append(list(key))
+        if r.score > out[i].score:
+            out[i] = r
+    return out, Duplicates(n_dup, seen_examples)
