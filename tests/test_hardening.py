@@ -357,7 +357,7 @@ def test_rerank_orders_by_logit_and_applies_min_score():
     from rag_cli.store.runs import RunRow
 
     ids = ["a#0", "b#0", "c#0", "d#0", "e#0"]
-    rows = [RunRow("q", "query", i + 1, cid, cid[0], 1.0, "dense") for i, cid in enumerate(ids)]
+    rows = [RunRow("q", "query", i + 1, cid, cid[0], 1.0 - i / 10, "dense") for i, cid in enumerate(ids)]
     texts = {cid: cid for cid in ids}
     logits = [18.0, 19.0, 40.0, 41.0, -3.0]
     out, _ = rerank_rows(rows, texts, FixedLogits(logits), top_in=5, top_out=5, probability=True, min_score=0.5)
