@@ -85,8 +85,30 @@ class AskConfig:
     max_sentences: int = 3
 
 
+@dataclass(frozen=True)
+class GeneratorConfig:
+    """`[generator]`: the LLM of `ask.generator = "openai"` or `"llama-cpp"`.
+
+    `openai`: an OpenAI-compatible server at `base_url`, `model` sent by name,
+    the key read from the environment variable named `api_key_env` ("" = no
+    key), `api` chat (instruction-tuned models) or completions (base models).
+    `llama-cpp`: `model` is a .gguf path, or "" for the default Gemma 3 270M.
+    `context_tokens` is the token budget of the sources in the prompt.
+    """
+
+    base_url: str = "http://127.0.0.1:8080/v1"
+    model: str = ""
+    api: str = "chat"  # chat | completions
+    api_key_env: str = ""
+    timeout: float = 60.0  # seconds per request
+    max_retries: int = 2
+    temperature: float = 0.0
+    max_tokens: int = 256
+    context_tokens: int = 2048
+
+
 SECTIONS: dict[str, type] = {"model": ModelConfig, "chunk": ChunkConfig, "index": IndexConfig,
-                             "search": SearchConfig, "ask": AskConfig}
+                             "search": SearchConfig, "ask": AskConfig, "generator": GeneratorConfig}
 
 
 @dataclass(frozen=True)
@@ -98,6 +120,7 @@ class Config:
     index: IndexConfig = field(default_factory=IndexConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     ask: AskConfig = field(default_factory=AskConfig)
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """{section: {key: value}}, in the order of the dataclasses (as written to rag.toml)."""
@@ -167,6 +190,7 @@ CONFIG_FLAGS: dict[tuple[str, str], str] = {
     ("index", "bm25_b"): "--b",
     ("search", "k"): "-k",
     ("ask", "k"): "-k",
+    ("generator", "model"): "--llm-model",
 }
 
 #: Allowed values: (section, key) -> (lowest, highest) (None = unbounded, ends
@@ -193,6 +217,13 @@ CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
     ("ask", "strong_score"): (-1, 1),
     ("ask", "min_coverage"): (0, 1),
     ("ask", "max_sentences"): (1, None),
+    ("ask", "generator"): ("extractive", "openai", "llama-cpp"),
+    ("generator", "api"): ("chat", "completions"),
+    ("generator", "timeout"): (0.001, None),
+    ("generator", "max_retries"): (0, 10),
+    ("generator", "temperature"): (0, 2),
+    ("generator", "max_tokens"): (1, None),
+    ("generator", "context_tokens"): (64, None),
 }
 
 
