@@ -15,8 +15,9 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
+# the llm extra builds llama-cpp-python from source once (minutes); pip caches the wheel
 $(VENV)/.dev: $(VENV)/.installed
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,llm]'
 	touch $@
 
 install: $(VENV)/.installed

@@ -20,7 +20,7 @@ from rag_cli.generate.prompt import (chat_messages, completion_prompt, estimate_
                                      order_for_prompt, source_block)
 from rag_cli.project import Project
 from rag_cli.safe_text import plain
-from tests.fake_openai import FakeOpenAI
+from fake_openai import FakeOpenAI
 
 NASTY = "Ranking [/bold] uses [link=http://x]fusion[/link] \x1b[31mred\x1b[0m a\rb bell\x07 [3] and [9]."
 
