@@ -187,11 +187,12 @@ def nasty_project(tmp_path_factory, tiny_bi_encoder) -> Project:
                                   "frequency [2]. The b parameter controls length normalisation.\n", encoding="utf-8")
     (docs / "hnsw.md").write_text("# HNSW\n\nHNSW is a graph index for approximate nearest neighbour search. "
                                   "The ef parameter sets the size of the candidate list.\n", encoding="utf-8")
-    p = Project.create(tmp_path_factory.mktemp("nasty") / "p.rag", model={"embedder": str(tiny_bi_encoder)},
-                       chunk={"unit": "chars", "size": 400, "overlap": 40})
-    p.chunk([docs])
-    p.embed()
-    p.index()
+    root = tmp_path_factory.mktemp("nasty") / "p.rag"
+    for step in (["chunk", docs, "--unit", "chars", "--size", 400, "--overlap", 40, "--model", tiny_bi_encoder],
+                 ["embed"], ["index"]):
+        res = rag(*step, "-q", "-p", root)
+        assert res.exit_code == 0, res.output
+    p = Project.open(root)
     return p
 
 
