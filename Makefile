@@ -15,8 +15,11 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
+# the llm extra builds llama-cpp-python from source once (minutes); pip caches the wheel.
+# GGML_NATIVE=OFF: the -march=native build crashed (SIGSEGV) on the first decode on a
+# virtual machine whose CPU reports AMX/AVX-512.
 $(VENV)/.dev: $(VENV)/.installed
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF}" $(BIN)/python -m pip install -q -e '.[dev,llm]'
 	touch $@
 
 install: $(VENV)/.installed

@@ -78,10 +78,12 @@ def _stdout():
 
 
 def _error(message: str) -> None:
-    """`error: MESSAGE` on stderr; the message is printed verbatim (no rich markup)."""
+    """`error: MESSAGE` on stderr; the message is printed verbatim (no rich markup, no control characters)."""
     from rich.text import Text
 
-    _stderr().print(Text.assemble(("error:", "bold red"), " ", message))
+    from rag_cli.safe_text import plain
+
+    _stderr().print(Text.assemble(("error:", "bold red"), " ", plain(message)))
 
 
 def handle_errors(fn):
@@ -483,18 +485,22 @@ def _score_digits(scores: list[float], least: int = 4, most: int = 17) -> int:
 
 
 def _print_hits(query: str, mode: str, rows: list[dict], score_scale: str | None = None) -> None:
+    """The hits as a table; every text from a document or the user is plain (`rag_cli.safe_text`)."""
     from rich.table import Table
+
+    from rag_cli.safe_text import plain, plain_text
 
     digits = _score_digits([r["score"] for r in rows])
     scale = f" (scores: {score_scale})" if score_scale else ""
-    table = Table(title=f"{mode} results for: {query}{scale}", show_lines=False)
+    table = Table(title=plain_text(f"{mode} results for: {query}{scale}"), show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("score", justify="right")
     table.add_column("chunk")
     table.add_column("text", overflow="fold")
     for r in rows:
-        text = " ".join(r["text"].split())
-        table.add_row(str(r["rank"]), f"{r['score']:.{digits}f}", r["chunk_id"], text[:200] + ("…" if len(text) > 200 else ""))
+        text = " ".join(plain(r["text"]).split())
+        table.add_row(str(r["rank"]), f"{r['score']:.{digits}f}", plain_text(r["chunk_id"]),
+                      plain_text(text[:200] + ("…" if len(text) > 200 else "")))
     _stdout().print(table)
     if not rows:
         _note("no results")
@@ -566,6 +572,16 @@ def ask(
     min_coverage: Annotated[Optional[float], typer.Option("--min-coverage", help="Refuse below this idf-weighted share of question terms in the evidence, unless the cosine reaches ask.strong_score (config: ask.min_coverage)")] = None,
     strong_score: Annotated[Optional[float], typer.Option("--strong-score", help="A cosine at or above this answers without the --min-coverage check (config: ask.strong_score)")] = None,
     max_sentences: Annotated[Optional[int], typer.Option("--max-sentences", min=1, help="Sentences at most in an extractive answer (config: ask.max_sentences)")] = None,
+    generator: Annotated[Optional[str], typer.Option("--generator", help="extractive | openai (an OpenAI-compatible server) | llama-cpp (a local GGUF, the llm extra) (config: ask.generator)")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="openai: the server's API root, e.g. http://127.0.0.1:8080/v1 (config: generator.base_url)")] = None,
+    llm_model: Annotated[Optional[str], typer.Option("--llm-model", help="openai: the model name sent; llama-cpp: a .gguf path, empty = Gemma 3 270M (config: generator.model)")] = None,
+    api: Annotated[Optional[str], typer.Option("--api", help="openai: chat | completions (base models) (config: generator.api)")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="openai: NAME of the environment variable holding the API key (config: generator.api_key_env)")] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="openai: seconds per request (config: generator.timeout)")] = None,
+    max_retries: Annotated[Optional[int], typer.Option("--max-retries", help="openai: retries after a connection error, timeout, 429 or 5xx (config: generator.max_retries)")] = None,
+    temperature: Annotated[Optional[float], typer.Option("--temperature", help="LLM sampling temperature (config: generator.temperature)")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="LLM answer length at most, tokens (config: generator.max_tokens)")] = None,
+    context_tokens: Annotated[Optional[int], typer.Option("--context-tokens", help="LLM token budget of the sources; the lowest-ranked evidence is cut first (config: generator.context_tokens)")] = None,
     filter_: Annotated[Optional[str], typer.Option("--filter", help="FIELD=GLOB over chunk columns")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Answers name: answers/NAME.parquet (default: the query file's stem)")] = None,
     project: ProjectOpt = None,
@@ -578,8 +594,12 @@ def ask(
     one_of("a QUESTION argument", question, "--queries FILE", queries)
     check_name(name)
     p = Project.open(project)
+    llm = {"base_url": base_url, "model": llm_model, "api": api, "api_key_env": api_key_env, "timeout": timeout,
+           "max_retries": max_retries, "temperature": temperature, "max_tokens": max_tokens,
+           "context_tokens": context_tokens}
     opts = {"k": k, "mode": mode, "min_score": min_score, "min_coverage": min_coverage,
-            "strong_score": strong_score, "max_sentences": max_sentences, "filter": filter_}
+            "strong_score": strong_score, "max_sentences": max_sentences, "filter": filter_,
+            "generator": generator, "llm": llm}
     if question is not None:
         res = p.ask(question, **opts)
         _report_queries_truncated(res.n_queries_truncated, res.max_length, quiet)
@@ -587,6 +607,7 @@ def ask(
             _emit_json({**_answer_json(res), "n_queries_truncated": res.n_queries_truncated})
         else:
             _print_answer(res)
+            _report_answer_checks(res, quiet)
         return
     with _progress(quiet or json_out) as progress:
         out = p.ask_queries(queries, **opts, name=name, progress=progress)
@@ -599,35 +620,69 @@ def ask(
 
 
 def _answer_json(res) -> dict:
+    from rag_cli.generate.citations import statements
+
+    by_number = {e.number: e for e in res.evidence}
+    cited = [by_number[n] for n in dict.fromkeys(n for st in statements(res.answer.text) for n in st.citations)
+             if n in by_number] if not res.answer.refused else []
     return {
         "question": res.question,
         "answer": res.answer.text,
         "refused": res.answer.refused,
         "citations": res.answer.citations,
+        "statements": [] if res.answer.refused else [
+            {"text": st.text, "citations": st.citations, "uncited": st.uncited}
+            for st in statements(res.answer.text)],
+        "sources": [_source_json(e) for e in cited],
         "best_score": round(res.best_score, 6),
         "coverage": round(res.coverage, 6),
         "reason": res.reason,
         "generator": res.answer.generator,
         "latency_ms": round(res.latency_ms, 1),
+        "timings": {k: round(v, 1) for k, v in res.timings.items()},
+        "n_citations_removed": res.answer.n_citations_removed,
+        "n_evidence_cut": res.answer.n_evidence_cut,
         "evidence": [{"n": e.number, "chunk_id": e.chunk_id, "doc_id": e.doc_id, "score": round(e.score, 6),
                       "text": e.text, **({"context": e.context} if e.context else {})} for e in res.evidence],
     }
 
 
+def _source_json(e) -> dict:
+    """A cited source: its number, chunk, document (the path) and title (headings, or the doc id)."""
+    return {"n": e.number, "chunk_id": e.chunk_id, "doc_id": e.doc_id,
+            "title": " > ".join(e.title_path) if e.title_path else e.doc_id, "score": round(e.score, 6)}
+
+
 def _print_answer(res) -> None:
+    """Question, answer and cited sources; all document text is plain (`rag_cli.safe_text`)."""
     from rich.text import Text
 
+    from rag_cli.safe_text import plain
+
     out = _stdout()
-    out.print(Text.assemble(("Q:", "bold"), " ", res.question))
-    out.print(Text.assemble(("A:", "bold"), " ", res.answer.text))
+    out.print(Text.assemble(("Q:", "bold"), " ", plain(res.question)))
+    out.print(Text.assemble(("A:", "bold"), " ", plain(res.answer.text)))
     cited = set(res.answer.citations)
     if cited:
         out.print(Text("Sources:", style="bold"))
         for e in res.evidence:
             if e.chunk_id in cited:
-                out.print(f"  [{e.number}] {e.chunk_id}  (cosine {e.score:.3f})", highlight=False, markup=False)
+                src = _source_json(e)
+                out.print(Text(plain(f"  [{e.number}] {src['title']}  {e.chunk_id}  (cosine {e.score:.3f})")))
     elif res.answer.refused:
-        out.print(f"({res.reason})", highlight=False, markup=False)
+        out.print(Text(plain(f"({res.reason})")))
+
+
+def _report_answer_checks(res, quiet: bool) -> None:
+    """Say on stderr what the citation check removed and what the token budget cut."""
+    if quiet:
+        return
+    if res.answer.n_citations_removed:
+        _warn(f"{res.answer.n_citations_removed} citation(s) of numbers that were not among the sources "
+              "were removed from the answer")
+    if res.answer.n_evidence_cut:
+        _note(f"{res.answer.n_evidence_cut} lowest-ranked evidence chunk(s) left out of the prompt to fit "
+              "generator.context_tokens")
 
 
 # --------------------------------------------------------------------------- eval
@@ -698,8 +753,10 @@ def eval_(
 def _print_report(report: dict, path: Path, quiet: bool) -> None:
     from rich.table import Table
 
+    from rag_cli.safe_text import plain_text
+
     means = report["metrics"]
-    table = Table(title=f"{report['run']}: {report['n_queries']} queries ({report['level']} level)")
+    table = Table(title=plain_text(f"{report['run']}: {report['n_queries']} queries ({report['level']} level)"))
     table.add_column("metric")
     ks = sorted({int(m.split("@")[1]) for m in means if "@" in m})
     labels = {"recall": "Recall", "hit": "Hit", "mrr": "MRR", "ndcg": "nDCG", "precision": "P", "map": "MAP"}

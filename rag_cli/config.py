@@ -102,9 +102,31 @@ class LockConfig:
     wait: float = 0.0  # seconds to wait for the project lock; 0 = fail at once
 
 
+@dataclass(frozen=True)
+class GeneratorConfig:
+    """`[generator]`: the LLM of `ask.generator = "openai"` or `"llama-cpp"`.
+
+    `openai`: an OpenAI-compatible server at `base_url`, `model` sent by name,
+    the key read from the environment variable named `api_key_env` ("" = no
+    key), `api` chat (instruction-tuned models) or completions (base models).
+    `llama-cpp`: `model` is a .gguf path, or "" for the default Gemma 3 270M.
+    `context_tokens` is the token budget of the sources in the prompt.
+    """
+
+    base_url: str = "http://127.0.0.1:8080/v1"
+    model: str = ""
+    api: str = "chat"  # chat | completions
+    api_key_env: str = ""
+    timeout: float = 60.0  # seconds per request
+    max_retries: int = 2
+    temperature: float = 0.0
+    max_tokens: int = 256
+    context_tokens: int = 2048
+
+
 SECTIONS: dict[str, type] = {"model": ModelConfig, "chunk": ChunkConfig, "index": IndexConfig,
-                             "search": SearchConfig, "ask": AskConfig, "sources": SourcesConfig,
-                             "lock": LockConfig}
+                             "search": SearchConfig, "ask": AskConfig, "generator": GeneratorConfig,
+                             "sources": SourcesConfig, "lock": LockConfig}
 
 
 @dataclass(frozen=True)
@@ -116,6 +138,7 @@ class Config:
     index: IndexConfig = field(default_factory=IndexConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     ask: AskConfig = field(default_factory=AskConfig)
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     sources: SourcesConfig = field(default_factory=SourcesConfig)
     lock: LockConfig = field(default_factory=LockConfig)
 
@@ -188,6 +211,7 @@ CONFIG_FLAGS: dict[tuple[str, str], str] = {
     ("search", "k"): "-k",
     ("ask", "k"): "-k",
     ("sources", "paths"): "SRC",
+    ("generator", "model"): "--llm-model",
 }
 
 #: Allowed values: (section, key) -> (lowest, highest) (None = unbounded, ends
@@ -216,6 +240,13 @@ CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
     ("ask", "max_sentences"): (1, None),
     ("index", "keep"): (0, None),
     ("lock", "wait"): (0, None),
+    ("ask", "generator"): ("extractive", "openai", "llama-cpp"),
+    ("generator", "api"): ("chat", "completions"),
+    ("generator", "timeout"): (0.001, None),
+    ("generator", "max_retries"): (0, 10),
+    ("generator", "temperature"): (0, 2),
+    ("generator", "max_tokens"): (1, None),
+    ("generator", "context_tokens"): (64, None),
 }
 
 

@@ -646,30 +646,40 @@ class Project:
                        score_scale=SCORE_SCALES[sigmoid])
 
     # -- ask -----------------------------------------------------------------
-    def _ask_setup(self, k, mode, min_score, min_coverage, strong_score, max_sentences, filter):
+    def _ask_setup(self, k, mode, min_score, min_coverage, strong_score, max_sentences, filter,
+                   generator=None, llm=None):
         from rag_cli.generate.factory import load_generator
 
         config, _ = self._with("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage,
-                                       "strong_score": strong_score, "max_sentences": max_sentences})
+                                       "strong_score": strong_score, "max_sentences": max_sentences,
+                                       "generator": generator})
+        config, _ = config.with_options("generator", llm)
         sconfig, s, mask = self._search_setup(mode, None, None, None, filter)
         if s.embedder is None:  # sparse retrieval: the evidence is still scored by the bi-encoder
             s.embedder = self._embedder(config)
-        return config.ask, sconfig.search, s, mask, load_generator(config.ask, s.embedder, s.sparse)
+        gen = load_generator(config.ask, s.embedder, s.sparse, config.generator, threads=config.model.threads)
+        return config.ask, sconfig.search, s, mask, gen
 
     def ask(self, question: str, *, k: int | None = None, mode: str | None = None,
             min_score: float | None = None, min_coverage: float | None = None,
             strong_score: float | None = None, max_sentences: int | None = None,
-            filter: str | None = None):
+            filter: str | None = None, generator: str | None = None, llm: dict | None = None):
         """Answer `question` from the indexed sources only, citing the
         evidence as [n], or refuse (see `rag_cli.stages.ask`). Returns an
         `AskResult` (`.answer.text`, `.answer.citations`, `.refused`,
-        `.evidence`, `.best_score`, `.coverage`, `.reason`, and
+        `.evidence`, `.best_score`, `.coverage`, `.reason`, `.timings`,
+        `.given` (the evidence the generator read), and
         `.n_queries_truncated`: 1 if the question was cut to the bi-encoder's
-        `.max_length` tokens)."""
+        `.max_length` tokens).
+
+        `generator` is ask.generator (extractive | openai | llama-cpp);
+        `llm` overrides keys of the `[generator]` section ({key: value}, e.g.
+        {"base_url": "http://127.0.0.1:8080/v1", "timeout": 30.0}).
+        """
         from rag_cli.stages.ask import ask
 
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
-                                                   max_sentences, filter)
+                                                   max_sentences, filter, generator, llm)
         before = s.n_queries_truncated
         res = ask(s, gen, question, acfg, scfg, mask)
         res.n_queries_truncated, res.max_length = s.n_queries_truncated - before, _max_length(s)
@@ -679,15 +689,17 @@ class Project:
                     min_score: float | None = None, min_coverage: float | None = None,
                     strong_score: float | None = None, max_sentences: int | None = None,
                     filter: str | None = None, name: str | None = None,
+                    generator: str | None = None, llm: dict | None = None,
                     progress: Progress | None = None) -> dict:
         """Answer every question of a query file into answers/NAME.parquet
         (NAME: the file's stem). Returns {"answers": path, "n": answers, "refused": refusals,
-        "n_queries_truncated": questions cut to the bi-encoder's "max_length"}."""
+        "n_queries_truncated": questions cut to the bi-encoder's "max_length"}.
+        `generator` and `llm` as for `ask`."""
         from rag_cli.stages.ask import answer_queries
 
         check_name(name)
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
-                                                   max_sentences, filter)
+                                                   max_sentences, filter, generator, llm)
         before = s.n_queries_truncated
         self.manifest()  # recorded into after the answers are written: check it first
         path, n, n_refused = answer_queries(self, s, gen, Path(queries), acfg, scfg, mask,

@@ -27,6 +27,14 @@ def refusal(question: str) -> str:
     return REFUSAL[language(question)]
 
 
+def is_refusal(text: str) -> bool:
+    """Whether a generated `text` is a refusal: it starts with a refusal
+    sentence of either language (without its final punctuation, case and
+    surrounding quotes ignored)."""
+    head = text.strip().strip("\"'*“”「」").lower()
+    return any(head.startswith(r.rstrip(".。").lower()) for r in REFUSAL.values())
+
+
 @dataclass
 class Evidence:
     """One numbered piece of evidence; `number` is the n of a citation `[n]` (1-based).
@@ -47,12 +55,20 @@ class Evidence:
 
 @dataclass
 class Answer:
-    """A generated answer; `citations` are chunk ids cited in `text`, in order of first citation."""
+    """A generated answer; `citations` are chunk ids cited in `text`, in order of first citation.
+
+    `n_evidence_cut`: evidence left out of the prompt to fit the generator's
+    token budget (lowest-ranked first); `n_citations_removed`: cited numbers
+    that were not among the evidence given, removed from `text`
+    (`rag_cli.generate.citations.check_answer`).
+    """
 
     text: str
     citations: list[str]
     refused: bool
     generator: str
+    n_evidence_cut: int = 0
+    n_citations_removed: int = 0
 
 
 class Generator(Protocol):

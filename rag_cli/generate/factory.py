@@ -4,20 +4,38 @@ from __future__ import annotations
 
 from rag_cli.errors import BadInput
 
-GENERATORS = ("extractive",)
+GENERATORS = ("extractive", "openai", "llama-cpp")
 
 
-def load_generator(ask_cfg, embedder, sparse):
-    """The generator named by the `[ask]` config (`AskConfig`). Only
-    `extractive` exists so far.
+def load_generator(ask_cfg, embedder, sparse, gen_cfg=None, threads: int = 0):
+    """The generator named by the `[ask]` config (`AskConfig`): `extractive`
+    (offline, quotes the evidence), `openai` (an OpenAI-compatible server) or
+    `llama-cpp` (a local GGUF), the last two set up by the `[generator]`
+    config `gen_cfg` (`GeneratorConfig`; None = the defaults).
 
-    `embedder` is the index's `BiEncoder`, `sparse` its `SparseIndex`.
-    Raises BadInput for an unknown generator.
+    `embedder` is the index's `BiEncoder`, `sparse` its `SparseIndex`;
+    `threads` the CPU cores for llama-cpp (0 = its choice).
+    Raises BadInput for an unknown generator or a missing optional package.
     """
-    from rag_cli.generate.extractive import ExtractiveGenerator
+    from rag_cli.config import GeneratorConfig
 
+    gen_cfg = gen_cfg or GeneratorConfig()
     if ask_cfg.generator not in GENERATORS:
         raise BadInput(f"generator {ask_cfg.generator!r} is unknown; use one of {', '.join(GENERATORS)}")
+    if ask_cfg.generator == "openai":
+        from rag_cli.generate.openai_server import OpenAIGenerator
+
+        return OpenAIGenerator(gen_cfg.base_url, gen_cfg.model, api=gen_cfg.api, api_key_env=gen_cfg.api_key_env,
+                               timeout=gen_cfg.timeout, max_retries=gen_cfg.max_retries,
+                               temperature=gen_cfg.temperature, max_tokens=gen_cfg.max_tokens,
+                               context_tokens=gen_cfg.context_tokens)
+    if ask_cfg.generator == "llama-cpp":
+        from rag_cli.generate.llama_cpp import LlamaCppGenerator
+
+        return LlamaCppGenerator(gen_cfg.model, temperature=gen_cfg.temperature, max_tokens=gen_cfg.max_tokens,
+                                 context_tokens=gen_cfg.context_tokens, threads=threads)
+    from rag_cli.generate.extractive import ExtractiveGenerator
+
     # the sentences are compared with the question's vector: both from the query graph when the
     # model has one (already loaded for the question, and float32-close; `BiEncoder.query_encoder`)
     return ExtractiveGenerator(

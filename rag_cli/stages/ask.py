@@ -21,6 +21,11 @@ every term of a question; its window or parent does).
 Only evidence at or above `min_score` is given to the generator; it keeps
 its number [n]. (Measured cosines and coverages: docs/results.md.)
 
+Citations: the text given to any generator has its citation-shaped brackets
+neutralised (`[3]` -> `(3)`, `rag_cli.generate.citations.neutralise`), and
+every marker of the answer is checked against the numbers given: others are
+removed and counted (`Answer.n_citations_removed`).
+
 The question is normalised once, here (`prepare_query`), as `rag search`
 normalises queries.
 """
@@ -28,7 +33,7 @@ normalises queries.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +42,7 @@ import numpy as np
 from rag_cli.chunking import make_embed_text
 from rag_cli.config import AskConfig, SearchConfig
 from rag_cli.generate.base import Answer, Evidence, refusal
+from rag_cli.generate.citations import check_answer, neutralise
 from rag_cli.index.searcher import Searcher, check_query, prepare_query
 from rag_cli.progress import Progress
 from rag_cli.store.answers import write_answers
@@ -61,6 +67,8 @@ class AskResult:
     reason: str = ""
     n_queries_truncated: int = 0  # 1 when the question was cut to the bi-encoder's max_length
     max_length: int | None = None  # the bi-encoder's max_length (tokens)
+    timings: dict = field(default_factory=dict)  # retrieve_ms, generate_ms, total_ms (float, milliseconds)
+    given: list[Evidence] = field(default_factory=list)  # the evidence given to the generator (as it read it)
 
     @property
     def refused(self) -> bool:
@@ -113,15 +121,22 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     elif coverage < cfg.min_coverage and best < cfg.strong_score:
         reason = (f"the evidence holds {coverage:.2f} of the question's terms (min_coverage {cfg.min_coverage}) "
                   f"and its cosine {best:.3f} is below strong_score {cfg.strong_score}")
+    t1 = time.perf_counter()
+    given: list[Evidence] = []
     if reason:
         answer = Answer(text=refusal(question), citations=[], refused=True, generator=generator.name)
     else:
-        answer = generator.generate(question, [replace(e, text=e.context) if e.context else e
-                                               for e in evidence if e.score >= cfg.min_score])
+        given = [replace(e, text=neutralise(e.context or e.text), context=None)
+                 for e in evidence if e.score >= cfg.min_score]
+        answer = check_answer(generator.generate(question, given), given)
         if answer.refused:
             answer.text = refusal(question)
-            reason = "the generator found no sentence to quote"
-    return AskResult(asked, answer, evidence, best, coverage, (time.perf_counter() - t0) * 1000.0, reason)
+            reason = ("the generator found no sentence to quote" if generator.name == "extractive"
+                      else "the generator answered that the sources do not hold the answer")
+    t2 = time.perf_counter()
+    timings = {"retrieve_ms": (t1 - t0) * 1000.0, "generate_ms": (t2 - t1) * 1000.0, "total_ms": (t2 - t0) * 1000.0}
+    return AskResult(asked, answer, evidence, best, coverage, timings["total_ms"], reason,
+                     timings=timings, given=given)
 
 
 def answer_queries(project: "Project", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,

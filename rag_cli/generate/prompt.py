@@ -1,0 +1,99 @@
+"""Prompts for LLM generators: numbered sources, ordered against
+lost-in-the-middle, cut to a token budget.
+
+* Order (Liu et al., 2023, "Lost in the Middle: How Language Models Use Long
+  Contexts"): models use the start and the end of a long context best, so the
+  best-ranked evidence comes first, the second best last, the rest in rank
+  order in between. Each source keeps its number [n] (its rank).
+* Sources: `[n] Title: <headings or doc id>  Path: <doc id>` then the text, with
+  citation-shaped brackets of the text neutralised (`citations.neutralise`).
+* Instructions: answer only from the sources, cite `[n]` after each claim,
+  and answer with the refusal sentence in the question's language
+  ("Not found in the sources." / "资料中未提及。") when they do not hold the answer.
+* Budget: `fit_budget` drops the lowest-ranked evidence until the sources fit
+  `budget` tokens (at least the best one is kept, cut at the budget if it alone
+  exceeds it); the caller reports how many were cut. Tokens are estimated
+  without the model's tokenizer (`estimate_tokens`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from rag_cli.generate.base import Evidence, language, refusal
+from rag_cli.generate.citations import neutralise
+from rag_cli.loaders.normalize import has_cjk
+
+INSTRUCTIONS = {
+    "en": ("Answer the question using only the numbered sources below. After each claim, cite the source it "
+           "comes from as [n]. Do not use any other knowledge. If the sources do not contain the answer, "
+           "reply exactly: {refusal}"),
+    "zh": ("只根据下面编号的资料回答问题。每个论断之后用 [n] 标明出处。不要使用资料以外的知识。"
+           "如果资料中没有答案，只回答：{refusal}"),
+}
+#: Completion prompts (base models) end here; generation stops at these strings.
+STOP = ["\nQuestion:", "\n问题：", "\nSources:", "\n\n\n", "<end_of_turn>", "</s>"]
+
+
+def estimate_tokens(text: str) -> int:
+    """An estimate of the tokens of `text` (int) for a multilingual BPE
+    vocabulary: one per CJK character plus one per four other characters
+    (rounded up). Close enough to budget a prompt; not the model's count."""
+    cjk = sum(1 for ch in text if has_cjk(ch))
+    return cjk + math.ceil((len(text) - cjk) / 4)
+
+
+def order_for_prompt(evidence: list[Evidence]) -> list[Evidence]:
+    """Rank-ordered `evidence` rearranged: best first, second best last, the rest between, in rank order."""
+    if len(evidence) < 3:
+        return list(evidence)
+    return [evidence[0], *evidence[2:], evidence[1]]
+
+
+def source_block(ev: Evidence) -> str:
+    """One numbered source: header line (number, title, path) and the neutralised text."""
+    title = " > ".join(ev.title_path) if ev.title_path else ev.doc_id
+    return f"[{ev.number}] Title: {title}  Path: {ev.doc_id}\n{neutralise(ev.text).strip()}"
+
+
+def fit_budget(evidence: list[Evidence], budget: int) -> tuple[list[Evidence], int]:
+    """The rank-ordered `evidence` without its lowest-ranked pieces, so that
+    their source blocks fit `budget` tokens (`estimate_tokens`). The best one is
+    always kept (its text cut to the budget if needed). Returns (kept, n cut)."""
+    kept, used = [], 0
+    for ev in evidence:
+        cost = estimate_tokens(source_block(ev)) + 1
+        if kept and used + cost > budget:
+            break
+        kept.append(ev)
+        used += cost
+    if kept and used > budget:  # the best evidence alone is too long: cut its text
+        ev = kept[0]
+        chars = max(1, int(len(ev.text) * budget / used))
+        kept[0] = replace(ev, text=ev.text[:chars])
+    return kept, len(evidence) - len(kept)
+
+
+def sources_text(evidence: list[Evidence]) -> str:
+    return "\n\n".join(source_block(e) for e in order_for_prompt(evidence))
+
+
+def chat_messages(question: str, evidence: list[Evidence]) -> list[dict]:
+    """OpenAI chat messages: the instructions (system) and the sources with the question (user)."""
+    lang = language(question)
+    system = INSTRUCTIONS[lang].format(refusal=refusal(question))
+    label = ("资料", "问题") if lang == "zh" else ("Sources", "Question")
+    user = f"{label[0]}:\n\n{sources_text(evidence)}\n\n{label[1]}: {question}"
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def completion_prompt(question: str, evidence: list[Evidence]) -> str:
+    """A plain-text prompt for a base model: instructions, sources, the
+    question, and an open `Answer:` line (generation stops at `STOP`)."""
+    lang = language(question)
+    label = ("资料", "问题", "回答") if lang == "zh" else ("Sources", "Question", "Answer")
+    colon = "：" if lang == "zh" else ": "
+    return (INSTRUCTIONS[lang].format(refusal=refusal(question)) + "\n\n"
+            f"{label[0]}{colon}\n\n{sources_text(evidence)}\n\n"
+            f"{label[1]}{colon}{question}\n{label[2]}{colon}")

@@ -1,0 +1,65 @@
+"""A small OpenAI-compatible server for tests: 127.0.0.1, a free port, a thread.
+
+`FakeOpenAI.reply` is the answer text it returns (chat or completions);
+`status` an HTTP status to return instead (e.g. 500); `delay` seconds to
+wait before answering (to provoke a client timeout). `requests` records
+(path, JSON body) of every request.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FakeOpenAI:
+    def __init__(self):
+        self.reply = "ok [1]"
+        self.status = 200
+        self.delay = 0.0
+        self.requests: list[tuple[str, dict]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                fake.requests.append((self.path, body))
+                if fake.delay:
+                    time.sleep(fake.delay)
+                if fake.status != 200:
+                    payload = json.dumps({"error": {"message": "fake failure"}}).encode()
+                    self.send_response(fake.status)
+                else:
+                    if self.path.endswith("/chat/completions"):
+                        choice = {"index": 0, "message": {"role": "assistant", "content": fake.reply},
+                                  "finish_reason": "stop"}
+                    else:
+                        choice = {"index": 0, "text": fake.reply, "finish_reason": "stop"}
+                    payload = json.dumps({"id": "x", "object": "chat.completion", "choices": [choice]}).encode()
+                    self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                try:
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
+                    pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
