@@ -359,10 +359,10 @@ class Project:
 
         return load_embedder(asdict(config.model))
 
-    def _searcher(self, config: Config, *, with_embedder: bool):
-        """The loaded index (kept while the current generation is the same), with the
-        embedder when `with_embedder`. Raises BadInput if there is no index or
-        the embedder differs from the index's."""
+    def _searcher(self, config: Config, *, with_embedder: bool, parts: tuple[str, ...] = ("dense", "sparse")):
+        """The loaded index (kept while the current generation is the same),
+        with the indexes in `parts` and the embedder when `with_embedder`.
+        Raises BadInput if there is no index or the embedder differs from the index's."""
         from rag_cli.index.searcher import Searcher
         from rag_cli.store.index_folder import current_generation
 
@@ -370,7 +370,7 @@ class Project:
         if gen is None:
             raise BadInput(f"{self.index_dir} has no index: run `rag index` first (project folder {self.root})")
         stamp = (gen, (gen / "meta.json").stat().st_mtime_ns if gen == self.index_dir else None)
-        key = (with_embedder, asdict(config.model).__repr__() if with_embedder else None)
+        key = (with_embedder, asdict(config.model).__repr__() if with_embedder else None, parts)
         cached = self._searchers.get(key)
         if cached is not None and cached[0] == stamp:
             return cached[1]
@@ -378,7 +378,7 @@ class Project:
         if with_embedder:
             embedder = self._embedder(config)
             embedder.query_encoder.preload()  # the graph loads while the index and the tokenizer do
-        searcher = Searcher.open(self.index_dir, embedder, self.root)
+        searcher = Searcher.open(self.index_dir, embedder, self.root, parts)
         stamp = (searcher.index_dir, stamp[1])  # the generation actually opened (CURRENT may have moved)
         self._searchers = {key: (stamp, searcher)}
         return searcher
@@ -525,12 +525,14 @@ class Project:
         return project_status(self)
 
     # -- search --------------------------------------------------------------
-    def _search_setup(self, mode, k, rrf_k, candidates, filter):
+    def _search_setup(self, mode, k, rrf_k, candidates, filter, *, for_ask: bool = False):
         from rag_cli.index.searcher import check_mode
 
         config, _ = self._with("search", {"mode": mode, "k": k, "rrf_k": rrf_k, "candidates": candidates})
-        check_mode(config.search.mode)
-        searcher = self._searcher(config, with_embedder=config.search.mode != "sparse")
+        mode = check_mode(config.search.mode)
+        # ask scores evidence with both indexes (cosines, term coverage); a search loads what its mode needs
+        parts = ("dense", "sparse") if for_ask or mode == "hybrid" else (mode,)
+        searcher = self._searcher(config, with_embedder=mode != "sparse", parts=parts)
         return config, searcher, searcher.mask(filter)
 
     def search(self, query: str, *, mode: str | None = None, k: int | None = None, filter: str | None = None,
@@ -654,7 +656,7 @@ class Project:
                                        "strong_score": strong_score, "max_sentences": max_sentences,
                                        "generator": generator})
         config, _ = config.with_options("generator", llm)
-        sconfig, s, mask = self._search_setup(mode, None, None, None, filter)
+        sconfig, s, mask = self._search_setup(mode, None, None, None, filter, for_ask=True)
         if s.embedder is None:  # sparse retrieval: the evidence is still scored by the bi-encoder
             s.embedder = self._embedder(config)
         gen = load_generator(config.ask, s.embedder, s.sparse, config.generator, threads=config.model.threads)

@@ -77,19 +77,21 @@ class Searcher:
     index_dir: Path
     meta: dict
     chunks: "object"  # pyarrow.Table of the index's chunk columns
-    dense: "object"  # DenseIndex
-    sparse: "object"  # SparseIndex
+    dense: "object"  # DenseIndex, None unless loaded (`open`'s parts)
+    sparse: "object"  # SparseIndex, None unless loaded
     embedder: object | None = None
     _chunk_ids: list[str] = field(default_factory=list)
     _doc_ids: list[str] = field(default_factory=list)
     n_queries_truncated: int = 0
 
     @classmethod
-    def open(cls, index_dir: Path, embedder=None, project_root: Path | None = None) -> "Searcher":
-        """Load the index folder. Raises BadInput if it is missing or
+    def open(cls, index_dir: Path, embedder=None, project_root: Path | None = None,
+             parts: tuple[str, ...] = ("dense", "sparse")) -> "Searcher":
+        """Load the index folder, with the indexes in `parts` ("dense",
+        "sparse"; see `IndexFolder.open`). Raises BadInput if it is missing or
         unreadable, or if `embedder`'s fingerprint differs from the one the
         index was built with."""
-        folder = IndexFolder.open(index_dir, project_root)
+        folder = IndexFolder.open(index_dir, project_root, parts)
         meta = folder.meta
         if embedder is not None and embedder.folder.fingerprint != meta["model_fingerprint"]:
             model = embedder.folder
@@ -137,12 +139,12 @@ class Searcher:
             raise BadInput("dense search needs the embedder the index was built with")
         vectors = self.embedder.encode_queries([prepare_query(q) for q in queries])
         self.n_queries_truncated += int(self.embedder.n_truncated)
-        if vectors.shape[1] != self.dense.params["dim"]:
+        if vectors.shape[1] != self.meta["dim"]:
             folder = self.embedder.folder
             graph = folder.query_onnx_path or folder.onnx_path
             raise BadInput(
                 f"{graph} gives {vectors.shape[1]}-dimension query vectors but the index in {self.index_dir} "
-                f"holds {self.dense.params['dim']}-dimension vectors; the query graph must come from the "
+                f"holds {self.meta['dim']}-dimension vectors; the query graph must come from the "
                 "same model as the graph that embedded the chunks"
             )
         bad = bad_vector_rows(vectors)

@@ -96,7 +96,8 @@ def generations(index_dir: Path) -> list[tuple[int, Path]]:
 class IndexFolder:
     """A loaded index generation: `meta` (meta.json), `chunks` (pyarrow.Table
     of INDEX_COLUMNS present, plus `label`), `dense` (`DenseIndex`), `sparse`
-    (`SparseIndex`); `path` is the generation's folder."""
+    (`SparseIndex`), each None when not asked for (`open`'s `parts`); `path`
+    is the generation's folder."""
 
     path: Path
     meta: dict
@@ -110,8 +111,11 @@ class IndexFolder:
         return current_generation(path) is not None
 
     @classmethod
-    def open(cls, path: Path, project_root: Path | None = None) -> "IndexFolder":
-        """Load the current generation of the index folder `path` (CURRENT is read once).
+    def open(cls, path: Path, project_root: Path | None = None,
+             parts: tuple[str, ...] = ("dense", "sparse")) -> "IndexFolder":
+        """Load the current generation of the index folder `path` (CURRENT is
+        read once): its chunks and meta, and the indexes named in `parts`
+        ("dense", "sparse"; a dense-only search never imports bm25s).
 
         Raises BadInput when there is no index (run `rag index`), a file does
         not match files.json (its size, or its sha256 for files of at most
@@ -126,18 +130,15 @@ class IndexFolder:
                 where = f" (project folder {project_root})" if project_root is not None else ""
                 raise BadInput(f"{path} has no index: run `rag index` first{where}")
             try:
-                return cls._load(gen, flat=gen == path)
+                return cls._load(gen, flat=gen == path, parts=parts)
             except _Vanished:
                 if attempt == 2:
                     raise BadInput(f"{gen} was removed while it was being opened; try again") from None
         raise AssertionError("unreachable")
 
     @classmethod
-    def _load(cls, gen: Path, flat: bool) -> "IndexFolder":
+    def _load(cls, gen: Path, flat: bool, parts: tuple[str, ...]) -> "IndexFolder":
         import pyarrow.parquet as pq
-
-        from rag_cli.index.dense import DenseIndex
-        from rag_cli.index.sparse import SparseIndex
 
         if not flat:  # the old flat layout has no files.json
             if not gen.is_dir():
@@ -147,7 +148,15 @@ class IndexFolder:
             meta = json.loads((gen / "meta.json").read_text(encoding="utf-8"))
             chunks = pq.read_table(gen / "chunks.parquet")
             labels = chunks.column("label").to_numpy() if "label" in chunks.column_names else None
-            dense, sparse = DenseIndex.load(gen / "dense", labels), SparseIndex.load(gen / "sparse")
+            dense = sparse = None
+            if "dense" in parts:
+                from rag_cli.index.dense import DenseIndex
+
+                dense = DenseIndex.load(gen / "dense", labels)
+            if "sparse" in parts:
+                from rag_cli.index.sparse import SparseIndex
+
+                sparse = SparseIndex.load(gen / "sparse")
         except FileNotFoundError as exc:
             if not gen.exists():
                 raise _Vanished from exc
