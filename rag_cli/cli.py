@@ -352,12 +352,64 @@ def update(
         _warn(f"every document was rechunked: {out['full_rechunk']}")
     if i["full"]:
         _warn(f"the index was rebuilt in full: {i['full']}")
-    _note(f"documents: {c['docs_added']} added, {c['docs_changed']} changed, {c['docs_removed']} removed, "
-          f"{c['docs_unchanged']} unchanged; chunks: {c['chunks_added']} added, {c['chunks_removed']} removed; "
-          f"{e['n_embedded']} texts embedded; "
-          + (f"index unchanged ({i['generation']})" if i["unchanged"] else
-             f"index {i['generation']}: {i['vectors_added']} vectors added, {i['vectors_deleted']} deleted")
-          + f" in {c.get('seconds', 0) + e['seconds'] + i['seconds']:.1f}s")
+    _note(_update_line(out) + f" in {c.get('seconds', 0) + e['seconds'] + i['seconds']:.1f}s")
+
+
+def _update_line(out: dict) -> str:
+    """One line summing up an `update` result (documents, chunks, texts embedded, generation)."""
+    c, e, i = out["chunk"], out["embed"], out["index"]
+    return (f"documents: {c['docs_added']} added, {c['docs_changed']} changed, {c['docs_removed']} removed, "
+            f"{c['docs_unchanged']} unchanged; chunks: {c['chunks_added']} added, {c['chunks_removed']} removed; "
+            f"{e['n_embedded']} texts embedded; "
+            + (f"index unchanged ({i['generation']})" if i["unchanged"] else
+               f"index {i['generation']}: {i['vectors_added']} vectors added, {i['vectors_deleted']} deleted"))
+
+
+@app.command()
+@handle_errors
+def watch(
+    sources: Annotated[Optional[list[str]], typer.Argument(help="Files, folders or globs to keep indexed (default: those remembered by `rag build`)")] = None,
+    debounce: Annotated[float, typer.Option("--debounce", help="Seconds without changes before a batch of changes is applied as one update")] = 2.0,
+    fmt: FormatOpt = "auto",
+    strategy: StrategyOpt = None,
+    size: SizeOpt = None,
+    overlap: OverlapOpt = None,
+    unit: UnitOpt = None,
+    model: ModelOpt = None,
+    precision: PrecisionOpt = None,
+    keep: KeepOpt = None,
+    wait: WaitOpt = None,
+    project: ProjectOpt = None,
+    quiet: QuietOpt = False,
+):
+    """Build (or update) the index, then apply each batch of file changes as one `rag update` until Ctrl-C or SIGTERM."""
+    import time
+
+    from rag_cli.project import Project
+
+    p = Project.open(project)
+    say = (lambda m: None) if quiet else (lambda m: _note(f"{time.strftime('%H:%M:%S')} {m}"))
+
+    def started(out: dict) -> None:
+        if "chunk" in out and "docs_added" not in out["chunk"]:  # a build
+            say(f"built: {out['chunk']['n_docs']} documents, index {out['index']['generation']}")
+        else:
+            say(f"up to date: {_update_line(out)}")
+        say(f"watching {', '.join(p.config.sources.paths)} (debounce {debounce:g} s); Ctrl-C stops")
+
+    def failed(exc: Exception) -> None:
+        _error(f"{exc} (still watching)")
+
+    try:
+        n = p.watch(sources or [], debounce=debounce, format=fmt, strategy=strategy, size=size, overlap=overlap,
+                    unit=unit, model=model, precision=precision, keep=keep, wait=wait, on_start=started,
+                    on_batch=lambda b: say(f"{len(b)} change(s): {', '.join(f'{c} {Path(f).name}' for c, f in b[:5])}"
+                                           + (" ..." if len(b) > 5 else "")),
+                    on_update=lambda out: out["index"]["unchanged"] or say(_update_line(out)), on_error=failed)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the normal way to stop watching
+        say("stopped; the current index generation is complete")
+        return
+    say(f"stopped after {n} update(s)")
 
 
 @app.command()

@@ -505,6 +505,47 @@ class Project:
                         full_rechunk=rechunk)
         return out
 
+    def watch(self, sources: Sequence[str | os.PathLike] = (), *, debounce: float = 2.0, format: str = "auto",
+              strategy: str | None = None, size: int | None = None, overlap: int | None = None,
+              unit: str | None = None, model: str | os.PathLike | None = None, precision: str | None = None,
+              keep: int | None = None, wait: float | None = None, stop=None, on_start=None, on_batch=None,
+              on_update=None, on_error=None, progress: Progress | None = None) -> int:
+        """Keep the index current as the sources change (see `rag_cli.stages.watch`).
+
+        First brings the project up to date: `build(sources, ...)` when
+        sources or chunk/model options are given that differ from the
+        remembered ones (or nothing is built yet), else `update()`; its result
+        goes to `on_start`. Then each debounced batch of file changes
+        (`debounce` seconds, > 0) is applied as one `update(keep, wait)`,
+        its result given to `on_update` (`on_batch`, `on_error`: see
+        `watch_changes`). Runs until `stop` (threading.Event) is set, or
+        KeyboardInterrupt. Returns the number of updates applied after the start.
+        Raises BadInput for bad options or no sources (none given or remembered).
+        """
+        from rag_cli.stages.watch import watch_changes, watch_roots
+
+        check_flag("--debounce", debounce, (0.001, None))
+        given = [os.path.abspath(os.fspath(s)) for s in sources]
+        remembered = self.config.sources if self.config_path.exists() else None
+        opts = {"strategy": strategy, "size": size, "overlap": overlap, "unit": unit, "model": model,
+                "precision": precision}
+        fresh = (not remembered or not remembered.paths or not self.index_dir.exists()
+                 or (given and (given != list(remembered.paths) or format != remembered.format))
+                 or any(v is not None for v in opts.values()))
+        if fresh:
+            if not given:
+                raise BadInput(f"give the folders or files to watch (SRC...): {self.config_path} remembers no "
+                               f"sources (project folder {self.root})")
+            first = self.build(given, format=format, keep=keep, wait=wait, progress=progress, **opts)
+        else:
+            first = self.update(keep=keep, wait=wait, progress=progress)
+        if on_start:
+            on_start(first)
+        roots = watch_roots(list(self.config.sources.paths))
+        return watch_changes(roots, lambda: self.update(keep=keep, wait=wait, progress=progress),
+                             debounce=debounce, stop=stop, on_batch=on_batch, on_update=on_update,
+                             on_error=on_error)
+
     def rollback(self, *, wait: float | None = None) -> dict:
         """Make the previous index generation current again (the chunk and
         embedding files are not changed: `status` shows them as newer).
