@@ -62,6 +62,7 @@ EfOpt = Annotated[Optional[int], typer.Option("--ef", help="HNSW query beam (rai
 FormatOpt = Annotated[str, typer.Option("--format", help="auto (by extension) | markdown | text | html | pdf | docx | code | beir")]
 WaitOpt = Annotated[Optional[float], typer.Option("--wait", help="Seconds to wait for another writer of the project, then exit 1; 0 = fail at once (config: lock.wait)")]
 KeepOpt = Annotated[Optional[int], typer.Option("--keep", help="Old index generations kept for `rag rollback` (config: index.keep)")]
+FilterOpt = Annotated[Optional[list[str]], typer.Option("--filter", help="Only chunks whose fields match; repeat to AND: doc_id='guides/*', path='*.md', 'date>=2025-01-01', 'tags in [api,cli]', 'year<2020' (chunk columns, path, title, n_chars, front-matter keys)")]
 ProviderOpt = Annotated[Optional[str], typer.Option("--provider", help="onnxruntime execution provider: cpu, cuda or coreml, if onnxruntime has it (config: model.provider)")]
 
 
@@ -463,7 +464,7 @@ def search(
     queries: Annotated[Optional[Path], typer.Option("--queries", help="Query file (JSONL _id/text or query_id/query, or TSV): writes a run")] = None,
     mode: Annotated[Optional[str], typer.Option("--mode", help="dense | sparse | hybrid (config: search.mode)")] = None,
     k: Annotated[Optional[int], typer.Option("-k", help="Results per query (config: search.k)")] = None,
-    filter_: Annotated[Optional[str], typer.Option("--filter", help="FIELD=GLOB over chunk columns, e.g. doc_id='guides/*'")] = None,
+    filter_: FilterOpt = None,
     rrf_k: Annotated[Optional[int], typer.Option("--rrf-k", min=0, help="RRF constant k in 1/(k + rank) (config: search.rrf_k)")] = None,
     candidates: Annotated[Optional[int], typer.Option("--candidates", min=1, help="Hybrid: hits per retriever before fusion (config: search.candidates)")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet (default: the query file's stem-mode)")] = None,
@@ -617,7 +618,7 @@ def ask(
     min_coverage: Annotated[Optional[float], typer.Option("--min-coverage", help="Refuse below this idf-weighted share of question terms in the evidence, unless the cosine reaches ask.strong_score (config: ask.min_coverage)")] = None,
     strong_score: Annotated[Optional[float], typer.Option("--strong-score", help="A cosine at or above this answers without the --min-coverage check (config: ask.strong_score)")] = None,
     max_sentences: Annotated[Optional[int], typer.Option("--max-sentences", min=1, help="Sentences at most in an extractive answer (config: ask.max_sentences)")] = None,
-    filter_: Annotated[Optional[str], typer.Option("--filter", help="FIELD=GLOB over chunk columns")] = None,
+    filter_: FilterOpt = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Answers name: answers/NAME.parquet (default: the query file's stem)")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,

@@ -574,10 +574,13 @@ class Project:
         searcher = self._searcher(config, with_embedder=config.search.mode != "sparse")
         return config, searcher, searcher.mask(filter)
 
-    def search(self, query: str, *, mode: str | None = None, k: int | None = None, filter: str | None = None,
+    def search(self, query: str, *, mode: str | None = None, k: int | None = None, filter: str | Sequence[str] | None = None,
                rrf_k: int | None = None, candidates: int | None = None) -> SearchResult:
         """Search one query: the top-k chunks (dense, sparse or hybrid).
-        `filter` is FIELD=GLOB over chunk columns (e.g. "doc_id=guides/*").
+        `filter`: one expression or a list (AND) over chunk and document
+        fields and front-matter metadata, e.g. ["doc_id=guides/*",
+        "date>=2025-01-01", "tags in [api,cli]"] (`rag_cli.index.filters`);
+        applied before ranking, so k hits come back whenever k chunks match.
 
         Raises BadInput for bad options, an empty query, or no index.
         """
@@ -589,7 +592,7 @@ class Project:
         return SearchResult(query, config.search.mode, hits, s.n_queries_truncated - before, _max_length(s))
 
     def search_queries(self, queries: str | os.PathLike, *, mode: str | None = None, k: int | None = None,
-                       filter: str | None = None, rrf_k: int | None = None, candidates: int | None = None,
+                       filter: str | Sequence[str] | None = None, rrf_k: int | None = None, candidates: int | None = None,
                        name: str | None = None, format: str = "parquet", output: str | os.PathLike | None = None,
                        progress: Progress | None = None) -> RunFile:
         """Search every query of a query file (JSONL or TSV) and write a run:
@@ -697,7 +700,7 @@ class Project:
     def ask(self, question: str, *, k: int | None = None, mode: str | None = None,
             min_score: float | None = None, min_coverage: float | None = None,
             strong_score: float | None = None, max_sentences: int | None = None,
-            filter: str | None = None):
+            filter: str | Sequence[str] | None = None):
         """Answer `question` from the indexed sources only, citing the
         evidence as [n], or refuse (see `rag_cli.stages.ask`). Returns an
         `AskResult` (`.answer.text`, `.answer.citations`, `.refused`,
@@ -716,7 +719,7 @@ class Project:
     def ask_queries(self, queries: str | os.PathLike, *, k: int | None = None, mode: str | None = None,
                     min_score: float | None = None, min_coverage: float | None = None,
                     strong_score: float | None = None, max_sentences: int | None = None,
-                    filter: str | None = None, name: str | None = None,
+                    filter: str | Sequence[str] | None = None, name: str | None = None,
                     progress: Progress | None = None) -> dict:
         """Answer every question of a query file into answers/NAME.parquet
         (NAME: the file's stem). Returns {"answers": path, "n": answers, "refused": refusals,

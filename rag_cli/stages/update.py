@@ -34,7 +34,7 @@ import pyarrow as pa
 from rag_cli.chunking import chunk_with_parents
 from rag_cli.chunking.setup import chunk_options, chunk_settings
 from rag_cli.config import ChunkConfig, IndexConfig, ModelConfig
-from rag_cli.index.build import build_full, index_meta, index_texts, read_inputs, record_index, with_labels
+from rag_cli.index.build import build_full, index_docs, index_meta, index_texts, read_inputs, record_index, with_labels
 from rag_cli.index.sparse import SparseIndex
 from rag_cli.loaders import load_sources
 from rag_cli.loaders.document import Document
@@ -187,7 +187,9 @@ def update_index(project: "Project", params: IndexConfig, *, threads: int = 0, k
                                        method=params.bm25_method)
             step(3)
             chunks = with_labels(chunks, labels)
-    unchanged = full is None and added == deleted == 0 and cur.chunks.equals(chunks) and _same_params(cur, params)
+    docs = index_docs(project.docs_path)
+    unchanged = (full is None and added == deleted == 0 and cur.chunks.equals(chunks) and _same_params(cur, params)
+                 and (cur.docs is None if docs is None else cur.docs is not None and cur.docs.equals(docs)))
     if unchanged:  # nothing changed: no new generation
         counts = {"n_chunks": chunks.num_rows, "vectors_added": 0, "vectors_deleted": 0, "full": None,
                   "compacted": False}
@@ -200,7 +202,7 @@ def update_index(project: "Project", params: IndexConfig, *, threads: int = 0, k
     counts = {"n_chunks": chunks.num_rows, "vectors_added": added, "vectors_deleted": deleted,
               "full": full, "compacted": compacted}
     gen = write_index_folder(project.index_dir, dense=dense, sparse=sparse, chunks=chunks, meta=meta, keep=keep,
-                             command="update", counts=counts)
+                             command="update", counts=counts, docs=docs)
     seconds = time.perf_counter() - t0
     record_index(project, params, emb, gen.name, counts, seconds)
     return {**counts, "unchanged": False, "dim": meta["dim"], "generation": gen.name, "seconds": seconds,

@@ -9,6 +9,9 @@
                        sparse params, generation {id, time, command, counts}
         chunks.parquet the chunk columns search and ask read (`INDEX_COLUMNS`),
                        plus `label`: the chunk's label in the HNSW graph
+        docs.parquet   the document columns `--filter` reads (`INDEX_DOC_COLUMNS`:
+                       doc_id, path, title, n_chars, metadata JSON); absent in
+                       generations written by earlier versions
         dense/         hnsw.bin + rag_dense.json
         sparse/        the bm25s index + rag_sparse.json
         files.json     {"files": {relative path: {"size": bytes, "sha256": hex}}}
@@ -54,13 +57,16 @@ from rag_cli.hashing import sha256_file
 INDEX_COLUMNS = ["chunk_id", "doc_id", "text", "embed_text", "title_path", "parent_id", "context_start",
                  "context_end", "context"]
 
+#: Columns of docs.parquet kept in index/docs.parquet (what `--filter` matches on).
+INDEX_DOC_COLUMNS = ["doc_id", "path", "title", "n_chars", "metadata"]
+
 #: Files up to this size are sha256-checked every time a generation is opened.
 VERIFY_SHA256_MAX_BYTES = 64 << 20
 
 CURRENT = "CURRENT"
 _GEN = re.compile(r"^gen-(\d+)$")
 _TMP = re.compile(r"^\.gen-(\d+)\.tmp$")
-_FLAT = ("meta.json", "chunks.parquet", "dense", "sparse")
+_FLAT = ("meta.json", "chunks.parquet", "docs.parquet", "dense", "sparse")
 
 
 def generation_name(gen_id: int) -> str:
@@ -96,13 +102,15 @@ def generations(index_dir: Path) -> list[tuple[int, Path]]:
 class IndexFolder:
     """A loaded index generation: `meta` (meta.json), `chunks` (pyarrow.Table
     of INDEX_COLUMNS present, plus `label`), `dense` (`DenseIndex`), `sparse`
-    (`SparseIndex`); `path` is the generation's folder."""
+    (`SparseIndex`), `docs` (pyarrow.Table of INDEX_DOC_COLUMNS, None for a
+    generation without docs.parquet); `path` is the generation's folder."""
 
     path: Path
     meta: dict
     chunks: pa.Table
     dense: object
     sparse: object
+    docs: pa.Table | None = None
 
     @staticmethod
     def exists(path: Path) -> bool:
@@ -148,6 +156,7 @@ class IndexFolder:
             chunks = pq.read_table(gen / "chunks.parquet")
             labels = chunks.column("label").to_numpy() if "label" in chunks.column_names else None
             dense, sparse = DenseIndex.load(gen / "dense", labels), SparseIndex.load(gen / "sparse")
+            docs = pq.read_table(gen / "docs.parquet") if (gen / "docs.parquet").exists() else None
         except FileNotFoundError as exc:
             if not gen.exists():
                 raise _Vanished from exc
@@ -156,7 +165,7 @@ class IndexFolder:
         except Exception as exc:  # hnswlib, bm25s, json and arrow each raise their own
             raise BadInput(f"{gen} cannot be read ({type(exc).__name__}: {exc}); "
                            "rebuild it with `rag index`") from exc
-        return cls(gen, meta, chunks, dense, sparse)
+        return cls(gen, meta, chunks, dense, sparse, docs)
 
 
 class _Vanished(Exception):
@@ -255,11 +264,12 @@ def _remove(p: Path) -> None:
 
 
 def write_index_folder(path: Path, *, dense, sparse, chunks: pa.Table, meta: dict, keep: int = 2,
-                       command: str = "index", counts: dict | None = None) -> Path:
+                       command: str = "index", counts: dict | None = None, docs: pa.Table | None = None) -> Path:
     """Write a new generation of the index folder `path` and make it current.
 
     `dense` (DenseIndex), `sparse` (SparseIndex), `chunks` (the INDEX_COLUMNS
-    of chunks.parquet plus `label`), `meta` (meta.json; a `generation` entry
+    of chunks.parquet plus `label`), `docs` (INDEX_DOC_COLUMNS of docs.parquet,
+    or None), `meta` (meta.json; a `generation` entry
     {id, name, time, command, counts} is added). Then removes unfinished and
     surplus generations (`clean_index_dir` with `keep`). Call under the
     project lock. On error the current generation is left as it was.
@@ -278,6 +288,8 @@ def write_index_folder(path: Path, *, dense, sparse, chunks: pa.Table, meta: dic
         dense.save(tmp / "dense")
         sparse.save(tmp / "sparse")
         pq.write_table(chunks, tmp / "chunks.parquet", compression="zstd")
+        if docs is not None:
+            pq.write_table(docs, tmp / "docs.parquet", compression="zstd")
         meta = {**meta, "generation": {"id": gen_id, "name": name, "command": command, "counts": counts or {},
                                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
