@@ -273,6 +273,7 @@ def index(
     bm25_method: Annotated[Optional[str], typer.Option("--bm25-method", help="BM25 variant: lucene | robertson | atire | bm25l | bm25+ (config: index.bm25_method)")] = None,
     keep: KeepOpt = None,
     wait: WaitOpt = None,
+    rollback_: Annotated[bool, typer.Option("--rollback", help="Make the previous index generation current again (as `rag rollback`)")] = False,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -281,6 +282,8 @@ def index(
     from rag_cli.project import Project
 
     p = Project.open(project)
+    if rollback_:
+        return _rolled_back(p.rollback(wait=wait), json_out)
     with _progress(quiet or json_out) as progress:
         summary = p.index(hnsw_m=hnsw_m, hnsw_ef_construction=ef_construction, hnsw_ef=ef, bm25_k1=k1, bm25_b=b,
                           bm25_method=bm25_method, keep=keep, wait=wait, progress=progress)
@@ -423,7 +426,10 @@ def rollback(
     """Make the previous index generation current again."""
     from rag_cli.project import Project
 
-    out = Project.open(project).rollback(wait=wait)
+    _rolled_back(Project.open(project).rollback(wait=wait), json_out)
+
+
+def _rolled_back(out: dict, json_out: bool) -> None:
     if json_out:
         return _emit_json(out)
     _note(f"index rolled back: {out['from']} -> {out['to']}")
@@ -432,15 +438,20 @@ def rollback(
 @app.command()
 @handle_errors
 def status(
+    verify: Annotated[bool, typer.Option("--verify", help="Hash every file of every index generation against its files.json; exit 2 if one is damaged")] = False,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
 ):
     """Documents, chunks, vectors, index generations, disk use and stale stages (with the command to refresh each)."""
     from rag_cli.project import Project
 
-    st = Project.open(project).status()
+    st = Project.open(project).status(verify=verify)
+    damaged = [g for g in st["generations"] if g.get("verified")]
     if json_out:
-        return _emit_json(st)
+        _emit_json(st)
+        if damaged:
+            raise typer.Exit(2)
+        return
     out = _stdout()
     out.print(f"project {st['project']}: {st['documents']} documents, {st['chunks']} chunks, {st['vectors']} vectors",
               highlight=False, markup=False)
@@ -454,6 +465,13 @@ def status(
         out.print(f"stale: {s['stage']} ({s['why']}): run `{s['command']}`", highlight=False, markup=False)
     if not st["stale"]:
         out.print("up to date", highlight=False, markup=False)
+    if verify:
+        out.print(f"verified {len(st['generations']) - len(damaged)} of {len(st['generations'])} generations",
+                  highlight=False, markup=False)
+    for g in damaged:
+        _error(g["verified"])
+    if damaged:
+        raise typer.Exit(2)
 
 
 # --------------------------------------------------------------------------- search

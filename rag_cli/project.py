@@ -500,7 +500,7 @@ class Project:
             i = update_index(self, config.index, threads=config.model.threads, keep=config.index.keep,
                              progress=progress)
             out = {"chunk": c, "embed": e, "index": i, "full_rechunk": rechunk}
-            self.record("update", chunk={k: v for k, v in c.items() if k != "skipped"},
+            self.record("update", chunk={k: v for k, v in c.items() if k not in ("skipped", "seconds")},
                         n_embedded=e["n_embedded"], index={k: v for k, v in i.items() if k != "seconds"},
                         full_rechunk=rechunk)
         return out
@@ -558,12 +558,13 @@ class Project:
             old, new = rollback(self.index_dir)
         return {"from": old, "to": new}
 
-    def status(self) -> dict:
-        """The project's state (see `rag_cli.store.status.project_status`)."""
+    def status(self, *, verify: bool = False) -> dict:
+        """The project's state (see `rag_cli.store.status.project_status`);
+        `verify` hashes every generation's files against its files.json."""
         from rag_cli.store.status import project_status
 
         self.require_exists()
-        return project_status(self)
+        return project_status(self, verify=verify)
 
     # -- search --------------------------------------------------------------
     def _search_setup(self, mode, k, rrf_k, candidates, filter):

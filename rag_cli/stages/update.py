@@ -67,7 +67,8 @@ def update_chunks(project: "Project", sources: list[str], *, fmt: str, params: C
     parents.parquet for parent-child) atomically, and the `chunk` entry of
     manifest.json. Returns the counts: docs_added, docs_changed,
     docs_removed, docs_unchanged, chunks_added, chunks_removed, n_docs,
-    n_chunks, skipped. Raises BadInput as `rag chunk` does."""
+    n_chunks, skipped, seconds. Raises BadInput as `rag chunk` does."""
+    t0 = time.perf_counter()
     options = chunk_options(params, model)
     exists = project.docs_path.exists() and project.chunks_path.exists()
     have_old = not full and exists
@@ -110,7 +111,7 @@ def update_chunks(project: "Project", sources: list[str], *, fmt: str, params: C
                    rows={"docs": len(docs), "chunks": chunks.num_rows,
                          "parents": tables[project.parents_path].num_rows if parent_child else 0},
                    skipped=counts["skipped"], update={k: v for k, v in counts.items() if k != "skipped"})
-    return counts
+    return {**counts, "seconds": time.perf_counter() - t0}
 
 
 def _merge(old: pa.Table | None, new: pa.Table, order: list[str], keep: set[str]) -> tuple[pa.Table, int]:
