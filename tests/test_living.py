@@ -224,16 +224,17 @@ def two_states(tmp_path_factory, scifact_docs, tiny_bi_encoder):
     return out
 
 
-@pytest.mark.parametrize("command", ["update", "index"])
-def test_sigkill_at_random_moments_leaves_a_working_index(tmp_path, scifact_docs, tiny_bi_encoder, two_states,
-                                                          command):
+def _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command: str, trials: int, seed: int) -> None:
+    """Kill `rag COMMAND` with SIGKILL at a random moment `trials` times while the corpus alternates
+    between A and B: after every kill the current generation loads and gives exactly A's or B's
+    results; then an uninterrupted `rag update` gives the last corpus's results and leaves nothing behind."""
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:100])
     p = build(tmp_path / "p", src, tiny_bi_encoder)
-    rng = random.Random(7)
-    for trial in range(3):
+    rng = random.Random(seed)
+    for trial in range(trials):
         write_corpus(src, state_b(scifact_docs) if trial % 2 == 0 else scifact_docs[:100])
-        proc = _rag(command, "-p", p.root, "-q")
+        proc = _rag(*([command, src] if command == "build" else [command]), "-p", p.root, "-q")
         time.sleep(rng.uniform(0.2, 2.5))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -243,6 +244,20 @@ def test_sigkill_at_random_moments_leaves_a_working_index(tmp_path, scifact_docs
     assert proc.wait() == 0, proc.stderr.read()
     assert sparse_results(p) == two_states["b" if (trial % 2 == 0) else "a"]
     assert not [x for x in p.index_dir.iterdir() if x.name.startswith(".")]
+
+
+@pytest.mark.parametrize("command", ["update", "index"])
+def test_sigkill_at_random_moments_leaves_a_working_index(tmp_path, scifact_docs, tiny_bi_encoder, two_states,
+                                                          command):
+    _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command, trials=3, seed=7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["build", "update", "index"])
+def test_sigkill_many_trials_per_stage(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command):
+    """At least 20 kills per stage (RAG_CRASH_TRIALS overrides, e.g. for a quick local check)."""
+    trials = int(os.environ.get("RAG_CRASH_TRIALS", "20"))
+    _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command, trials=trials, seed=11)
 
 
 def test_searches_during_updates_see_whole_generations(tmp_path, scifact_docs, tiny_bi_encoder, two_states):

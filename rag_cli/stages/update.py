@@ -41,7 +41,7 @@ from rag_cli.loaders.document import Document
 from rag_cli.progress import Progress
 from rag_cli.store.chunks import chunks_table, read_chunks, write_tables
 from rag_cli.store.docs import docs_table, read_docs
-from rag_cli.store.index_folder import IndexFolder, write_index_folder
+from rag_cli.store.index_folder import IndexFolder, clean_index_dir, write_index_folder
 
 if TYPE_CHECKING:
     from rag_cli.project import Project
@@ -191,7 +191,8 @@ def update_index(project: "Project", params: IndexConfig, *, threads: int = 0, k
     docs = index_docs(project.docs_path)
     unchanged = (full is None and added == deleted == 0 and cur.chunks.equals(chunks) and _same_params(cur, params)
                  and (cur.docs is None if docs is None else cur.docs is not None and cur.docs.equals(docs)))
-    if unchanged:  # nothing changed: no new generation
+    if unchanged:  # nothing changed: no new generation, but what a killed writer left is removed
+        clean_index_dir(project.index_dir, keep)
         counts = {"n_chunks": chunks.num_rows, "vectors_added": 0, "vectors_deleted": 0, "full": None,
                   "compacted": False}
         record_index(project, params, emb, cur.path.name, counts, time.perf_counter() - t0)
