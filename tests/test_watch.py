@@ -84,6 +84,8 @@ def test_watch_applies_batches_and_stops_cleanly_on_sigterm(tmp_path, tiny_bi_en
                   lambda: current_generation(root / "index") not in (first, second)
                   and _sparse_ids(root, "stem") == ["gamma.md"], proc=proc)
         assert _sparse_ids(root, "vitamin") == []
+        # the update ends by removing generations beyond --keep 1: wait for it, then stop
+        _wait_for("the oldest generation removed", lambda: len(list((root / "index").iterdir())) == 3, proc=proc)
 
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
@@ -92,7 +94,7 @@ def test_watch_applies_batches_and_stops_cleanly_on_sigterm(tmp_path, tiny_bi_en
         leftovers = [x.name for x in (root / "index").iterdir() if x.name.startswith(".")]
         assert leftovers == [] and not (root / ".lock.json").exists()
         names = sorted(x.name for x in (root / "index").iterdir())
-        assert len(names) == 3 and names[0] == "CURRENT"  # the current generation and one kept
+        assert names[0] == "CURRENT" and names[1:] == [second.name, current_generation(root / "index").name]
         assert Project.open(root).status()["stale"] == []
     finally:
         if proc.poll() is None:

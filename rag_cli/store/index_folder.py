@@ -23,7 +23,9 @@ the folder). A reader resolves `CURRENT` once and reads only that
 generation, so a search that started on generation N finishes on N while
 N+1 is written. A generation folder is complete once `files.json` is in it;
 unfinished ones (a killed writer) are removed by the next writer, which also
-keeps only the `keep` newest generations besides the current one.
+keeps only the `keep` newest generations besides the current one (a surplus
+generation is renamed to `.gen-<id>.tmp` before it is deleted, so a writer
+killed while deleting never leaves a half generation that looks complete).
 
 Checks on open: the size of every file is compared with files.json; files
 of at most `VERIFY_SHA256_MAX_BYTES` are also hashed (sha256), so a damaged
@@ -249,7 +251,9 @@ def clean_index_dir(index_dir: Path, keep: int) -> list[str]:
             removed.append(p.name)
     others = [p for _, p in generations(index_dir) if p != current]
     for p in others[: max(len(others) - keep, 0)]:
-        _remove(p)
+        trash = index_dir / f".{p.name}.tmp"  # renamed first: a kill while deleting leaves no half generation
+        os.rename(p, trash)
+        _remove(trash)
         removed.append(p.name)
     for p in index_dir.parent.glob(f".{index_dir.name}.*.tmp"):  # the atomic_dir of older versions
         _remove(p)
