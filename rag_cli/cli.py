@@ -62,6 +62,7 @@ EfOpt = Annotated[Optional[int], typer.Option("--ef", help="HNSW query beam (rai
 FormatOpt = Annotated[str, typer.Option("--format", help="auto (by extension) | markdown | text | html | pdf | docx | code | beir")]
 WaitOpt = Annotated[Optional[float], typer.Option("--wait", help="Seconds to wait for another writer of the project, then exit 1; 0 = fail at once (config: lock.wait)")]
 KeepOpt = Annotated[Optional[int], typer.Option("--keep", help="Old index generations kept for `rag rollback` (config: index.keep)")]
+FilterOpt = Annotated[Optional[list[str]], typer.Option("--filter", help="Only chunks whose fields match; repeat to AND: doc_id='guides/*', path='*.md', 'date>=2025-01-01', 'tags in [api,cli]', 'year<2020' (chunk columns, path, title, n_chars, front-matter keys)")]
 ProviderOpt = Annotated[Optional[str], typer.Option("--provider", help="onnxruntime execution provider: cpu, cuda or coreml, if onnxruntime has it (config: model.provider)")]
 
 
@@ -274,6 +275,7 @@ def index(
     bm25_method: Annotated[Optional[str], typer.Option("--bm25-method", help="BM25 variant: lucene | robertson | atire | bm25l | bm25+ (config: index.bm25_method)")] = None,
     keep: KeepOpt = None,
     wait: WaitOpt = None,
+    rollback_: Annotated[bool, typer.Option("--rollback", help="Make the previous index generation current again (as `rag rollback`)")] = False,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -282,6 +284,8 @@ def index(
     from rag_cli.project import Project
 
     p = Project.open(project)
+    if rollback_:
+        return _rolled_back(p.rollback(wait=wait), json_out)
     with _progress(quiet or json_out) as progress:
         summary = p.index(hnsw_m=hnsw_m, hnsw_ef_construction=ef_construction, hnsw_ef=ef, bm25_k1=k1, bm25_b=b,
                           bm25_method=bm25_method, keep=keep, wait=wait, progress=progress)
@@ -354,12 +358,64 @@ def update(
         _warn(f"every document was rechunked: {out['full_rechunk']}")
     if i["full"]:
         _warn(f"the index was rebuilt in full: {i['full']}")
-    _note(f"documents: {c['docs_added']} added, {c['docs_changed']} changed, {c['docs_removed']} removed, "
-          f"{c['docs_unchanged']} unchanged; chunks: {c['chunks_added']} added, {c['chunks_removed']} removed; "
-          f"{e['n_embedded']} texts embedded; "
-          + (f"index unchanged ({i['generation']})" if i["unchanged"] else
-             f"index {i['generation']}: {i['vectors_added']} vectors added, {i['vectors_deleted']} deleted")
-          + f" in {c.get('seconds', 0) + e['seconds'] + i['seconds']:.1f}s")
+    _note(_update_line(out) + f" in {c.get('seconds', 0) + e['seconds'] + i['seconds']:.1f}s")
+
+
+def _update_line(out: dict) -> str:
+    """One line summing up an `update` result (documents, chunks, texts embedded, generation)."""
+    c, e, i = out["chunk"], out["embed"], out["index"]
+    return (f"documents: {c['docs_added']} added, {c['docs_changed']} changed, {c['docs_removed']} removed, "
+            f"{c['docs_unchanged']} unchanged; chunks: {c['chunks_added']} added, {c['chunks_removed']} removed; "
+            f"{e['n_embedded']} texts embedded; "
+            + (f"index unchanged ({i['generation']})" if i["unchanged"] else
+               f"index {i['generation']}: {i['vectors_added']} vectors added, {i['vectors_deleted']} deleted"))
+
+
+@app.command()
+@handle_errors
+def watch(
+    sources: Annotated[Optional[list[str]], typer.Argument(help="Files, folders or globs to keep indexed (default: those remembered by `rag build`)")] = None,
+    debounce: Annotated[float, typer.Option("--debounce", help="Seconds without changes before a batch of changes is applied as one update")] = 2.0,
+    fmt: FormatOpt = "auto",
+    strategy: StrategyOpt = None,
+    size: SizeOpt = None,
+    overlap: OverlapOpt = None,
+    unit: UnitOpt = None,
+    model: ModelOpt = None,
+    precision: PrecisionOpt = None,
+    keep: KeepOpt = None,
+    wait: WaitOpt = None,
+    project: ProjectOpt = None,
+    quiet: QuietOpt = False,
+):
+    """Build (or update) the index, then apply each batch of file changes as one `rag update` until Ctrl-C or SIGTERM."""
+    import time
+
+    from rag_cli.project import Project
+
+    p = Project.open(project)
+    say = (lambda m: None) if quiet else (lambda m: _note(f"{time.strftime('%H:%M:%S')} {m}"))
+
+    def started(out: dict) -> None:
+        if "chunk" in out and "docs_added" not in out["chunk"]:  # a build
+            say(f"built: {out['chunk']['n_docs']} documents, index {out['index']['generation']}")
+        else:
+            say(f"up to date: {_update_line(out)}")
+        say(f"watching {', '.join(p.config.sources.paths)} (debounce {debounce:g} s); Ctrl-C stops")
+
+    def failed(exc: Exception) -> None:
+        _error(f"{exc} (still watching)")
+
+    try:
+        n = p.watch(sources or [], debounce=debounce, format=fmt, strategy=strategy, size=size, overlap=overlap,
+                    unit=unit, model=model, precision=precision, keep=keep, wait=wait, on_start=started,
+                    on_batch=lambda b: say(f"{len(b)} change(s): {', '.join(f'{c} {Path(f).name}' for c, f in b[:5])}"
+                                           + (" ..." if len(b) > 5 else "")),
+                    on_update=lambda out: out["index"]["unchanged"] or say(_update_line(out)), on_error=failed)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the normal way to stop watching
+        say("stopped; the current index generation is complete")
+        return
+    say(f"stopped after {n} update(s)")
 
 
 @app.command()
@@ -372,7 +428,10 @@ def rollback(
     """Make the previous index generation current again."""
     from rag_cli.project import Project
 
-    out = Project.open(project).rollback(wait=wait)
+    _rolled_back(Project.open(project).rollback(wait=wait), json_out)
+
+
+def _rolled_back(out: dict, json_out: bool) -> None:
     if json_out:
         return _emit_json(out)
     _note(f"index rolled back: {out['from']} -> {out['to']}")
@@ -381,15 +440,20 @@ def rollback(
 @app.command()
 @handle_errors
 def status(
+    verify: Annotated[bool, typer.Option("--verify", help="Hash every file of every index generation against its files.json; exit 2 if one is damaged")] = False,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
 ):
     """Documents, chunks, vectors, index generations, disk use and stale stages (with the command to refresh each)."""
     from rag_cli.project import Project
 
-    st = Project.open(project).status()
+    st = Project.open(project).status(verify=verify)
+    damaged = [g for g in st["generations"] if g.get("verified")]
     if json_out:
-        return _emit_json(st)
+        _emit_json(st)
+        if damaged:
+            raise typer.Exit(2)
+        return
     out = _stdout()
     out.print(f"project {st['project']}: {st['documents']} documents, {st['chunks']} chunks, {st['vectors']} vectors",
               highlight=False, markup=False)
@@ -403,6 +467,13 @@ def status(
         out.print(f"stale: {s['stage']} ({s['why']}): run `{s['command']}`", highlight=False, markup=False)
     if not st["stale"]:
         out.print("up to date", highlight=False, markup=False)
+    if verify:
+        out.print(f"verified {len(st['generations']) - len(damaged)} of {len(st['generations'])} generations",
+                  highlight=False, markup=False)
+    for g in damaged:
+        _error(g["verified"])
+    if damaged:
+        raise typer.Exit(2)
 
 
 # --------------------------------------------------------------------------- search
@@ -413,7 +484,7 @@ def search(
     queries: Annotated[Optional[Path], typer.Option("--queries", help="Query file (JSONL _id/text or query_id/query, or TSV): writes a run")] = None,
     mode: Annotated[Optional[str], typer.Option("--mode", help="dense | sparse | hybrid (config: search.mode)")] = None,
     k: Annotated[Optional[int], typer.Option("-k", help="Results per query (config: search.k)")] = None,
-    filter_: Annotated[Optional[str], typer.Option("--filter", help="FIELD=GLOB over chunk columns, e.g. doc_id='guides/*'")] = None,
+    filter_: FilterOpt = None,
     rrf_k: Annotated[Optional[int], typer.Option("--rrf-k", min=0, help="RRF constant k in 1/(k + rank) (config: search.rrf_k)")] = None,
     candidates: Annotated[Optional[int], typer.Option("--candidates", min=1, help="Hybrid: hits per retriever before fusion (config: search.candidates)")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet (default: the query file's stem-mode)")] = None,
@@ -582,7 +653,7 @@ def ask(
     temperature: Annotated[Optional[float], typer.Option("--temperature", help="LLM sampling temperature (config: generator.temperature)")] = None,
     max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="LLM answer length at most, tokens (config: generator.max_tokens)")] = None,
     context_tokens: Annotated[Optional[int], typer.Option("--context-tokens", help="LLM token budget of the sources; the lowest-ranked evidence is cut first (config: generator.context_tokens)")] = None,
-    filter_: Annotated[Optional[str], typer.Option("--filter", help="FIELD=GLOB over chunk columns")] = None,
+    filter_: FilterOpt = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Answers name: answers/NAME.parquet (default: the query file's stem)")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,

@@ -500,10 +500,51 @@ class Project:
             i = update_index(self, config.index, threads=config.model.threads, keep=config.index.keep,
                              progress=progress)
             out = {"chunk": c, "embed": e, "index": i, "full_rechunk": rechunk}
-            self.record("update", chunk={k: v for k, v in c.items() if k != "skipped"},
+            self.record("update", chunk={k: v for k, v in c.items() if k not in ("skipped", "seconds")},
                         n_embedded=e["n_embedded"], index={k: v for k, v in i.items() if k != "seconds"},
                         full_rechunk=rechunk)
         return out
+
+    def watch(self, sources: Sequence[str | os.PathLike] = (), *, debounce: float = 2.0, format: str = "auto",
+              strategy: str | None = None, size: int | None = None, overlap: int | None = None,
+              unit: str | None = None, model: str | os.PathLike | None = None, precision: str | None = None,
+              keep: int | None = None, wait: float | None = None, stop=None, on_start=None, on_batch=None,
+              on_update=None, on_error=None, progress: Progress | None = None) -> int:
+        """Keep the index current as the sources change (see `rag_cli.stages.watch`).
+
+        First brings the project up to date: `build(sources, ...)` when
+        sources or chunk/model options are given that differ from the
+        remembered ones (or nothing is built yet), else `update()`; its result
+        goes to `on_start`. Then each debounced batch of file changes
+        (`debounce` seconds, > 0) is applied as one `update(keep, wait)`,
+        its result given to `on_update` (`on_batch`, `on_error`: see
+        `watch_changes`). Runs until `stop` (threading.Event) is set, or
+        KeyboardInterrupt. Returns the number of updates applied after the start.
+        Raises BadInput for bad options or no sources (none given or remembered).
+        """
+        from rag_cli.stages.watch import watch_changes, watch_roots
+
+        check_flag("--debounce", debounce, (0.001, None))
+        given = [os.path.abspath(os.fspath(s)) for s in sources]
+        remembered = self.config.sources if self.config_path.exists() else None
+        opts = {"strategy": strategy, "size": size, "overlap": overlap, "unit": unit, "model": model,
+                "precision": precision}
+        fresh = (not remembered or not remembered.paths or not self.index_dir.exists()
+                 or (given and (given != list(remembered.paths) or format != remembered.format))
+                 or any(v is not None for v in opts.values()))
+        if fresh:
+            if not given:
+                raise BadInput(f"give the folders or files to watch (SRC...): {self.config_path} remembers no "
+                               f"sources (project folder {self.root})")
+            first = self.build(given, format=format, keep=keep, wait=wait, progress=progress, **opts)
+        else:
+            first = self.update(keep=keep, wait=wait, progress=progress)
+        if on_start:
+            on_start(first)
+        roots = watch_roots(list(self.config.sources.paths))
+        return watch_changes(roots, lambda: self.update(keep=keep, wait=wait, progress=progress),
+                             debounce=debounce, stop=stop, on_batch=on_batch, on_update=on_update,
+                             on_error=on_error)
 
     def rollback(self, *, wait: float | None = None) -> dict:
         """Make the previous index generation current again (the chunk and
@@ -517,12 +558,13 @@ class Project:
             old, new = rollback(self.index_dir)
         return {"from": old, "to": new}
 
-    def status(self) -> dict:
-        """The project's state (see `rag_cli.store.status.project_status`)."""
+    def status(self, *, verify: bool = False) -> dict:
+        """The project's state (see `rag_cli.store.status.project_status`);
+        `verify` hashes every generation's files against its files.json."""
         from rag_cli.store.status import project_status
 
         self.require_exists()
-        return project_status(self)
+        return project_status(self, verify=verify)
 
     # -- search --------------------------------------------------------------
     def _search_setup(self, mode, k, rrf_k, candidates, filter, *, for_ask: bool = False):
@@ -535,10 +577,13 @@ class Project:
         searcher = self._searcher(config, with_embedder=mode != "sparse", parts=parts)
         return config, searcher, searcher.mask(filter)
 
-    def search(self, query: str, *, mode: str | None = None, k: int | None = None, filter: str | None = None,
+    def search(self, query: str, *, mode: str | None = None, k: int | None = None, filter: str | Sequence[str] | None = None,
                rrf_k: int | None = None, candidates: int | None = None) -> SearchResult:
         """Search one query: the top-k chunks (dense, sparse or hybrid).
-        `filter` is FIELD=GLOB over chunk columns (e.g. "doc_id=guides/*").
+        `filter`: one expression or a list (AND) over chunk and document
+        fields and front-matter metadata, e.g. ["doc_id=guides/*",
+        "date>=2025-01-01", "tags in [api,cli]"] (`rag_cli.index.filters`);
+        applied before ranking, so k hits come back whenever k chunks match.
 
         Raises BadInput for bad options, an empty query, or no index.
         """
@@ -550,7 +595,7 @@ class Project:
         return SearchResult(query, config.search.mode, hits, s.n_queries_truncated - before, _max_length(s))
 
     def search_queries(self, queries: str | os.PathLike, *, mode: str | None = None, k: int | None = None,
-                       filter: str | None = None, rrf_k: int | None = None, candidates: int | None = None,
+                       filter: str | Sequence[str] | None = None, rrf_k: int | None = None, candidates: int | None = None,
                        name: str | None = None, format: str = "parquet", output: str | os.PathLike | None = None,
                        level: str = "chunk", progress: Progress | None = None) -> RunFile:
         """Search every query of a query file (JSONL or TSV) and write a run:
@@ -665,7 +710,7 @@ class Project:
     def ask(self, question: str, *, k: int | None = None, mode: str | None = None,
             min_score: float | None = None, min_coverage: float | None = None,
             strong_score: float | None = None, max_sentences: int | None = None,
-            filter: str | None = None, generator: str | None = None, llm: dict | None = None):
+            filter: str | Sequence[str] | None = None, generator: str | None = None, llm: dict | None = None):
         """Answer `question` from the indexed sources only, citing the
         evidence as [n], or refuse (see `rag_cli.stages.ask`). Returns an
         `AskResult` (`.answer.text`, `.answer.citations`, `.refused`,
@@ -690,7 +735,7 @@ class Project:
     def ask_queries(self, queries: str | os.PathLike, *, k: int | None = None, mode: str | None = None,
                     min_score: float | None = None, min_coverage: float | None = None,
                     strong_score: float | None = None, max_sentences: int | None = None,
-                    filter: str | None = None, name: str | None = None,
+                    filter: str | Sequence[str] | None = None, name: str | None = None,
                     generator: str | None = None, llm: dict | None = None,
                     progress: Progress | None = None) -> dict:
         """Answer every question of a query file into answers/NAME.parquet

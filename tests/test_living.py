@@ -224,16 +224,17 @@ def two_states(tmp_path_factory, scifact_docs, tiny_bi_encoder):
     return out
 
 
-@pytest.mark.parametrize("command", ["update", "index"])
-def test_sigkill_at_random_moments_leaves_a_working_index(tmp_path, scifact_docs, tiny_bi_encoder, two_states,
-                                                          command):
+def _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command: str, trials: int, seed: int) -> None:
+    """Kill `rag COMMAND` with SIGKILL at a random moment `trials` times while the corpus alternates
+    between A and B: after every kill the current generation loads and gives exactly A's or B's
+    results; then an uninterrupted `rag update` gives the last corpus's results and leaves nothing behind."""
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:100])
     p = build(tmp_path / "p", src, tiny_bi_encoder)
-    rng = random.Random(7)
-    for trial in range(3):
+    rng = random.Random(seed)
+    for trial in range(trials):
         write_corpus(src, state_b(scifact_docs) if trial % 2 == 0 else scifact_docs[:100])
-        proc = _rag(command, "-p", p.root, "-q")
+        proc = _rag(*([command, src] if command == "build" else [command]), "-p", p.root, "-q")
         time.sleep(rng.uniform(0.2, 2.5))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -243,6 +244,20 @@ def test_sigkill_at_random_moments_leaves_a_working_index(tmp_path, scifact_docs
     assert proc.wait() == 0, proc.stderr.read()
     assert sparse_results(p) == two_states["b" if (trial % 2 == 0) else "a"]
     assert not [x for x in p.index_dir.iterdir() if x.name.startswith(".")]
+
+
+@pytest.mark.parametrize("command", ["update", "index"])
+def test_sigkill_at_random_moments_leaves_a_working_index(tmp_path, scifact_docs, tiny_bi_encoder, two_states,
+                                                          command):
+    _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command, trials=3, seed=7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["build", "update", "index"])
+def test_sigkill_many_trials_per_stage(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command):
+    """At least 20 kills per stage (RAG_CRASH_TRIALS overrides, e.g. for a quick local check)."""
+    trials = int(os.environ.get("RAG_CRASH_TRIALS", "20"))
+    _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command, trials=trials, seed=11)
 
 
 def test_searches_during_updates_see_whole_generations(tmp_path, scifact_docs, tiny_bi_encoder, two_states):
@@ -273,3 +288,65 @@ def test_searches_during_updates_see_whole_generations(tmp_path, scifact_docs, t
         stop.set()
         t.join()
     assert errors == [] and wrong == [] and n[0] >= 6, (errors[:3], len(wrong), n[0])
+
+
+def test_two_updates_started_together_one_runs_the_other_exits_1_naming_it(tmp_path, scifact_docs, tiny_bi_encoder,
+                                                                          two_states):
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:100])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    holder = p.root / ".lock.json"
+    for attempt in range(6):  # catch the first update while it holds the lock (it may be too quick)
+        write_corpus(src, state_b(scifact_docs) if attempt % 2 == 0 else scifact_docs[:100])
+        first = _rag("update", "-p", p.root, "-q")
+        while first.poll() is None and not holder.exists():
+            time.sleep(0.002)
+        if first.poll() is None:
+            first.send_signal(signal.SIGSTOP)  # hold it inside its update
+            if holder.exists():
+                break
+            first.send_signal(signal.SIGCONT)
+        assert first.wait() == 0
+    else:
+        pytest.skip("the update never overlapped with the check")
+    expected = two_states["b" if attempt % 2 == 0 else "a"]
+    try:
+        assert json.loads(holder.read_text())["pid"] == first.pid
+        second = _rag("update", "-p", p.root, "--wait", "0")
+        err = second.communicate(timeout=60)[1].decode()
+        assert second.returncode == 1 and f"pid {first.pid}, `rag update`" in err, err
+        third = _rag("update", "-p", p.root, "--wait", "60", "-q")  # waits for the first one
+        time.sleep(0.5)
+        assert third.poll() is None
+        got = sparse_results(p)  # the index being searched is whole: one of the two corpora
+        assert got in (two_states["a"], two_states["b"])
+    finally:
+        first.send_signal(signal.SIGCONT)
+    assert first.wait(timeout=60) == 0 and third.wait(timeout=60) == 0
+    assert sparse_results(p) == expected
+    assert p.manifest()["update"]["index"]["unchanged"]  # the third found the first one's work done
+
+
+def test_index_rollback_alias_and_status_verify(tmp_path, scifact_docs, tiny_bi_encoder):
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    p.index()
+    run = CliRunner().invoke
+    res = run(app, ["index", "--rollback", "--json", "-p", str(p.root)])
+    assert res.exit_code == 0 and json.loads(res.stdout) == {"from": "gen-000002", "to": "gen-000001"}
+    res = run(app, ["status", "--verify", "-p", str(p.root)])
+    assert res.exit_code == 0 and "verified 2 of 2 generations" in res.stdout
+    # one flipped byte, the size unchanged: --verify hashes every file of every generation
+    f = p.index_dir / "gen-000002" / "dense" / "hnsw.bin"
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    f.write_bytes(bytes(data))
+    res = run(app, ["status", "--verify", "--json", "-p", str(p.root)])
+    assert res.exit_code == 2
+    gens = {g["name"]: g["verified"] for g in json.loads(res.stdout)["generations"]}
+    assert gens["gen-000001"] is None and "hnsw.bin is damaged: its sha256 differs" in gens["gen-000002"]

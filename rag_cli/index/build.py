@@ -16,7 +16,7 @@ from rag_cli.index.dense import DenseIndex
 from rag_cli.index.sparse import SparseIndex
 from rag_cli.store.chunks import read_chunks
 from rag_cli.store.embeddings import Embeddings, bad_vector_rows, describe_bad_vectors, read_embeddings
-from rag_cli.store.index_folder import INDEX_COLUMNS
+from rag_cli.store.index_folder import INDEX_COLUMNS, INDEX_DOC_COLUMNS
 
 
 def read_inputs(chunks_path: Path, embeddings_path: Path) -> tuple[pa.Table, np.ndarray, Embeddings]:
@@ -45,6 +45,18 @@ def read_inputs(chunks_path: Path, embeddings_path: Path) -> tuple[pa.Table, np.
                        "no index was written: run `rag embed` again (with a model that gives finite, "
                        "non-zero vectors for these texts)")
     return chunks, vectors, emb
+
+
+def index_docs(docs_path: Path) -> pa.Table | None:
+    """The INDEX_DOC_COLUMNS of docs.parquet that a generation keeps for
+    `--filter`, or None when there is no docs.parquet (a project chunked by
+    an earlier version without it). Raises BadInput if it is unreadable."""
+    from rag_cli.store.docs import read_docs
+
+    if not Path(docs_path).exists():
+        return None
+    docs = read_docs(docs_path)
+    return docs.select([c for c in INDEX_DOC_COLUMNS if c in docs.column_names])
 
 
 def index_texts(chunks: pa.Table) -> list[str]:

@@ -20,6 +20,10 @@ from pathlib import Path
 import numpy as np
 
 
+#: A filter that allows at most this many rows is searched exactly (brute force over their vectors).
+EXACT_MAX_ROWS = 2048
+
+
 @dataclass
 class DenseIndex:
     """`index` (hnswlib.Index), `params` (space, dim, n live items, M,
@@ -107,12 +111,28 @@ class DenseIndex:
         labels = list(rows) if self.row_labels is None else [int(self.row_labels[r]) for r in rows]
         return np.asarray(self.index.get_items(labels), dtype=np.float32).reshape(len(labels), self.params["dim"])
 
+    def _exact(self, query_vectors: np.ndarray, k: int, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Exact top-`k` by cosine over the stored vectors of `rows` ((m,) int64), as `search` returns."""
+        vecs = self.vectors(rows)
+        vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+        q = query_vectors / np.maximum(np.linalg.norm(query_vectors, axis=1, keepdims=True), 1e-12)
+        sims = (q @ vecs.T).astype(np.float32)
+        out = []
+        for row in sims:
+            order = np.lexsort((rows, -row))[:k]
+            out.append((rows[order].astype(np.int64), row[order]))
+        return out
+
     def search(self, query_vectors: np.ndarray, k: int, mask: np.ndarray | None = None,
                ef: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-`k` neighbours of each query (q, d) float32.
 
         Returns per query (rows (m,) int64, cosines (m,) float32), best first,
-        m = min(k, number of allowed rows). `mask` (n,) bool restricts the rows.
+        m = min(k, number of allowed rows). `mask` (n,) bool restricts the
+        rows inside the graph search (hnswlib's filter function); when it
+        allows at most EXACT_MAX_ROWS rows, or hnswlib finds fewer than k, the
+        allowed rows are ranked exactly instead, so m is always
+        min(k, allowed).
 
         Raises:
             ValueError: the vectors are not (q, d) with the index's d (hnswlib
@@ -128,6 +148,8 @@ class DenseIndex:
         k = min(k, allowed)
         if k == 0:
             return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(query_vectors))]
+        if mask is not None and allowed <= EXACT_MAX_ROWS:
+            return self._exact(query_vectors, k, np.flatnonzero(mask))
         self.index.set_ef(max(ef or self.params["ef"], k))
         label_rows = None if self.row_labels is None else self._label_rows()
         if mask is None:
@@ -136,7 +158,12 @@ class DenseIndex:
             flt = lambda label: bool(mask[label])  # noqa: E731
         else:
             flt = lambda label: bool(mask[label_rows[label]])  # noqa: E731
-        labels, dist = self.index.knn_query(query_vectors, k=k, filter=flt, num_threads=1 if flt else -1)
+        try:
+            labels, dist = self.index.knn_query(query_vectors, k=k, filter=flt, num_threads=1 if flt else -1)
+        except RuntimeError:  # hnswlib found fewer than k allowed items (a selective filter)
+            if mask is None:
+                raise
+            return self._exact(query_vectors, k, np.flatnonzero(mask))
         labels = labels.astype(np.int64)
         if label_rows is not None:
             labels = label_rows[labels]

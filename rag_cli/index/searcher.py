@@ -10,7 +10,6 @@ line ends unified, Unicode NFKC, as the documents were), so `ＨＮＳＷ` and
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,6 +79,7 @@ class Searcher:
     dense: "object"  # DenseIndex, None unless loaded (`open`'s parts)
     sparse: "object"  # SparseIndex, None unless loaded
     embedder: object | None = None
+    docs: "object" = None  # pyarrow.Table of the generation's documents (INDEX_DOC_COLUMNS), or None
     _chunk_ids: list[str] = field(default_factory=list)
     _doc_ids: list[str] = field(default_factory=list)
     n_queries_truncated: int = 0
@@ -106,28 +106,23 @@ class Searcher:
                         + ". Rerun `rag embed` (it reuses every cached vector) and `rag index`")
             raise BadInput(f"the index in {folder.path} was built with model {meta['model_fingerprint']} but the "
                            f"embedder is {model.fingerprint}; {what}")
-        s = cls(folder.path, meta, folder.chunks, folder.dense, folder.sparse, embedder)
+        s = cls(folder.path, meta, folder.chunks, folder.dense, folder.sparse, embedder, folder.docs)
         s._chunk_ids = folder.chunks.column("chunk_id").to_pylist()
         s._doc_ids = folder.chunks.column("doc_id").to_pylist()
         return s
 
-    def mask(self, expr: str | None) -> np.ndarray | None:
-        """`--filter FIELD=GLOB` -> (n,) bool over the index's chunks, or None.
+    def mask(self, exprs: str | list[str] | None) -> np.ndarray | None:
+        """`--filter` expressions (one or a list, combined with AND) -> (n,)
+        bool over the index's chunks, or None when there are none.
 
-        FIELD is a chunk column such as doc_id or chunk_id; GLOB uses
-        shell-style wildcards (fnmatch). Raises BadInput for a bad expression.
+        Fields are chunk columns (doc_id, chunk_id, ...), document fields
+        (path, title, n_chars) and metadata keys; see `rag_cli.index.filters`
+        for the forms (glob, equality, `in`, numeric and date ranges).
+        Raises BadInput for a bad expression or an unknown field (listing the fields).
         """
-        if not expr:
-            return None
-        field_, sep, pattern = expr.partition("=")
-        field_ = field_.strip()
-        if not sep or field_ not in self.chunks.column_names:
-            raise BadInput(
-                f"--filter {expr!r}: expected FIELD=GLOB with FIELD one of "
-                f"{', '.join(c for c in self.chunks.column_names if c not in ('text', 'embed_text', 'context'))}"
-            )
-        values = self.chunks.column(field_).to_pylist()
-        return np.fromiter((fnmatch.fnmatchcase(str(v), pattern.strip()) for v in values), dtype=bool, count=len(values))
+        from rag_cli.index.filters import chunk_mask
+
+        return chunk_mask(exprs, self.chunks, self.docs)
 
     def encode_queries(self, queries: list[str]) -> np.ndarray:
         """(q, d) float32 bi-encoder vectors of `queries` (normalised first);

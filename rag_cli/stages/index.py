@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from rag_cli.config import IndexConfig
-from rag_cli.index.build import build_full, index_meta, read_inputs, record_index
+from rag_cli.index.build import build_full, index_docs, index_meta, read_inputs, record_index
 from rag_cli.progress import Progress
 from rag_cli.store.index_folder import write_index_folder
 
@@ -40,7 +40,7 @@ def build_index(project: "Project", params: IndexConfig, threads: int = 0,
     meta = index_meta(emb, vectors, dense, sparse, chunks.num_rows)
     counts = {"n_chunks": chunks.num_rows}
     gen = write_index_folder(project.index_dir, dense=dense, sparse=sparse, chunks=chunks, meta=meta, keep=keep,
-                             command=command, counts=counts)
+                             command=command, counts=counts, docs=index_docs(project.docs_path))
     seconds = time.perf_counter() - t0
     record_index(project, params, emb, gen.name, counts, seconds)
     return {"n_chunks": chunks.num_rows, "dim": meta["dim"], "seconds": seconds, "fingerprint": emb.fingerprint,

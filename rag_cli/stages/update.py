@@ -34,14 +34,14 @@ import pyarrow as pa
 from rag_cli.chunking import chunk_with_parents
 from rag_cli.chunking.setup import chunk_options, chunk_settings
 from rag_cli.config import ChunkConfig, IndexConfig, ModelConfig
-from rag_cli.index.build import build_full, index_meta, index_texts, read_inputs, record_index, with_labels
+from rag_cli.index.build import build_full, index_docs, index_meta, index_texts, read_inputs, record_index, with_labels
 from rag_cli.index.sparse import SparseIndex
 from rag_cli.loaders import load_sources
 from rag_cli.loaders.document import Document
 from rag_cli.progress import Progress
 from rag_cli.store.chunks import chunks_table, read_chunks, write_tables
 from rag_cli.store.docs import docs_table, read_docs
-from rag_cli.store.index_folder import IndexFolder, write_index_folder
+from rag_cli.store.index_folder import IndexFolder, clean_index_dir, write_index_folder
 
 if TYPE_CHECKING:
     from rag_cli.project import Project
@@ -67,7 +67,8 @@ def update_chunks(project: "Project", sources: list[str], *, fmt: str, params: C
     parents.parquet for parent-child) atomically, and the `chunk` entry of
     manifest.json. Returns the counts: docs_added, docs_changed,
     docs_removed, docs_unchanged, chunks_added, chunks_removed, n_docs,
-    n_chunks, skipped. Raises BadInput as `rag chunk` does."""
+    n_chunks, skipped, seconds. Raises BadInput as `rag chunk` does."""
+    t0 = time.perf_counter()
     options = chunk_options(params, model)
     exists = project.docs_path.exists() and project.chunks_path.exists()
     have_old = not full and exists
@@ -110,7 +111,7 @@ def update_chunks(project: "Project", sources: list[str], *, fmt: str, params: C
                    rows={"docs": len(docs), "chunks": chunks.num_rows,
                          "parents": tables[project.parents_path].num_rows if parent_child else 0},
                    skipped=counts["skipped"], update={k: v for k, v in counts.items() if k != "skipped"})
-    return counts
+    return {**counts, "seconds": time.perf_counter() - t0}
 
 
 def _merge(old: pa.Table | None, new: pa.Table, order: list[str], keep: set[str]) -> tuple[pa.Table, int]:
@@ -187,8 +188,11 @@ def update_index(project: "Project", params: IndexConfig, *, threads: int = 0, k
                                        method=params.bm25_method)
             step(3)
             chunks = with_labels(chunks, labels)
-    unchanged = full is None and added == deleted == 0 and cur.chunks.equals(chunks) and _same_params(cur, params)
-    if unchanged:  # nothing changed: no new generation
+    docs = index_docs(project.docs_path)
+    unchanged = (full is None and added == deleted == 0 and cur.chunks.equals(chunks) and _same_params(cur, params)
+                 and (cur.docs is None if docs is None else cur.docs is not None and cur.docs.equals(docs)))
+    if unchanged:  # nothing changed: no new generation, but what a killed writer left is removed
+        clean_index_dir(project.index_dir, keep)
         counts = {"n_chunks": chunks.num_rows, "vectors_added": 0, "vectors_deleted": 0, "full": None,
                   "compacted": False}
         record_index(project, params, emb, cur.path.name, counts, time.perf_counter() - t0)
@@ -200,7 +204,7 @@ def update_index(project: "Project", params: IndexConfig, *, threads: int = 0, k
     counts = {"n_chunks": chunks.num_rows, "vectors_added": added, "vectors_deleted": deleted,
               "full": full, "compacted": compacted}
     gen = write_index_folder(project.index_dir, dense=dense, sparse=sparse, chunks=chunks, meta=meta, keep=keep,
-                             command="update", counts=counts)
+                             command="update", counts=counts, docs=docs)
     seconds = time.perf_counter() - t0
     record_index(project, params, emb, gen.name, counts, seconds)
     return {**counts, "unchanged": False, "dim": meta["dim"], "generation": gen.name, "seconds": seconds,

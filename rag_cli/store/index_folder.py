@@ -9,6 +9,9 @@
                        sparse params, generation {id, time, command, counts}
         chunks.parquet the chunk columns search and ask read (`INDEX_COLUMNS`),
                        plus `label`: the chunk's label in the HNSW graph
+        docs.parquet   the document columns `--filter` reads (`INDEX_DOC_COLUMNS`:
+                       doc_id, path, title, n_chars, metadata JSON); absent in
+                       generations written by earlier versions
         dense/         hnsw.bin + rag_dense.json
         sparse/        the bm25s index + rag_sparse.json
         files.json     {"files": {relative path: {"size": bytes, "sha256": hex}}}
@@ -20,7 +23,9 @@ the folder). A reader resolves `CURRENT` once and reads only that
 generation, so a search that started on generation N finishes on N while
 N+1 is written. A generation folder is complete once `files.json` is in it;
 unfinished ones (a killed writer) are removed by the next writer, which also
-keeps only the `keep` newest generations besides the current one.
+keeps only the `keep` newest generations besides the current one (a surplus
+generation is renamed to `.gen-<id>.tmp` before it is deleted, so a writer
+killed while deleting never leaves a half generation that looks complete).
 
 Checks on open: the size of every file is compared with files.json; files
 of at most `VERIFY_SHA256_MAX_BYTES` are also hashed (sha256), so a damaged
@@ -54,13 +59,16 @@ from rag_cli.hashing import sha256_file
 INDEX_COLUMNS = ["chunk_id", "doc_id", "text", "embed_text", "title_path", "parent_id", "context_start",
                  "context_end", "context"]
 
+#: Columns of docs.parquet kept in index/docs.parquet (what `--filter` matches on).
+INDEX_DOC_COLUMNS = ["doc_id", "path", "title", "n_chars", "metadata"]
+
 #: Files up to this size are sha256-checked every time a generation is opened.
 VERIFY_SHA256_MAX_BYTES = 64 << 20
 
 CURRENT = "CURRENT"
 _GEN = re.compile(r"^gen-(\d+)$")
 _TMP = re.compile(r"^\.gen-(\d+)\.tmp$")
-_FLAT = ("meta.json", "chunks.parquet", "dense", "sparse")
+_FLAT = ("meta.json", "chunks.parquet", "docs.parquet", "dense", "sparse")
 
 
 def generation_name(gen_id: int) -> str:
@@ -96,14 +104,16 @@ def generations(index_dir: Path) -> list[tuple[int, Path]]:
 class IndexFolder:
     """A loaded index generation: `meta` (meta.json), `chunks` (pyarrow.Table
     of INDEX_COLUMNS present, plus `label`), `dense` (`DenseIndex`), `sparse`
-    (`SparseIndex`), each None when not asked for (`open`'s `parts`); `path`
-    is the generation's folder."""
+    (`SparseIndex`), each None when not asked for (`open`'s `parts`), `docs`
+    (pyarrow.Table of INDEX_DOC_COLUMNS, None for a generation without
+    docs.parquet); `path` is the generation's folder."""
 
     path: Path
     meta: dict
     chunks: pa.Table
     dense: object
     sparse: object
+    docs: pa.Table | None = None
 
     @staticmethod
     def exists(path: Path) -> bool:
@@ -157,6 +167,7 @@ class IndexFolder:
                 from rag_cli.index.sparse import SparseIndex
 
                 sparse = SparseIndex.load(gen / "sparse")
+            docs = pq.read_table(gen / "docs.parquet") if (gen / "docs.parquet").exists() else None
         except FileNotFoundError as exc:
             if not gen.exists():
                 raise _Vanished from exc
@@ -165,7 +176,7 @@ class IndexFolder:
         except Exception as exc:  # hnswlib, bm25s, json and arrow each raise their own
             raise BadInput(f"{gen} cannot be read ({type(exc).__name__}: {exc}); "
                            "rebuild it with `rag index`") from exc
-        return cls(gen, meta, chunks, dense, sparse)
+        return cls(gen, meta, chunks, dense, sparse, docs)
 
 
 class _Vanished(Exception):
@@ -249,7 +260,9 @@ def clean_index_dir(index_dir: Path, keep: int) -> list[str]:
             removed.append(p.name)
     others = [p for _, p in generations(index_dir) if p != current]
     for p in others[: max(len(others) - keep, 0)]:
-        _remove(p)
+        trash = index_dir / f".{p.name}.tmp"  # renamed first: a kill while deleting leaves no half generation
+        os.rename(p, trash)
+        _remove(trash)
         removed.append(p.name)
     for p in index_dir.parent.glob(f".{index_dir.name}.*.tmp"):  # the atomic_dir of older versions
         _remove(p)
@@ -264,11 +277,12 @@ def _remove(p: Path) -> None:
 
 
 def write_index_folder(path: Path, *, dense, sparse, chunks: pa.Table, meta: dict, keep: int = 2,
-                       command: str = "index", counts: dict | None = None) -> Path:
+                       command: str = "index", counts: dict | None = None, docs: pa.Table | None = None) -> Path:
     """Write a new generation of the index folder `path` and make it current.
 
     `dense` (DenseIndex), `sparse` (SparseIndex), `chunks` (the INDEX_COLUMNS
-    of chunks.parquet plus `label`), `meta` (meta.json; a `generation` entry
+    of chunks.parquet plus `label`), `docs` (INDEX_DOC_COLUMNS of docs.parquet,
+    or None), `meta` (meta.json; a `generation` entry
     {id, name, time, command, counts} is added). Then removes unfinished and
     surplus generations (`clean_index_dir` with `keep`). Call under the
     project lock. On error the current generation is left as it was.
@@ -287,6 +301,8 @@ def write_index_folder(path: Path, *, dense, sparse, chunks: pa.Table, meta: dic
         dense.save(tmp / "dense")
         sparse.save(tmp / "sparse")
         pq.write_table(chunks, tmp / "chunks.parquet", compression="zstd")
+        if docs is not None:
+            pq.write_table(docs, tmp / "docs.parquet", compression="zstd")
         meta = {**meta, "generation": {"id": gen_id, "name": name, "command": command, "counts": counts or {},
                                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")

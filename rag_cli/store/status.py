@@ -85,12 +85,23 @@ def stale_stages(project: "Project") -> list[dict[str, str]]:
     return out
 
 
-def project_status(project: "Project") -> dict[str, Any]:
+def project_status(project: "Project", verify: bool = False) -> dict[str, Any]:
     """{documents, chunks, vectors (row counts or None), generations
     (`generation_info`), current (name or None), model_fingerprints
     {embeddings, index}, disk_bytes {entry: bytes}, stale [{stage, why, command}],
-    sources [paths]}."""
+    sources [paths]}. With `verify`, every generation's files are hashed
+    against its files.json and each generation gets `verified`: None when
+    intact, else the problem (the message naming the file)."""
+    from rag_cli.errors import BadInput
+    from rag_cli.store.index_folder import verify_generation
+
     gens = generation_info(project.index_dir)
+    for g in gens if verify else ():
+        try:
+            verify_generation(project.index_dir / g["name"], full=True)
+            g["verified"] = None
+        except BadInput as exc:
+            g["verified"] = str(exc)
     cur = current_generation(project.index_dir)
     current = next((g for g in gens if g["current"]), None)
     return {
