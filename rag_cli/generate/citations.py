@@ -93,7 +93,7 @@ def statements(text: str) -> list[Statement]:
     return out
 
 
-def check_answer(answer, evidence) -> "Answer":
+def check_answer(answer, evidence):
     """`answer` (an `Answer`) with its markers checked against the numbers of
     `evidence` (the `Evidence` given to the generator): invalid ones removed
     and counted in `n_citations_removed`, `citations` rebuilt as the chunk ids
