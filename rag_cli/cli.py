@@ -208,6 +208,8 @@ def chunk(
           f"in {summary['seconds']:.1f}s -> {p.chunks_path}")
     if summary["n_oversized"]:
         _note(f"{summary['n_oversized']} chunk(s) exceed the size: each is one unbreakable unit")
+    for warning in summary["warnings"]:
+        _warn(warning)
     for s in summary["skipped"][:20]:
         _note(f"skipped {s['path']}: {s['reason']}")
     if len(summary["skipped"]) > 20:
@@ -222,6 +224,8 @@ def embed(
     precision: PrecisionOpt = None,
     threads: ThreadsOpt = None,
     provider: ProviderOpt = None,
+    on_truncate: Annotated[Optional[str], typer.Option(
+        "--on-truncate", help="A chunk longer than the model's max_length: warn (name it) | error (exit 2, nothing written) (config: model.on_truncate)")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -231,7 +235,8 @@ def embed(
 
     p = Project.open(project)
     with _progress(quiet or json_out) as progress:
-        summary = p.embed(model=model, precision=precision, threads=threads, provider=provider, progress=progress)
+        summary = p.embed(model=model, precision=precision, threads=threads, provider=provider,
+                          on_truncate=on_truncate, progress=progress)
     if json_out:
         return _emit_json({k: v for k, v in summary.items() if k != "model"})
     if quiet:
@@ -242,9 +247,8 @@ def embed(
         _warn(f"the old embeddings could not be read and were rebuilt: {summary['rebuilt_unreadable']}")
     _note(f"{summary['n_embedded']} chunks embedded, {summary['n_reused']} reused, in {summary['seconds']:.1f}s "
           f"with {summary['model']} ({summary['fingerprint']}) -> {p.embeddings_path}")
-    if summary["n_truncated"]:
-        _warn(f"{summary['n_truncated']} chunk(s) are longer than the model's max_length "
-              f"({summary['max_length']} tokens) and were truncated: use a smaller --size")
+    if summary["truncation"]:
+        _warn(f"{summary['truncation']}: use a smaller `rag chunk --size`")
 
 
 # --------------------------------------------------------------------------- index

@@ -360,20 +360,24 @@ class Project:
         return summary
 
     def embed(self, *, model: str | os.PathLike | None = None, precision: str | None = None,
-              threads: int | None = None, provider: str | None = None,
+              threads: int | None = None, provider: str | None = None, on_truncate: str | None = None,
               progress: Progress | None = None) -> dict:
         """Embed chunks.parquet with the bi-encoder: embeddings.parquet, only
         new or changed texts computed (see `rag_cli.stages.embed.embed_chunks`).
+        `on_truncate` ("warn" | "error", config model.on_truncate): what a
+        chunk longer than the model's max_length does.
         Returns its summary (plus `model`, the model folder's name).
-        Raises BadInput for bad options, a missing model or chunks.parquet."""
+        Raises BadInput for bad options, a missing model or chunks.parquet,
+        or a truncated chunk with on_truncate="error"."""
         from rag_cli.stages.embed import embed_chunks
 
         self.require(self.chunks_path, "chunk")
-        opts = {"embedder": _model_value(model), "precision": precision, "threads": threads, "provider": provider}
+        opts = {"embedder": _model_value(model), "precision": precision, "threads": threads, "provider": provider,
+                "on_truncate": on_truncate}
         config, _ = self._with("model", opts)
         encoder = self._embedder(config)  # checks every option before rag.toml records it
         with self._writing():
-            summary = embed_chunks(self, encoder, progress)
+            summary = embed_chunks(self, encoder, progress, on_truncate=config.model.on_truncate)
             self._save(("model", opts))
         return {**summary, "model": encoder.folder.name}
 

@@ -380,3 +380,67 @@ def test_rerank_cli_states_the_scale_and_min_score(project, tiny_cross_encoder):
     assert [r["score"] for r in kept["results"]] == [s for s in scores if s >= cut]
     raw = ok("rerank", "cat", "--model", tiny_cross_encoder, "-p", project)
     assert "scores: logit" in " ".join(raw.stdout.split())
+
+
+# ------------------------------------------------------------------ truncation
+def _truncating_project(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """DOCS chunked one chunk per file with a tiny model of max_length 9: the
+    dogs and 'my cats' texts are 10 tokens with [CLS]/[SEP], the others 9."""
+    model = make_bi_encoder(tmp_path / "model", max_length=9)
+    docs = write_docs(tmp_path / "docs", DOCS)
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--model", model, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    return model, p, chunk_ids_by_doc(p)
+
+
+def test_truncation_names_chunks_and_is_stored_per_row(tmp_path):
+    model, p, ids = _truncating_project(tmp_path)
+    cut = sorted([ids["dogs.md"], ids["my cats.md"]])
+    res = ok("embed", "-p", p)
+    err = " ".join(res.stderr.split())
+    assert "2 chunk(s) are longer than the model's max_length (9 tokens" in err, err
+    for cid in cut:
+        assert f"{cid!r} (10 tokens)" in err
+    assert repr(ids["cats.md"]) not in err
+    t = pq.read_table(p / "embeddings.parquet")
+    assert t.schema.field("n_tokens").type == pa.int32() and t.schema.field("truncated").type == pa.bool_()
+    assert t.schema.metadata[b"max_length"] == b"9"
+    rows = {r["chunk_id"]: (r["n_tokens"], r["truncated"]) for r in t.select(["chunk_id", "n_tokens", "truncated"]).to_pylist()}
+    assert rows == {ids["cats.md"]: (9, False), ids["dogs.md"]: (10, True), ids["paris.md"]: (9, False),
+                    ids["rivers.md"]: (9, False), ids["my cats.md"]: (10, True)}
+    assert read_embeddings(p / "embeddings.parquet").vectors.shape == (5, 16)
+    # a rerun served from the cache still reports it
+    res = ok("embed", "-p", p, "--json")
+    out = json.loads(res.stdout)
+    assert out["n_embedded"] == 0 and out["n_truncated"] == 2
+    assert sorted(r["chunk_id"] for r in out["truncated"]) == cut and {r["n_tokens"] for r in out["truncated"]} == {10}
+    assert pq.read_table(p / "embeddings.parquet", columns=["truncated"]).column(0).to_pylist().count(True) == 2
+
+
+def test_on_truncate_error_fails_naming_chunks_and_writes_nothing(tmp_path):
+    model, p, ids = _truncating_project(tmp_path)
+    res = rag("embed", "-p", p, "--on-truncate", "error")
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    err = " ".join(res.stderr.split())
+    assert f"{ids['dogs.md']!r} (10 tokens)" in err and "nothing was embedded or written" in err, err
+    assert not (p / "embeddings.parquet").exists() and not (p / "cache" / "vectors").exists()
+    assert rag("embed", "-p", p, "--on-truncate", "drop").exit_code == 2
+    # the config key works too, and warn is the default
+    (p / "rag.toml").write_text((p / "rag.toml").read_text().replace('on_truncate = "warn"', 'on_truncate = "error"'))
+    assert 'on_truncate = "error"' in (p / "rag.toml").read_text()
+    assert rag("embed", "-p", p).exit_code == 2
+    ok("embed", "-p", p, "--on-truncate", "warn")
+    assert (p / "embeddings.parquet").exists()
+
+
+def test_chunk_warns_when_size_exceeds_the_models_max_length(tmp_path):
+    model = make_bi_encoder(tmp_path / "model", max_length=16)
+    docs = write_docs(tmp_path / "docs", DOCS)
+    res = ok("chunk", docs, "--model", model, "--size", 15, "--overlap", 0, "-p", tmp_path / "p1")
+    err = " ".join(res.stderr.split())
+    # [CLS] and [SEP] take 2 of the 16 tokens: 14 is the most a chunk may have
+    assert "--size 15 tokens is more than the embedder" in err and "use --size 14 or less" in err, err
+    res = ok("chunk", docs, "--model", model, "--size", 14, "--overlap", 0, "-p", tmp_path / "p2")
+    assert "--size" not in res.stderr
+    res = ok("chunk", docs, "--model", model, "--size", 300, "--unit", "chars", "--overlap", 0, "-p", tmp_path / "p3")
+    assert "--size" not in res.stderr

@@ -31,9 +31,10 @@ def chunk_sources(project: "Project", sources: list[str], *, fmt: str, params: C
 
     Raises BadInput for bad flags (checked before any document is read),
     missing sources, or no documents.
-    Returns a summary: n_docs, n_chunks, n_parents, n_oversized, max_tokens, skipped, seconds.
+    Returns a summary: n_docs, n_chunks, n_parents, n_oversized, max_tokens, skipped, seconds,
+    warnings (list of str: a size in tokens above what the embedder embeds whole).
     """
-    from rag_cli.models.loading import load_embedder, load_embedder_tokenizer
+    from rag_cli.models.loading import embedder_token_room, load_embedder, load_embedder_tokenizer
 
     t0 = time.perf_counter()
     options = {"context_sentences": params.context_sentences, "parent_size": params.parent_size,
@@ -41,6 +42,13 @@ def chunk_sources(project: "Project", sources: list[str], *, fmt: str, params: C
     validate(params.strategy, params.size, params.overlap, params.unit, tokenizer=True, **options)
     loaded = load_sources(sources, fmt=fmt)
     tokenizer = load_embedder_tokenizer(model.__dict__) if params.unit == "tokens" else None
+    warnings = []
+    room = embedder_token_room(model.__dict__) if params.unit == "tokens" else None
+    if room is not None and params.size > room[1]:  # chunks are embedded, parents are not
+        warnings.append(f"--size {params.size} tokens is more than the embedder {model.embedder} embeds whole: its "
+                        f"max_length is {room[0]} tokens, {room[0] - room[1]} of them taken by its prefix and "
+                        f"special tokens, so `rag embed` will cut chunks longer than {room[1]} tokens; use "
+                        f"--size {room[1]} or less")
     if params.strategy == "semantic":
         options["embed"] = load_embedder(model.__dict__).encode_passages
     docs = loaded.documents
@@ -61,4 +69,4 @@ def chunk_sources(project: "Project", sources: list[str], *, fmt: str, params: C
                    skipped=skipped, n_oversized=stats.n_oversized, seconds=round(seconds, 3))
     return {"n_docs": len(docs), "n_chunks": len(chunks), "n_parents": len(parents),
             "n_oversized": stats.n_oversized, "max_tokens": stats.max_tokens, "skipped": skipped,
-            "seconds": seconds}
+            "seconds": seconds, "warnings": warnings}
