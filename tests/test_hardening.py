@@ -444,3 +444,38 @@ def test_chunk_warns_when_size_exceeds_the_models_max_length(tmp_path):
     assert "--size" not in res.stderr
     res = ok("chunk", docs, "--model", model, "--size", 300, "--unit", "chars", "--overlap", 0, "-p", tmp_path / "p3")
     assert "--size" not in res.stderr
+
+
+# ------------------------------------------------------------------ files
+def test_split_markdown_table_repeats_its_header_in_every_part(tmp_path):
+    rows = "\n".join(f"| compound {i} | {i * 7} mg | trial {i % 3} |" for i in range(40))
+    text = ("# Dosage\n\nThe doses given in the trials.\n\n"
+            "| Compound | Dose | Trial |\n|:--- | ---:| --- |\n" + rows + "\n\nAfter the table.\n")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "doses.md").write_text(text, encoding="utf-8")
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    chunks = pq.read_table(p / "chunks.parquet").to_pylist()
+    header = "| Compound | Dose | Trial |\n|:--- | ---:| --- |\n"
+    with_rows = [c for c in chunks if "| compound " in c["text"]]
+    assert len(with_rows) >= 5  # the table really is split
+    assert all(c["embed_text"].count(header) == 1 for c in with_rows)
+    first = with_rows[0]
+    assert header in first["text"] and first["embed_text"] == "Dosage\n" + first["text"]
+    for c in with_rows[1:]:
+        assert header not in c["text"] and c["embed_text"] == "Dosage\n" + header + c["text"]
+    # the stored text is still the exact span (the normalised text equals the input here: ASCII, LF)
+    assert all(text[c["start_char"]:c["end_char"]] == c["text"] for c in chunks)
+    after = [c for c in chunks if "After the table." in c["text"] and "| compound" not in c["text"]]
+    assert all(header not in c["embed_text"] for c in after)
+
+
+def test_find_tables_follows_gfm():
+    from rag_cli.chunking.tables import find_tables
+
+    text = "intro\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n| 3 | 4 |\n\nx | y\n---\nz\n"
+    (t,) = find_tables(text)  # `x | y` over `---` is a setext heading, not a table (1 cell against 2)
+    assert t.header == "| a | b |\n| --- | --- |"
+    assert text[t.body:t.end] == "| 1 | 2 |\n| 3 | 4 |"
+    assert find_tables("no pipes here\n---\n") == []

@@ -15,6 +15,7 @@ from .fixed import fixed_spans
 from .markdown import markdown_spans
 from .recursive import compile_separators, recursive_spans
 from .semantic import semantic_spans
+from .tables import find_tables, table_header_before
 from .sentence import sentence_units, sentence_windows
 from .units import SpanCounter, char_counter, load_tokenizer, token_counters, validate
 
@@ -93,6 +94,8 @@ def _chunks_for(doc, count: SpanCounter, tok_count: SpanCounter | None, strategy
                 parent_of.append(j)
     else:  # recursive, and `code` on documents that are not code
         spans = _base_spans(doc, count, size, overlap, opts.split)
+    tables = find_tables(text) if fmt != "code" else []
+    starts = [t.start for t in tables]
     out = []
     for ordinal, (a, b, path) in enumerate(spans):
         n_units = count(a, b)
@@ -102,6 +105,7 @@ def _chunks_for(doc, count: SpanCounter, tok_count: SpanCounter | None, strategy
             n_units=n_units, oversized=n_units > size,
             parent_id=parents[parent_of[ordinal]].chunk_id if parent_of is not None else None,
             context_span=contexts[ordinal] if contexts is not None else None,
+            table_header=table_header_before(tables, starts, a) if tables else "",
         ))
     return out, parents
 
