@@ -175,6 +175,7 @@ def init(
 def chunk(
     sources: Annotated[list[str], typer.Argument(help="Files, folders (recursive) or globs; or a BEIR corpus.jsonl(.gz) with --format beir")],
     fmt: Annotated[str, typer.Option("--format", help="auto (by extension) | markdown | text | html | pdf | docx | code | beir")] = "auto",
+    encoding: Annotated[Optional[str], typer.Option("--encoding", help="Text encoding of every text file (e.g. gbk, big5, cp1252); default: UTF-8, else detected")] = None,
     strategy: Annotated[Optional[str], typer.Option("--strategy", help="recursive | fixed | markdown | code | sentence | parent-child | semantic (config: chunk.strategy)")] = None,
     size: Annotated[Optional[int], typer.Option("--size", help="Chunk size in --unit (config: chunk.size)")] = None,
     overlap: Annotated[Optional[int], typer.Option("--overlap", help="Overlap in --unit, < size (config: chunk.overlap)")] = None,
@@ -196,7 +197,7 @@ def chunk(
         summary = p.chunk(sources, format=fmt, strategy=strategy, size=size, overlap=overlap, unit=unit,
                           context_sentences=context_sentences, parent_size=parent_size,
                           breakpoint_percentile=breakpoint_percentile, model=model, precision=precision,
-                          progress=progress)
+                          encoding=encoding, progress=progress)
     if json_out:
         return _emit_json(summary)
     if quiet:

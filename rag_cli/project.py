@@ -340,10 +340,12 @@ class Project:
               size: int | None = None, overlap: int | None = None, unit: str | None = None,
               context_sentences: int | None = None, parent_size: int | None = None,
               breakpoint_percentile: float | None = None, model: str | os.PathLike | None = None,
-              precision: str | None = None, progress: Progress | None = None) -> dict:
+              precision: str | None = None, encoding: str | None = None,
+              progress: Progress | None = None) -> dict:
         """Load documents (files, folders, globs; a BEIR corpus with
         format="beir") and split them into chunks: docs.parquet, chunks.parquet
-        (see `rag_cli.stages.chunk.chunk_sources`). Returns its summary.
+        (see `rag_cli.stages.chunk.chunk_sources`). `encoding` forces the
+        text files' encoding (None: detected). Returns its summary.
         Raises BadInput for bad options, missing sources or no documents."""
         from rag_cli.stages.chunk import chunk_sources
 
@@ -355,7 +357,7 @@ class Project:
         config, _ = config.with_options("model", model_opts)
         with self._writing():
             summary = chunk_sources(self, [os.fspath(s) for s in sources], fmt=format, params=config.chunk,
-                                    model=config.model, progress=progress)
+                                    model=config.model, progress=progress, encoding=encoding)
             self._save(("chunk", chunk_opts), ("model", model_opts))
         return summary
 

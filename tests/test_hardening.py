@@ -479,3 +479,53 @@ def test_find_tables_follows_gfm():
     assert t.header == "| a | b |\n| --- | --- |"
     assert text[t.body:t.end] == "| 1 | 2 |\n| 3 | 4 |"
     assert find_tables("no pipes here\n---\n") == []
+
+
+def test_short_gbk_file_warns_that_its_encoding_is_a_guess(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "gb.txt").write_bytes("国标".encode("gbk"))  # 4 bytes: GBK 国标, Big5 弊梓, EUC-JP 忽炎
+    (docs / "long.txt").write_bytes(("这是一个用国标编码写的中文文件，内容比较长，可以用来检测编码是否正确。" * 3).encode("gbk"))
+    p = tmp_path / "proj"
+    res = ok("chunk", docs, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    err = " ".join(res.stderr.split())
+    assert "gb.txt: the encoding is a guess: read as gb18030, but big5 and euc_jp also give plausible text" in err, err
+    assert "--encoding big5" in err and "long.txt" not in err
+    texts = {Path(r["doc_id"]).name: r["text"] for r in pq.read_table(p / "chunks.parquet").to_pylist()}
+    assert texts["gb.txt"] == "国标"
+    # --encoding forces one, for every text file, and silences the guess
+    res = ok("chunk", docs / "gb.txt", "--encoding", "big5", "--unit", "chars", "--size", 300, "-p", p)
+    assert "guess" not in res.stderr
+    assert pq.read_table(p / "chunks.parquet").column("text").to_pylist() == ["弊梓"]
+    ok("chunk", docs, "--encoding", "GBK", "--unit", "chars", "--size", 300, "-p", p)
+    assert "国标" in pq.read_table(p / "chunks.parquet").column("text").to_pylist()
+    # an unknown codec, or one that is not a text encoding, is refused before anything is read or written
+    before = (p / "chunks.parquet").read_bytes()
+    for bad in ("gbk2", "base64"):
+        res = rag("chunk", docs, "--encoding", bad, "-p", p)
+        assert res.exit_code == 2 and f"--encoding {bad!r}" in res.stderr, res.stderr
+    assert (p / "chunks.parquet").read_bytes() == before
+    # a file that does not decode with the forced encoding is skipped with the reason
+    (docs / "utf8.txt").write_text("naïve café", encoding="utf-8")
+    res = rag("chunk", docs / "utf8.txt", "--encoding", "ascii", "-p", p)
+    assert res.exit_code == 2 and "does not decode as ascii" in res.stderr
+
+
+def test_no_documents_error_names_every_skipped_file(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "empty.md").write_bytes(b"")
+    (docs / "blank.txt").write_text("  \n\n \t\n")
+    (docs / "data.bin").write_bytes(b"\x00\x01")
+    for i in range(12):
+        (docs / f"e{i:02d}.md").write_text("\n")
+    res = rag("chunk", docs, "-p", tmp_path / "proj")
+    assert res.exit_code == 2
+    err = " ".join(res.stderr.split())
+    assert "15 file(s) skipped:" in err, err
+    assert "blank.txt: no text (empty or whitespace only)" in err
+    assert "data.bin: unsupported file type '.bin'" in err
+    # sorted: blank.txt, data.bin, e00.md ... e11.md, empty.md; the first 10 are named
+    assert "e00.md: no text" in err and "e07.md: no text" in err and "and 5 more" in err
+    assert "e08.md" not in err and "empty.md" not in err
+    assert not (tmp_path / "proj" / "chunks.parquet").exists()

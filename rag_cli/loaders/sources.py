@@ -10,7 +10,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import BadInput
 from .beir import is_beir_path, read_beir_corpus
-from .decode import DecodeFailed, decode_bytes
+from .decode import DecodeFailed, check_encoding, decode_text
 from .document import Document, LoadResult, Skipped
 from .html import html_available, parse_html
 from .markdown import parse_markdown
@@ -47,6 +47,9 @@ _BINARY_READERS = {
 
 _GLOB_CHARS = set("*?[")
 
+#: How many skipped files the "no documents" error names.
+NAMED_SKIPPED = 10
+
 
 def _fmt_of(path: str, fmt: str) -> str | None:
     if fmt != "auto":
@@ -54,9 +57,10 @@ def _fmt_of(path: str, fmt: str) -> str | None:
     return EXTENSIONS.get(os.path.splitext(path)[1].lower())
 
 
-def load_file(path: str, doc_id: str, fmt: str) -> Document | Skipped:
+def load_file(path: str, doc_id: str, fmt: str, encoding: str | None = None) -> Document | Skipped:
     """Load one file with reader `fmt` (`markdown`, `text`, `html`, `pdf`, `docx`
-    or `code`; `code` is read as plain text, title = file stem).
+    or `code`; `code` is read as plain text, title = file stem). `encoding`
+    forces the text encoding (see `decode_text`); None detects it.
 
     Returns a `Skipped` (never raises) for binary, undecodable or empty text
     files, and for corrupt, encrypted or text-less PDF/DOCX files.
@@ -68,6 +72,7 @@ def load_file(path: str, doc_id: str, fmt: str) -> Document | Skipped:
         return Skipped(path, f"cannot be read ({exc.strerror or exc})")
     stem = Path(path).stem
     meta: dict = {}
+    others: list[str] = []
     if fmt in _BINARY_READERS:
         reader, module, package = _BINARY_READERS[fmt]
         if importlib.util.find_spec(module) is None:
@@ -81,7 +86,7 @@ def load_file(path: str, doc_id: str, fmt: str) -> Document | Skipped:
         encoding = fmt  # no text encoding: the bytes are a PDF/DOCX container
     else:
         try:
-            text, encoding = decode_bytes(raw)
+            text, encoding, others = decode_text(raw, encoding)
         except DecodeFailed as exc:
             return Skipped(path, str(exc))
         text = normalize_text(text)
@@ -98,6 +103,7 @@ def load_file(path: str, doc_id: str, fmt: str) -> Document | Skipped:
     return Document(
         doc_id=doc_id, path=path, sha256=hashlib.sha256(raw).hexdigest(), mtime=mtime,
         n_chars=len(text), title=title, text=text, metadata=meta, fmt=fmt, encoding=encoding,
+        other_encodings=tuple(others),
     )
 
 
@@ -151,7 +157,7 @@ def _beir_corpus_of(folder: str) -> str:
                    "give the BEIR dataset folder or its corpus file")
 
 
-def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
+def load_sources(sources: list[str], *, fmt: str = "auto", encoding: str | None = None) -> LoadResult:
     """Load documents from `sources` (files, folders searched recursively, or
     globs such as `docs/**/*.md`).
 
@@ -163,13 +169,18 @@ def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
     `fmt="markdown"|"text"|"html"|"pdf"|"docx"|"code"` forces one reader for every
     file; `fmt="beir"` reads each source file as a BEIR corpus, and a folder
     source as its `corpus.jsonl(.gz)` only (not its queries or qrels).
+    `encoding` (flag `--encoding`) forces the text encoding of every text
+    file (not of PDF/DOCX containers or BEIR corpora, which are UTF-8 JSON);
+    None detects it per file, and a file whose detection was a guess gets a
+    line in `LoadResult.warnings`.
 
     Returns a `LoadResult`: documents in source order (files sorted within a
     folder), and skipped files with reasons (unknown format, binary, not
     decodable, empty, corrupt/encrypted/image-only PDF, corrupt DOCX, the
     same file reached twice).
 
-    Raises `BadInput` when `fmt` is unknown (flag `--format`), a source does
+    Raises `BadInput` when `fmt` is unknown (flag `--format`), `encoding` is
+    not a text codec (flag `--encoding`), a source does
     not exist or a glob matches nothing, two files get the same `doc_id`, a
     BEIR corpus is malformed, or no documents are found at all.
     """
@@ -177,6 +188,8 @@ def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
         raise BadInput(f"--format {fmt!r} is not known; use one of: {', '.join(FORMATS)}")
     if not sources:
         raise BadInput("no sources given; give files, folders or globs to load")
+    if encoding is not None:
+        encoding = check_encoding(encoding)
     if fmt == "beir":
         sources = [_beir_corpus_of(s) if os.path.isdir(s) else s for s in sources]
     docs: list[Document] = []
@@ -218,13 +231,18 @@ def load_sources(sources: list[str], *, fmt: str = "auto") -> LoadResult:
                     reason = f"unsupported file type {ext or '(no extension)'!r}; known: {', '.join(EXTENSIONS)}"
                 skipped.append(Skipped(path, reason))
                 continue
-            result = load_file(path, doc_id, reader)
+            result = load_file(path, doc_id, reader, encoding)
             if isinstance(result, Skipped):
                 skipped.append(result)
             else:
                 add(result)
     if not docs:
-        detail = f" ({len(skipped)} file(s) skipped, e.g. {skipped[0].path}: {skipped[0].reason})" if skipped else ""
+        named = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:NAMED_SKIPPED])
+        more = f"; and {len(skipped) - NAMED_SKIPPED} more" if len(skipped) > NAMED_SKIPPED else ""
+        detail = f" ({len(skipped)} file(s) skipped: {named}{more})" if skipped else ""
         raise BadInput(f"no documents found in {', '.join(map(repr, sources))}{detail}; "
                        "give Markdown, text, HTML, PDF, DOCX or source-code files, or a BEIR corpus with --format beir")
-    return LoadResult(docs, skipped)
+    warnings = [f"{d.path}: the encoding is a guess: read as {d.encoding}, but "
+                f"{' and '.join(d.other_encodings)} also give plausible text; if the text is wrong, give "
+                f"--encoding (e.g. --encoding {d.other_encodings[0]})" for d in docs if d.other_encodings]
+    return LoadResult(docs, skipped, warnings)

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 
 def chunk_sources(project: "Project", sources: list[str], *, fmt: str, params: ChunkConfig, model: ModelConfig,
-                  progress: Progress | None = None) -> dict:
-    """Load `sources` and chunk them with `params` (the `[chunk]` config).
+                  progress: Progress | None = None, encoding: str | None = None) -> dict:
+    """Load `sources` (text files in `encoding`, None = detected) and chunk
+    them with `params` (the `[chunk]` config).
 
     Reads and chunks first, then writes docs.parquet and chunks.parquet
     atomically (on error neither is changed). `parent-child` also writes
@@ -32,7 +33,8 @@ def chunk_sources(project: "Project", sources: list[str], *, fmt: str, params: C
     Raises BadInput for bad flags (checked before any document is read),
     missing sources, or no documents.
     Returns a summary: n_docs, n_chunks, n_parents, n_oversized, max_tokens, skipped, seconds,
-    warnings (list of str: a size in tokens above what the embedder embeds whole).
+    warnings (list of str: files whose encoding was a guess; a size in tokens
+    above what the embedder embeds whole).
     """
     from rag_cli.models.loading import embedder_token_room, load_embedder, load_embedder_tokenizer
 
@@ -40,9 +42,9 @@ def chunk_sources(project: "Project", sources: list[str], *, fmt: str, params: C
     options = {"context_sentences": params.context_sentences, "parent_size": params.parent_size,
                "breakpoint_percentile": params.breakpoint_percentile}
     validate(params.strategy, params.size, params.overlap, params.unit, tokenizer=True, **options)
-    loaded = load_sources(sources, fmt=fmt)
+    loaded = load_sources(sources, fmt=fmt, encoding=encoding)
     tokenizer = load_embedder_tokenizer(model.__dict__) if params.unit == "tokens" else None
-    warnings = []
+    warnings = list(loaded.warnings)
     room = embedder_token_room(model.__dict__) if params.unit == "tokens" else None
     if room is not None and params.size > room[1]:  # chunks are embedded, parents are not
         warnings.append(f"--size {params.size} tokens is more than the embedder {model.embedder} embeds whole: its "
@@ -63,7 +65,7 @@ def chunk_sources(project: "Project", sources: list[str], *, fmt: str, params: C
         tables[project.parents_path] = chunks_table(parents)
     write_tables(tables, remove=[] if params.strategy == "parent-child" else [project.parents_path])
     seconds = time.perf_counter() - t0
-    project.record("chunk", params=dict(params.__dict__, format=fmt), inputs={"sources": list(sources)},
+    project.record("chunk", params=dict(params.__dict__, format=fmt, encoding=encoding), inputs={"sources": list(sources)},
                    outputs=[p.name for p in tables], rows={"docs": len(docs), "chunks": len(chunks),
                                                            "parents": len(parents)},
                    skipped=skipped, n_oversized=stats.n_oversized, seconds=round(seconds, 3))
