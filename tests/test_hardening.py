@@ -529,3 +529,64 @@ def test_no_documents_error_names_every_skipped_file(tmp_path):
     assert "e00.md: no text" in err and "e07.md: no text" in err and "and 5 more" in err
     assert "e08.md" not in err and "empty.md" not in err
     assert not (tmp_path / "proj" / "chunks.parquet").exists()
+
+
+# ------------------------------------------------------------------ big inputs
+def _scifact_subset(scifact_dir: Path, out: Path, n: int) -> Path:
+    import gzip
+
+    with gzip.open(scifact_dir / "corpus.jsonl.gz", "rt", encoding="utf-8") as fh:
+        lines = [next(fh) for _ in range(n)]
+    out.write_text("".join(lines), encoding="utf-8")
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["recursive", "parent-child"])
+def test_streamed_chunking_writes_what_one_piece_writes(tmp_path, scifact_dir, monkeypatch, strategy):
+    import io
+
+    from rag_cli.chunking import chunk_with_parents, chunks_table, docs_table
+    from rag_cli.loaders import load_sources
+    from rag_cli.stages import chunk as chunk_stage
+
+    corpus = _scifact_subset(scifact_dir, tmp_path / "corpus.jsonl", 300)
+    args = ["--unit", "chars", "--size", 400, "--overlap", 40, "--strategy", strategy, "--parent-size", 1200]
+    p = tmp_path / "proj"
+    ok("chunk", corpus, *args, "-p", p)
+    docs = load_sources([str(corpus)]).documents
+    chunks, parents = chunk_with_parents(docs, strategy=strategy, size=400, overlap=40, unit="chars",
+                                         parent_size=1200)
+
+    def one_piece(table) -> bytes:
+        buf = io.BytesIO()
+        pq.write_table(table, buf, compression="zstd")
+        return buf.getvalue()
+
+    # a corpus within one row group: the same bytes as the tables written in one piece
+    assert (p / "docs.parquet").read_bytes() == one_piece(docs_table(docs))
+    assert (p / "chunks.parquet").read_bytes() == one_piece(chunks_table(chunks))
+    if strategy == "parent-child":
+        assert (p / "parents.parquet").read_bytes() == one_piece(chunks_table(parents))
+    # in row groups of 7 rows (and 5,000 characters): the same rows
+    monkeypatch.setattr(chunk_stage, "ROW_GROUP", 7)
+    monkeypatch.setattr(chunk_stage, "ROW_GROUP_CHARS", 5000)
+    q = tmp_path / "proj2"
+    ok("chunk", corpus, *args, "-p", q)
+    got = pq.ParquetFile(q / "chunks.parquet")
+    assert got.num_row_groups > len(chunks) // 7 // 2
+    assert got.read().equals(chunks_table(chunks))
+    assert pq.read_table(q / "docs.parquet").equals(docs_table(docs))
+    assert pq.ParquetFile(q / "docs.parquet").num_row_groups > 300 // 7
+
+
+def test_streamed_chunking_writes_nothing_on_a_late_error(tmp_path):
+    docs = write_docs(tmp_path / "docs", {f"d{i:03d}.md": f"document {i} text .\n" for i in range(30)})
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    before = {f: (p / f).read_bytes() for f in ("docs.parquet", "chunks.parquet")}
+    # a second source whose doc ids clash with the first's: found only after 30 documents were chunked
+    other = write_docs(tmp_path / "other" / "docs", {"d029.md": "clash .\n"})
+    res = rag("chunk", docs, other, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    assert res.exit_code == 2 and "comes from both" in res.stderr, res.stderr
+    assert {f: (p / f).read_bytes() for f in before} == before
+    assert [x.name for x in p.iterdir() if x.name.endswith(".tmp")] == []

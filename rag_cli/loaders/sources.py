@@ -7,9 +7,10 @@ import hashlib
 import importlib.util
 import os
 from pathlib import Path, PurePosixPath
+from typing import Iterator
 
 from ..errors import BadInput
-from .beir import is_beir_path, read_beir_corpus
+from .beir import is_beir_path, iter_beir_corpus
 from .decode import DecodeFailed, check_encoding, decode_text
 from .document import Document, LoadResult, Skipped
 from .html import html_available, parse_html
@@ -18,7 +19,8 @@ from .normalize import normalize_text
 from .pdf import read_pdf
 from .word import read_docx
 
-__all__ = ["load_sources", "load_file", "FORMATS", "EXTENSIONS", "CODE_EXTENSIONS"]
+__all__ = ["load_sources", "iter_sources", "load_file", "no_documents", "encoding_warning", "FORMATS", "EXTENSIONS",
+           "CODE_EXTENSIONS"]
 
 #: `fmt` values accepted by `load_sources`.
 FORMATS = ("auto", "markdown", "text", "html", "pdf", "docx", "code", "beir")
@@ -184,6 +186,23 @@ def load_sources(sources: list[str], *, fmt: str = "auto", encoding: str | None 
     not exist or a glob matches nothing, two files get the same `doc_id`, a
     BEIR corpus is malformed, or no documents are found at all.
     """
+    docs: list[Document] = []
+    skipped: list[Skipped] = []
+    for item in iter_sources(sources, fmt=fmt, encoding=encoding):
+        (skipped if isinstance(item, Skipped) else docs).append(item)
+    if not docs:
+        raise no_documents(sources, skipped)
+    return LoadResult(docs, skipped, [w for w in map(encoding_warning, docs) if w])
+
+
+def iter_sources(sources: list[str], *, fmt: str = "auto",
+                 encoding: str | None = None) -> Iterator[Document | Skipped]:
+    """`load_sources` one file (or BEIR record) at a time: yields each
+    `Document` or `Skipped` in the order `load_sources` returns them, holding
+    only the doc ids and file paths seen. The flags are checked (BadInput)
+    when this is called; a missing source, a doc id reached twice or a
+    malformed BEIR corpus raises BadInput when it is reached. It does not
+    raise for no documents: see `no_documents`."""
     if fmt not in FORMATS:
         raise BadInput(f"--format {fmt!r} is not known; use one of: {', '.join(FORMATS)}")
     if not sources:
@@ -192,35 +211,35 @@ def load_sources(sources: list[str], *, fmt: str = "auto", encoding: str | None 
         encoding = check_encoding(encoding)
     if fmt == "beir":
         sources = [_beir_corpus_of(s) if os.path.isdir(s) else s for s in sources]
-    docs: list[Document] = []
-    skipped: list[Skipped] = []
+    return _iter_sources(sources, fmt, encoding)
+
+
+def _iter_sources(sources: list[str], fmt: str, encoding: str | None) -> Iterator[Document | Skipped]:
     seen_files: dict[str, str] = {}
     id_owner: dict[str, str] = {}
 
-    def add(doc: Document) -> None:
+    def checked(doc: Document) -> Document:
         other = id_owner.get(doc.doc_id)
         if other is not None:
             raise BadInput(f"doc_id {doc.doc_id!r} comes from both {other} and {doc.path}; give the sources "
                            "so that paths relative to their roots differ (e.g. their common parent folder)")
         id_owner[doc.doc_id] = doc.path
-        docs.append(doc)
+        return doc
 
     for source in sources:
         is_file_source = os.path.isfile(source)
         for path, doc_id in _expand(source):
             key = os.path.realpath(path)
             if key in seen_files:
-                skipped.append(Skipped(path, f"already loaded (same file as {seen_files[key]})"))
+                yield Skipped(path, f"already loaded (same file as {seen_files[key]})")
                 continue
             seen_files[key] = path
             if fmt == "beir" or (fmt == "auto" and is_file_source and is_beir_path(path)):
                 if fmt == "auto" or is_beir_path(path) or is_file_source:
-                    bdocs, bskipped = read_beir_corpus(path)
-                    for d in bdocs:
-                        add(d)
-                    skipped.extend(bskipped)
+                    for item in iter_beir_corpus(path):
+                        yield item if isinstance(item, Skipped) else checked(item)
                 else:
-                    skipped.append(Skipped(path, "not a .jsonl/.jsonl.gz file (--format beir)"))
+                    yield Skipped(path, "not a .jsonl/.jsonl.gz file (--format beir)")
                 continue
             reader = _fmt_of(path, fmt)
             if reader is None:
@@ -229,20 +248,27 @@ def load_sources(sources: list[str], *, fmt: str = "auto", encoding: str | None 
                     reason = "JSONL in a folder is not read by --format auto; give the file itself, or --format beir"
                 else:
                     reason = f"unsupported file type {ext or '(no extension)'!r}; known: {', '.join(EXTENSIONS)}"
-                skipped.append(Skipped(path, reason))
+                yield Skipped(path, reason)
                 continue
             result = load_file(path, doc_id, reader, encoding)
-            if isinstance(result, Skipped):
-                skipped.append(result)
-            else:
-                add(result)
-    if not docs:
-        named = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:NAMED_SKIPPED])
-        more = f"; and {len(skipped) - NAMED_SKIPPED} more" if len(skipped) > NAMED_SKIPPED else ""
-        detail = f" ({len(skipped)} file(s) skipped: {named}{more})" if skipped else ""
-        raise BadInput(f"no documents found in {', '.join(map(repr, sources))}{detail}; "
-                       "give Markdown, text, HTML, PDF, DOCX or source-code files, or a BEIR corpus with --format beir")
-    warnings = [f"{d.path}: the encoding is a guess: read as {d.encoding}, but "
-                f"{' and '.join(d.other_encodings)} also give plausible text; if the text is wrong, give "
-                f"--encoding (e.g. --encoding {d.other_encodings[0]})" for d in docs if d.other_encodings]
-    return LoadResult(docs, skipped, warnings)
+            yield result if isinstance(result, Skipped) else checked(result)
+
+
+def no_documents(sources: list[str], skipped: list[Skipped]) -> BadInput:
+    """The error for sources that gave no document: names each skipped file
+    (the first `NAMED_SKIPPED`) with its reason."""
+    named = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:NAMED_SKIPPED])
+    more = f"; and {len(skipped) - NAMED_SKIPPED} more" if len(skipped) > NAMED_SKIPPED else ""
+    detail = f" ({len(skipped)} file(s) skipped: {named}{more})" if skipped else ""
+    return BadInput(f"no documents found in {', '.join(map(repr, sources))}{detail}; "
+                    "give Markdown, text, HTML, PDF, DOCX or source-code files, or a BEIR corpus with --format beir")
+
+
+def encoding_warning(doc: Document) -> str | None:
+    """A line naming `doc`'s file when its encoding was a guess (the encoding
+    chosen, the other plausible ones, the flag that forces one); else None."""
+    if not doc.other_encodings:
+        return None
+    return (f"{doc.path}: the encoding is a guess: read as {doc.encoding}, but "
+            f"{' and '.join(doc.other_encodings)} also give plausible text; if the text is wrong, give "
+            f"--encoding (e.g. --encoding {doc.other_encodings[0]})")
