@@ -90,6 +90,8 @@ def tokenizer_folder(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     shutil.copy(find_tokenizer_json(), path / "tokenizer.json")
     (path / "model.onnx").write_bytes(b"")
+    # as the converted default's config.json says (else the folder parses tokenizer.json for it)
+    (path / "config.json").write_text(json.dumps({"model_type": "xlm-roberta", "pad_token_id": 1}))
     (path / "rag_model.json").write_text(json.dumps({"kind": "embedder", "max_length": 512,
                                                      "query_prefix": "query: ", "passage_prefix": "passage: "}))
     return path
@@ -112,7 +114,8 @@ def measure(code: Path, corpus: Path, project: Path, args: list[str]) -> dict:
     env = dict(os.environ, PYTHONPATH=str(code))
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        # cwd: `python -m` puts the current folder first on sys.path, before PYTHONPATH
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=code)
         out = proc.stdout.read()
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - t0
