@@ -188,6 +188,7 @@ def init(
 def chunk(
     sources: Annotated[list[str], typer.Argument(help="Files, folders (recursive) or globs; or a BEIR corpus.jsonl(.gz) with --format beir")],
     fmt: FormatOpt = "auto",
+    encoding: Annotated[Optional[str], typer.Option("--encoding", help="Text encoding of every text file (e.g. gbk, big5, cp1252); default: UTF-8, else detected")] = None,
     strategy: StrategyOpt = None,
     size: SizeOpt = None,
     overlap: OverlapOpt = None,
@@ -210,7 +211,7 @@ def chunk(
         summary = p.chunk(sources, format=fmt, strategy=strategy, size=size, overlap=overlap, unit=unit,
                           context_sentences=context_sentences, parent_size=parent_size,
                           breakpoint_percentile=breakpoint_percentile, model=model, precision=precision,
-                          wait=wait, progress=progress)
+                          encoding=encoding, wait=wait, progress=progress)
     if json_out:
         return _emit_json(summary)
     if quiet:
@@ -222,6 +223,8 @@ def chunk(
           f"in {summary['seconds']:.1f}s -> {p.chunks_path}")
     if summary["n_oversized"]:
         _note(f"{summary['n_oversized']} chunk(s) exceed the size: each is one unbreakable unit")
+    for warning in summary["warnings"]:
+        _warn(warning)
     for s in summary["skipped"][:20]:
         _note(f"skipped {s['path']}: {s['reason']}")
     if len(summary["skipped"]) > 20:
@@ -236,6 +239,8 @@ def embed(
     precision: PrecisionOpt = None,
     threads: ThreadsOpt = None,
     provider: ProviderOpt = None,
+    on_truncate: Annotated[Optional[str], typer.Option(
+        "--on-truncate", help="A chunk longer than the model's max_length: warn (name it) | error (exit 2, nothing written) (config: model.on_truncate)")] = None,
     wait: WaitOpt = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
@@ -246,8 +251,8 @@ def embed(
 
     p = Project.open(project)
     with _progress(quiet or json_out) as progress:
-        summary = p.embed(model=model, precision=precision, threads=threads, provider=provider, wait=wait,
-                          progress=progress)
+        summary = p.embed(model=model, precision=precision, threads=threads, provider=provider,
+                          on_truncate=on_truncate, wait=wait, progress=progress)
     if json_out:
         return _emit_json({k: v for k, v in summary.items() if k != "model"})
     if quiet:
@@ -258,9 +263,8 @@ def embed(
         _warn(f"the old embeddings could not be read and were rebuilt: {summary['rebuilt_unreadable']}")
     _note(f"{summary['n_embedded']} chunks embedded, {summary['n_reused']} reused, in {summary['seconds']:.1f}s "
           f"with {summary['model']} ({summary['fingerprint']}) -> {p.embeddings_path}")
-    if summary["n_truncated"]:
-        _warn(f"{summary['n_truncated']} chunk(s) are longer than the model's max_length "
-              f"({summary['max_length']} tokens) and were truncated: use a smaller --size")
+    if summary["truncation"]:
+        _warn(f"{summary['truncation']}: use a smaller `rag chunk --size`")
 
 
 # --------------------------------------------------------------------------- index

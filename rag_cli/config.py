@@ -30,6 +30,7 @@ class ModelConfig:
     reranker: str = ""  # a cross-encoder model folder; empty = none configured
     threads: int = 0  # CPU cores for the models (that many batches at once); 0 = all cores
     provider: str = "cpu"  # onnxruntime execution provider: cpu | cuda | coreml (if the build has it)
+    on_truncate: str = "warn"  # embed: a chunk longer than the embedder's max_length: warn (named) | error (exit 2)
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,7 @@ CONFIG_FLAGS: dict[tuple[str, str], str] = {
 #: - min_score, strong_score: bi-encoder cosines, in [-1, 1]; min_coverage: a share, in [0, 1].
 CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
     ("model", "precision"): ("int8", "fp32"),
+    ("model", "on_truncate"): ("warn", "error"),
     ("model", "threads"): (0, None),
     ("index", "hnsw_m"): (2, None),
     ("index", "hnsw_ef_construction"): (1, None),

@@ -388,11 +388,12 @@ class Project:
               size: int | None = None, overlap: int | None = None, unit: str | None = None,
               context_sentences: int | None = None, parent_size: int | None = None,
               breakpoint_percentile: float | None = None, model: str | os.PathLike | None = None,
-              precision: str | None = None, wait: float | None = None,
+              precision: str | None = None, encoding: str | None = None, wait: float | None = None,
               progress: Progress | None = None) -> dict:
         """Load documents (files, folders, globs; a BEIR corpus with
         format="beir") and split them into chunks: docs.parquet, chunks.parquet
-        (see `rag_cli.stages.chunk.chunk_sources`). Returns its summary.
+        (see `rag_cli.stages.chunk.chunk_sources`). `encoding` forces the
+        text files' encoding (None: detected). Returns its summary.
         Raises BadInput for bad options, missing sources or no documents."""
         from rag_cli.stages.chunk import chunk_sources
 
@@ -404,25 +405,30 @@ class Project:
         config, _ = config.with_options("model", model_opts)
         with self._writing("chunk", wait):
             summary = chunk_sources(self, [os.fspath(s) for s in sources], fmt=format, params=config.chunk,
-                                    model=config.model, progress=progress)
+                                    model=config.model, progress=progress, encoding=encoding)
             self._save(("chunk", chunk_opts), ("model", model_opts))
         return summary
 
     def embed(self, *, model: str | os.PathLike | None = None, precision: str | None = None,
-              threads: int | None = None, provider: str | None = None, wait: float | None = None,
+              threads: int | None = None, provider: str | None = None, on_truncate: str | None = None,
+              wait: float | None = None,
               progress: Progress | None = None) -> dict:
         """Embed chunks.parquet with the bi-encoder: embeddings.parquet, only
         new or changed texts computed (see `rag_cli.stages.embed.embed_chunks`).
+        `on_truncate` ("warn" | "error", config model.on_truncate): what a
+        chunk longer than the model's max_length does.
         Returns its summary (plus `model`, the model folder's name).
-        Raises BadInput for bad options, a missing model or chunks.parquet."""
+        Raises BadInput for bad options, a missing model or chunks.parquet,
+        or a truncated chunk with on_truncate="error"."""
         from rag_cli.stages.embed import embed_chunks
 
         self.require(self.chunks_path, "chunk")
-        opts = {"embedder": _model_value(model), "precision": precision, "threads": threads, "provider": provider}
+        opts = {"embedder": _model_value(model), "precision": precision, "threads": threads, "provider": provider,
+                "on_truncate": on_truncate}
         config, _ = self._with("model", opts)
         encoder = self._embedder(config)  # checks every option before rag.toml records it
         with self._writing("embed", wait):
-            summary = embed_chunks(self, encoder, progress)
+            summary = embed_chunks(self, encoder, progress, on_truncate=config.model.on_truncate)
             self._save(("model", opts))
         return {**summary, "model": encoder.folder.name}
 

@@ -388,3 +388,213 @@ def test_rerank_cli_states_the_scale_and_min_score(project, tiny_cross_encoder):
     assert [r["score"] for r in kept["results"]] == [s for s in scores if s >= cut]
     raw = ok("rerank", "cat", "--model", tiny_cross_encoder, "-p", project)
     assert "scores: logit" in " ".join(raw.stdout.split())
+
+
+# ------------------------------------------------------------------ truncation
+def _truncating_project(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """DOCS chunked one chunk per file with a tiny model of max_length 9: the
+    dogs and 'my cats' texts are 10 tokens with [CLS]/[SEP], the others 9."""
+    model = make_bi_encoder(tmp_path / "model", max_length=9)
+    docs = write_docs(tmp_path / "docs", DOCS)
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--model", model, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    return model, p, chunk_ids_by_doc(p)
+
+
+def test_truncation_names_chunks_and_is_stored_per_row(tmp_path):
+    model, p, ids = _truncating_project(tmp_path)
+    cut = sorted([ids["dogs.md"], ids["my cats.md"]])
+    res = ok("embed", "-p", p)
+    err = " ".join(res.stderr.split())
+    assert "2 chunk(s) are longer than the model's max_length (9 tokens" in err, err
+    for cid in cut:
+        assert f"{cid!r} (10 tokens)" in err
+    assert repr(ids["cats.md"]) not in err
+    t = pq.read_table(p / "embeddings.parquet")
+    assert t.schema.field("n_tokens").type == pa.int32() and t.schema.field("truncated").type == pa.bool_()
+    assert t.schema.metadata[b"max_length"] == b"9"
+    rows = {r["chunk_id"]: (r["n_tokens"], r["truncated"]) for r in t.select(["chunk_id", "n_tokens", "truncated"]).to_pylist()}
+    assert rows == {ids["cats.md"]: (9, False), ids["dogs.md"]: (10, True), ids["paris.md"]: (9, False),
+                    ids["rivers.md"]: (9, False), ids["my cats.md"]: (10, True)}
+    assert read_embeddings(p / "embeddings.parquet").vectors.shape == (5, 16)
+    # a rerun served from the cache still reports it
+    res = ok("embed", "-p", p, "--json")
+    out = json.loads(res.stdout)
+    assert out["n_embedded"] == 0 and out["n_truncated"] == 2
+    assert sorted(r["chunk_id"] for r in out["truncated"]) == cut and {r["n_tokens"] for r in out["truncated"]} == {10}
+    assert pq.read_table(p / "embeddings.parquet", columns=["truncated"]).column(0).to_pylist().count(True) == 2
+
+
+def test_on_truncate_error_fails_naming_chunks_and_writes_nothing(tmp_path):
+    model, p, ids = _truncating_project(tmp_path)
+    res = rag("embed", "-p", p, "--on-truncate", "error")
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    err = " ".join(res.stderr.split())
+    assert f"{ids['dogs.md']!r} (10 tokens)" in err and "nothing was embedded or written" in err, err
+    assert not (p / "embeddings.parquet").exists() and not (p / "cache" / "vectors").exists()
+    assert rag("embed", "-p", p, "--on-truncate", "drop").exit_code == 2
+    # the config key works too, and warn is the default
+    (p / "rag.toml").write_text((p / "rag.toml").read_text().replace('on_truncate = "warn"', 'on_truncate = "error"'))
+    assert 'on_truncate = "error"' in (p / "rag.toml").read_text()
+    assert rag("embed", "-p", p).exit_code == 2
+    ok("embed", "-p", p, "--on-truncate", "warn")
+    assert (p / "embeddings.parquet").exists()
+
+
+def test_chunk_warns_when_size_exceeds_the_models_max_length(tmp_path):
+    model = make_bi_encoder(tmp_path / "model", max_length=16)
+    docs = write_docs(tmp_path / "docs", DOCS)
+    res = ok("chunk", docs, "--model", model, "--size", 15, "--overlap", 0, "-p", tmp_path / "p1")
+    err = " ".join(res.stderr.split())
+    # [CLS] and [SEP] take 2 of the 16 tokens: 14 is the most a chunk may have
+    assert "--size 15 tokens is more than the embedder" in err and "use --size 14 or less" in err, err
+    res = ok("chunk", docs, "--model", model, "--size", 14, "--overlap", 0, "-p", tmp_path / "p2")
+    assert "--size" not in res.stderr
+    res = ok("chunk", docs, "--model", model, "--size", 300, "--unit", "chars", "--overlap", 0, "-p", tmp_path / "p3")
+    assert "--size" not in res.stderr
+
+
+# ------------------------------------------------------------------ files
+def test_split_markdown_table_repeats_its_header_in_every_part(tmp_path):
+    rows = "\n".join(f"| compound {i} | {i * 7} mg | trial {i % 3} |" for i in range(40))
+    text = ("# Dosage\n\nThe doses given in the trials.\n\n"
+            "| Compound | Dose | Trial |\n|:--- | ---:| --- |\n" + rows + "\n\nAfter the table.\n")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "doses.md").write_text(text, encoding="utf-8")
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    chunks = pq.read_table(p / "chunks.parquet").to_pylist()
+    header = "| Compound | Dose | Trial |\n|:--- | ---:| --- |\n"
+    with_rows = [c for c in chunks if "| compound " in c["text"]]
+    assert len(with_rows) >= 5  # the table really is split
+    assert all(c["embed_text"].count(header) == 1 for c in with_rows)
+    first = with_rows[0]
+    assert header in first["text"] and first["embed_text"] == "Dosage\n" + first["text"]
+    for c in with_rows[1:]:
+        assert header not in c["text"] and c["embed_text"] == "Dosage\n" + header + c["text"]
+    # the stored text is still the exact span (the normalised text equals the input here: ASCII, LF)
+    assert all(text[c["start_char"]:c["end_char"]] == c["text"] for c in chunks)
+    after = [c for c in chunks if "After the table." in c["text"] and "| compound" not in c["text"]]
+    assert all(header not in c["embed_text"] for c in after)
+
+
+def test_find_tables_follows_gfm():
+    from rag_cli.chunking.tables import find_tables
+
+    text = "intro\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n| 3 | 4 |\n\nx | y\n---\nz\n"
+    (t,) = find_tables(text)  # `x | y` over `---` is a setext heading, not a table (1 cell against 2)
+    assert t.header == "| a | b |\n| --- | --- |"
+    assert text[t.body:t.end] == "| 1 | 2 |\n| 3 | 4 |"
+    assert find_tables("no pipes here\n---\n") == []
+
+
+def test_short_gbk_file_warns_that_its_encoding_is_a_guess(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "gb.txt").write_bytes("国标".encode("gbk"))  # 4 bytes: GBK 国标, Big5 弊梓, EUC-JP 忽炎
+    (docs / "long.txt").write_bytes(("这是一个用国标编码写的中文文件，内容比较长，可以用来检测编码是否正确。" * 3).encode("gbk"))
+    p = tmp_path / "proj"
+    res = ok("chunk", docs, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    err = " ".join(res.stderr.split())
+    assert "gb.txt: the encoding is a guess: read as gb18030, but big5 and euc_jp also give plausible text" in err, err
+    assert "--encoding big5" in err and "long.txt" not in err
+    texts = {Path(r["doc_id"]).name: r["text"] for r in pq.read_table(p / "chunks.parquet").to_pylist()}
+    assert texts["gb.txt"] == "国标"
+    # --encoding forces one, for every text file, and silences the guess
+    res = ok("chunk", docs / "gb.txt", "--encoding", "big5", "--unit", "chars", "--size", 300, "-p", p)
+    assert "guess" not in res.stderr
+    assert pq.read_table(p / "chunks.parquet").column("text").to_pylist() == ["弊梓"]
+    ok("chunk", docs, "--encoding", "GBK", "--unit", "chars", "--size", 300, "-p", p)
+    assert "国标" in pq.read_table(p / "chunks.parquet").column("text").to_pylist()
+    # an unknown codec, or one that is not a text encoding, is refused before anything is read or written
+    before = (p / "chunks.parquet").read_bytes()
+    for bad in ("gbk2", "base64"):
+        res = rag("chunk", docs, "--encoding", bad, "-p", p)
+        assert res.exit_code == 2 and f"--encoding {bad!r}" in res.stderr, res.stderr
+    assert (p / "chunks.parquet").read_bytes() == before
+    # a file that does not decode with the forced encoding is skipped with the reason
+    (docs / "utf8.txt").write_text("naïve café", encoding="utf-8")
+    res = rag("chunk", docs / "utf8.txt", "--encoding", "ascii", "-p", p)
+    assert res.exit_code == 2 and "does not decode as ascii" in res.stderr
+
+
+def test_no_documents_error_names_every_skipped_file(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "empty.md").write_bytes(b"")
+    (docs / "blank.txt").write_text("  \n\n \t\n")
+    (docs / "data.bin").write_bytes(b"\x00\x01")
+    for i in range(12):
+        (docs / f"e{i:02d}.md").write_text("\n")
+    res = rag("chunk", docs, "-p", tmp_path / "proj")
+    assert res.exit_code == 2
+    err = " ".join(res.stderr.split())
+    assert "15 file(s) skipped:" in err, err
+    assert "blank.txt: no text (empty or whitespace only)" in err
+    assert "data.bin: unsupported file type '.bin'" in err
+    # sorted: blank.txt, data.bin, e00.md ... e11.md, empty.md; the first 10 are named
+    assert "e00.md: no text" in err and "e07.md: no text" in err and "and 5 more" in err
+    assert "e08.md" not in err and "empty.md" not in err
+    assert not (tmp_path / "proj" / "chunks.parquet").exists()
+
+
+# ------------------------------------------------------------------ big inputs
+def _scifact_subset(scifact_dir: Path, out: Path, n: int) -> Path:
+    import gzip
+
+    with gzip.open(scifact_dir / "corpus.jsonl.gz", "rt", encoding="utf-8") as fh:
+        lines = [next(fh) for _ in range(n)]
+    out.write_text("".join(lines), encoding="utf-8")
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["recursive", "parent-child"])
+def test_streamed_chunking_writes_what_one_piece_writes(tmp_path, scifact_dir, monkeypatch, strategy):
+    import io
+
+    from rag_cli.chunking import chunk_with_parents, chunks_table, docs_table
+    from rag_cli.loaders import load_sources
+    from rag_cli.stages import chunk as chunk_stage
+
+    corpus = _scifact_subset(scifact_dir, tmp_path / "corpus.jsonl", 300)
+    args = ["--unit", "chars", "--size", 400, "--overlap", 40, "--strategy", strategy, "--parent-size", 1200]
+    p = tmp_path / "proj"
+    ok("chunk", corpus, *args, "-p", p)
+    docs = load_sources([str(corpus)]).documents
+    chunks, parents = chunk_with_parents(docs, strategy=strategy, size=400, overlap=40, unit="chars",
+                                         parent_size=1200)
+
+    def one_piece(table) -> bytes:
+        buf = io.BytesIO()
+        pq.write_table(table, buf, compression="zstd")
+        return buf.getvalue()
+
+    # a corpus within one row group: the same bytes as the tables written in one piece
+    assert (p / "docs.parquet").read_bytes() == one_piece(docs_table(docs))
+    assert (p / "chunks.parquet").read_bytes() == one_piece(chunks_table(chunks))
+    if strategy == "parent-child":
+        assert (p / "parents.parquet").read_bytes() == one_piece(chunks_table(parents))
+    # in row groups of 7 rows (and 5,000 characters): the same rows
+    monkeypatch.setattr(chunk_stage, "ROW_GROUP", 7)
+    monkeypatch.setattr(chunk_stage, "ROW_GROUP_CHARS", 5000)
+    q = tmp_path / "proj2"
+    ok("chunk", corpus, *args, "-p", q)
+    got = pq.ParquetFile(q / "chunks.parquet")
+    assert got.num_row_groups > len(chunks) // 7 // 2
+    assert got.read().equals(chunks_table(chunks))
+    assert pq.read_table(q / "docs.parquet").equals(docs_table(docs))
+    assert pq.ParquetFile(q / "docs.parquet").num_row_groups > 300 // 7
+
+
+def test_streamed_chunking_writes_nothing_on_a_late_error(tmp_path):
+    docs = write_docs(tmp_path / "docs", {f"d{i:03d}.md": f"document {i} text .\n" for i in range(30)})
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    before = {f: (p / f).read_bytes() for f in ("docs.parquet", "chunks.parquet")}
+    # a second source whose doc ids clash with the first's: found only after 30 documents were chunked
+    other = write_docs(tmp_path / "other" / "docs", {"d029.md": "clash .\n"})
+    res = rag("chunk", docs, other, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    assert res.exit_code == 2 and "comes from both" in res.stderr, res.stderr
+    assert {f: (p / f).read_bytes() for f in before} == before
+    assert [x.name for x in p.iterdir() if x.name.endswith(".tmp")] == []

@@ -11,9 +11,13 @@ __all__ = ["Chunk", "make_embed_text", "HEADING_SEPARATOR"]
 HEADING_SEPARATOR = " > "
 
 
-def make_embed_text(title_path: list[str], text: str) -> str:
+def make_embed_text(title_path: list[str], text: str, table_header: str = "") -> str:
     """The text to embed: `"H1 > H2\\n" + text` when there is a heading path,
-    else `text`."""
+    else `text`; a `table_header` (the header and delimiter lines of the
+    Markdown table a chunk starts inside, see `tables.py`) goes, with a line
+    break, right before `text`."""
+    if table_header:
+        text = table_header + "\n" + text
     if title_path:
         return HEADING_SEPARATOR.join(title_path) + "\n" + text
     return text
@@ -46,7 +50,9 @@ class Chunk:
       `context == doc.text[context_start:context_end]`; all None for the
       other strategies (the chunk is its own context).
     - `sha256`: hex SHA-256 of `text` encoded as UTF-8.
-    - `embed_text`: see `make_embed_text`.
+    - `embed_text`: see `make_embed_text`; a chunk that starts inside the
+      rows of a Markdown table gets the table's header and delimiter lines
+      there (`tables.py`), so a split table keeps its column names.
     """
 
     chunk_id: str
@@ -70,16 +76,18 @@ class Chunk:
     @classmethod
     def build(cls, doc_id: str, ordinal: int, doc_text: str, start: int, end: int, title_path: list[str],
               n_tokens: int | None, n_units: int, oversized: bool, parent_id: str | None = None,
-              context_span: tuple[int, int] | None = None, id_prefix: str = "") -> "Chunk":
+              context_span: tuple[int, int] | None = None, id_prefix: str = "",
+              table_header: str = "") -> "Chunk":
         """The chunk `doc_text[start:end]`; `context_span` (start, end) sets
         the context fields; `id_prefix` goes between `#` and the ordinal
-        (`"p"` for parents)."""
+        (`"p"` for parents); `table_header` goes into `embed_text` only
+        (`make_embed_text`)."""
         text = doc_text[start:end]
         cs, ce = context_span if context_span is not None else (None, None)
         return cls(
             chunk_id=f"{doc_id}#{id_prefix}{ordinal}", doc_id=doc_id, ordinal=ordinal, text=text,
             title_path=list(title_path), start_char=start, end_char=end, n_tokens=n_tokens,
             parent_id=parent_id, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
-            embed_text=make_embed_text(title_path, text), n_units=n_units, oversized=oversized,
+            embed_text=make_embed_text(title_path, text, table_header), n_units=n_units, oversized=oversized,
             context_start=cs, context_end=ce, context=doc_text[cs:ce] if context_span is not None else None,
         )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,10 +16,11 @@ from .fixed import fixed_spans
 from .markdown import markdown_spans
 from .recursive import compile_separators, recursive_spans
 from .semantic import semantic_spans
+from .tables import find_tables, table_header_before
 from .sentence import sentence_units, sentence_windows
 from .units import SpanCounter, char_counter, load_tokenizer, token_counters, validate
 
-__all__ = ["chunk_document", "chunk_documents", "chunk_with_parents", "ChunkStats", "chunk_stats",
+__all__ = ["chunk_document", "chunk_documents", "chunk_with_parents", "iter_chunks", "ChunkStats", "chunk_stats",
            "HEADING_AWARE_FORMATS"]
 
 #: Document formats whose text has Markdown headings (the HTML and DOCX
@@ -93,6 +95,8 @@ def _chunks_for(doc, count: SpanCounter, tok_count: SpanCounter | None, strategy
                 parent_of.append(j)
     else:  # recursive, and `code` on documents that are not code
         spans = _base_spans(doc, count, size, overlap, opts.split)
+    tables = find_tables(text) if fmt != "code" else []
+    starts = [t.start for t in tables]
     out = []
     for ordinal, (a, b, path) in enumerate(spans):
         n_units = count(a, b)
@@ -102,6 +106,7 @@ def _chunks_for(doc, count: SpanCounter, tok_count: SpanCounter | None, strategy
             n_units=n_units, oversized=n_units > size,
             parent_id=parents[parent_of[ordinal]].chunk_id if parent_of is not None else None,
             context_span=contexts[ordinal] if contexts is not None else None,
+            table_header=table_header_before(tables, starts, a) if tables else "",
         ))
     return out, parents
 
@@ -170,6 +175,35 @@ def chunk_with_parents(docs, *, strategy: str = "recursive", size: int = 256, ov
     `semantic` without `embed`), and naming `separators`/`keep_separator`
     when those are invalid or given with `strategy="fixed"`.
     """
+    chunks: list[Chunk] = []
+    parents: list[Chunk] = []
+    for c, p in iter_chunks(docs, strategy=strategy, size=size, overlap=overlap, unit=unit, tokenizer=tokenizer,
+                            context_sentences=context_sentences, parent_size=parent_size,
+                            breakpoint_percentile=breakpoint_percentile, embed=embed, separators=separators,
+                            keep_separator=keep_separator, progress=progress):
+        chunks.extend(c)
+        parents.extend(p)
+    return chunks, parents
+
+
+#: Documents tokenized at a time by `iter_chunks` (their token offsets are the
+#: only per-document state it holds beyond the document being chunked).
+DOC_BATCH = 256
+
+
+def iter_chunks(docs, *, strategy: str = "recursive", size: int = 256, overlap: int = 32, unit: str = "tokens",
+                tokenizer=None, context_sentences: int = 2, parent_size: int = 512,
+                breakpoint_percentile: float = 95.0, embed: Callable[[list[str]], np.ndarray] | None = None,
+                separators=None, keep_separator: str = "end",
+                progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[list[Chunk], list[Chunk]]]:
+    """`chunk_with_parents` one document at a time: yields `(chunks, parents)`
+    per document of `docs` (`Document`s: a sequence, or any iterable, read
+    `DOC_BATCH` at a time; progress then gets total None, and (n, n) once
+    the documents run out), in order, so a caller
+    can write them out as they come; memory is bounded by `DOC_BATCH`
+    documents' token offsets plus one document's chunks. Same parameters,
+    results and errors as `chunk_with_parents`; the parameters are checked
+    (BadInput) when this is called, before the first document."""
     validate(strategy, size, overlap, unit, tokenizer, context_sentences=context_sentences,
              parent_size=parent_size, breakpoint_percentile=breakpoint_percentile)
     if strategy == "semantic" and embed is None:
@@ -180,18 +214,23 @@ def chunk_with_parents(docs, *, strategy: str = "recursive", size: int = 256, ov
     opts = _Options(context_sentences, parent_size, float(breakpoint_percentile), embed,
                     {"separators": separators, "keep_separator": keep_separator})
     tok = load_tokenizer(tokenizer)
-    docs = list(docs)
-    tok_counts = token_counters([d.text for d in docs], tok) if tok is not None else [None] * len(docs)
-    chunks: list[Chunk] = []
-    parents: list[Chunk] = []
-    for i, (doc, tc) in enumerate(zip(docs, tok_counts)):
-        count = tc if unit == "tokens" else char_counter
-        c, p = _chunks_for(doc, count, tc, strategy, size, overlap, opts)
-        chunks.extend(c)
-        parents.extend(p)
-        if progress is not None:
-            progress(i + 1, len(docs))
-    return chunks, parents
+    total = len(docs) if isinstance(docs, Sequence) else None
+    docs = iter(docs)
+
+    def generate() -> Iterator[tuple[list[Chunk], list[Chunk]]]:
+        done = 0
+        while batch := list(itertools.islice(docs, DOC_BATCH)):
+            tok_counts = token_counters([d.text for d in batch], tok) if tok is not None else [None] * len(batch)
+            for doc, tc in zip(batch, tok_counts):
+                count = tc if unit == "tokens" else char_counter
+                yield _chunks_for(doc, count, tc, strategy, size, overlap, opts)
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+        if progress is not None and total is None:
+            progress(done, done)  # the total is known at the end
+
+    return generate()
 
 
 def chunk_documents(docs, *, strategy: str = "recursive", size: int = 256, overlap: int = 32,

@@ -26,10 +26,11 @@ def chunk_options(params: ChunkConfig, model: ModelConfig) -> dict[str, Any]:
     return options
 
 
-def chunk_settings(params: ChunkConfig, model: ModelConfig, fmt: str) -> dict[str, Any]:
+def chunk_settings(params: ChunkConfig, model: ModelConfig, fmt: str, encoding: str | None = None) -> dict[str, Any]:
     """What the chunks depend on, as recorded in manifest.json: the `[chunk]`
-    keys, the --format, and the embedder when sizes are in tokens or the
-    strategy is semantic (its tokenizer or vectors decide the cuts)."""
+    keys, the --format, the --encoding when one was forced, and the embedder
+    when sizes are in tokens or the strategy is semantic (its tokenizer or
+    vectors decide the cuts)."""
     uses_model = params.unit == "tokens" or params.strategy == "semantic"
-    return dict(params.__dict__, format=fmt,
+    return dict(params.__dict__, format=fmt, **({"encoding": encoding} if encoding else {}),
                 model=f"{model.embedder}:{model.precision}" if uses_model else None)

@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import json
 import os
+from typing import Iterator
 
 from ..errors import BadInput
 from .document import Document, Skipped
@@ -36,10 +37,19 @@ def read_beir_corpus(path: str) -> tuple[list[Document], list[Skipped]]:
     is not an object, a missing/empty `_id`, or a duplicate `_id`. Records whose
     title and text are both empty are skipped with a reason.
     """
-    mtime = os.stat(path).st_mtime
-    opener = gzip.open if path.lower().endswith(".gz") else open
     docs: list[Document] = []
     skipped: list[Skipped] = []
+    for item in iter_beir_corpus(path):
+        (skipped if isinstance(item, Skipped) else docs).append(item)
+    return docs, skipped
+
+
+def iter_beir_corpus(path: str) -> Iterator[Document | Skipped]:
+    """`read_beir_corpus` record by record: yields each `Document`, or the
+    `Skipped` of an empty record, in file order, holding only the ids seen
+    (same errors, raised when the bad line is reached)."""
+    mtime = os.stat(path).st_mtime
+    opener = gzip.open if path.lower().endswith(".gz") else open
     seen: set[str] = set()
     try:
         with opener(path, "rb") as fh:
@@ -65,15 +75,14 @@ def read_beir_corpus(path: str) -> tuple[list[Document], list[Skipped]]:
                 title = normalize_text(str(rec.get("title") or "")).strip()
                 body = normalize_text(str(rec.get("text") or ""))
                 if not title and not body.strip():
-                    skipped.append(Skipped(f"{path}:{lineno}", f"record {doc_id!r} has an empty title and text"))
+                    yield Skipped(f"{path}:{lineno}", f"record {doc_id!r} has an empty title and text")
                     continue
                 text = f"{title}\n\n{body}" if title else body
                 meta = dict(rec["metadata"]) if isinstance(rec.get("metadata"), dict) else {}
                 meta["body_start"] = len(title) + 2 if title else 0
-                docs.append(Document(
+                yield Document(
                     doc_id=doc_id, path=path, sha256=hashlib.sha256(line).hexdigest(), mtime=mtime,
                     n_chars=len(text), title=title, text=text, metadata=meta, fmt="beir", encoding="utf-8",
-                ))
+                )
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path}: cannot be read as a BEIR corpus ({exc}); want UTF-8 JSONL, optionally gzipped") from None
-    return docs, skipped

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import codecs
 
-__all__ = ["decode_bytes", "DecodeFailed"]
+__all__ = ["decode_bytes", "decode_text", "check_encoding", "DecodeFailed"]
 
 _BOMS = (
     (codecs.BOM_UTF32_LE, "utf-32"),  # must precede UTF-16 LE (shared prefix)
@@ -33,8 +33,82 @@ TEXT_CANDIDATES = ("gb18030", "big5", "cp932", "euc_jp", "cp1252")
 _WIDE_CANDIDATES = ("utf_16_le", "utf_16_be", "utf_32_le", "utf_32_be")
 
 
+def check_encoding(encoding: str, flag: str = "--encoding") -> str:
+    """The codec name Python gives `encoding` (`"GBK"` -> `"gbk"`).
+
+    Raises:
+        BadInput: Python has no such codec, or it is not a text encoding
+            (base64, rot13, ...); the message names `flag`.
+    """
+    from rag_cli.errors import BadInput
+
+    try:
+        info = codecs.lookup(encoding)
+    except (LookupError, TypeError):
+        info = None
+    if info is None or not getattr(info, "_is_text_encoding", True):
+        raise BadInput(f"{flag} {encoding!r}: not a text encoding Python knows; use a codec name such as "
+                       "utf-8, gb18030, gbk, big5, shift_jis, euc_jp, cp1252, latin-1 or utf-16")
+    return info.name
+
+
+def decode_text(raw: bytes, encoding: str | None = None) -> tuple[str, str, list[str]]:
+    """Decode `raw` as `decode_bytes` does; return `(text, encoding_name,
+    others)`, `others` being the other candidate encodings that also decode
+    the bytes into plausible but different text (so the choice is a guess:
+    a short file, e.g. the 4 bytes of GBK `国标`, which Big5 reads as `弊梓`).
+    Among equally plausible candidates the first of `TEXT_CANDIDATES` wins.
+
+    `encoding` forces a codec (checked by `check_encoding`): the bytes are
+    decoded with it strictly (a leading U+FEFF is dropped) and `others` is
+    empty.
+
+    Raises `DecodeFailed` as `decode_bytes`, or when the bytes do not decode
+    with the forced encoding.
+    """
+    if encoding is not None:
+        enc = check_encoding(encoding)
+        try:
+            return raw.decode(enc).removeprefix("\ufeff"), enc, []
+        except UnicodeDecodeError as exc:
+            raise DecodeFailed(f"does not decode as {enc} (--encoding): {exc.reason} at byte {exc.start}") from None
+    for bom, enc in _BOMS:
+        if raw.startswith(bom):
+            try:
+                return raw.decode(enc), enc, []
+            except UnicodeDecodeError as exc:
+                raise DecodeFailed(f"starts with a {enc} byte-order mark but does not decode ({exc.reason})") from None
+    has_nul = b"\x00" in raw[:8192]
+    if not has_nul:
+        try:
+            return raw.decode("utf-8"), "utf-8", []
+        except UnicodeDecodeError:
+            pass
+    try:
+        from charset_normalizer import from_bytes
+    except ImportError:  # pragma: no cover - a declared dependency
+        raise DecodeFailed("not UTF-8 and charset-normalizer is not installed") from None
+    candidates = _WIDE_CANDIDATES if has_nul else TEXT_CANDIDATES
+    results = list(from_bytes(raw, cp_isolation=list(candidates)))
+    if not results:
+        if has_nul:
+            raise DecodeFailed("binary file (contains NUL bytes and is not UTF-16/32)")
+        raise DecodeFailed("not UTF-8, and no encoding among " + ", ".join(TEXT_CANDIDATES)
+                           + " decodes it as plausible text; convert it to UTF-8")
+    best = results[0]  # charset-normalizer's pick (least chaos, then most coherence)
+    # Where it cannot tell them apart (its own margins: chaos within 0.01,
+    # coherence within 0.02), the first of the candidate list wins.
+    rank = {c: i for i, c in enumerate(candidates)}
+    tied = [r for r in results if abs(r.chaos - best.chaos) < 0.01 and abs(r.coherence - best.coherence) <= 0.02]
+    best = min(tied, key=lambda r: rank.get(r.encoding, len(rank)))
+    text = raw.decode(best.encoding)
+    others = [r.encoding for r in results if r.encoding != best.encoding and str(r) != text]
+    return text, best.encoding, others
+
+
 def decode_bytes(raw: bytes) -> tuple[str, str]:
-    """Decode `raw`; return `(text, encoding_name)`.
+    """Decode `raw`; return `(text, encoding_name)` (`decode_text` also says
+    which other encodings were plausible).
 
     Order: a byte-order mark (UTF-8/16/32) decides; else strict UTF-8; else
     charset-normalizer restricted (`cp_isolation`) to `TEXT_CANDIDATES`
@@ -45,28 +119,5 @@ def decode_bytes(raw: bytes) -> tuple[str, str]:
     mojibake. Bytes with NULs that are not UTF-16/32 are binary.
     Raises `DecodeFailed` (with a reason) for binary or undecodable bytes.
     """
-    for bom, enc in _BOMS:
-        if raw.startswith(bom):
-            try:
-                return raw.decode(enc), enc
-            except UnicodeDecodeError as exc:
-                raise DecodeFailed(f"starts with a {enc} byte-order mark but does not decode ({exc.reason})") from None
-    has_nul = b"\x00" in raw[:8192]
-    if not has_nul:
-        try:
-            return raw.decode("utf-8"), "utf-8"
-        except UnicodeDecodeError:
-            pass
-    try:
-        from charset_normalizer import from_bytes
-    except ImportError:  # pragma: no cover - a declared dependency
-        raise DecodeFailed("not UTF-8 and charset-normalizer is not installed") from None
-    candidates = _WIDE_CANDIDATES if has_nul else TEXT_CANDIDATES
-    best = from_bytes(raw, cp_isolation=list(candidates)).best()
-    if best is None:
-        if has_nul:
-            raise DecodeFailed("binary file (contains NUL bytes and is not UTF-16/32)")
-        raise DecodeFailed("not UTF-8, and no encoding among " + ", ".join(TEXT_CANDIDATES)
-                           + " decodes it as plausible text; convert it to UTF-8")
-    enc = best.encoding
-    return raw.decode(enc), enc
+    text, enc, _others = decode_text(raw)
+    return text, enc

@@ -32,6 +32,9 @@ class Document:
       `code` (source code, read as text) or `beir`.
     - `encoding`: the encoding the bytes were decoded with (`pdf`/`docx` for
       those containers, whose text is not decoded from a byte encoding).
+    - `other_encodings`: other encodings that also decode the bytes into
+      plausible but different text (the detection was a guess; empty when
+      it was not, or when `--encoding` forced one).
     """
 
     doc_id: str
@@ -44,6 +47,7 @@ class Document:
     metadata: dict = field(default_factory=dict)
     fmt: str = "text"
     encoding: str = "utf-8"
+    other_encodings: tuple[str, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -58,7 +62,10 @@ class Skipped:
 class LoadResult:
     """What `load_sources` returns: the documents, in a deterministic order
     (sources in the order given; files sorted by path within a source), and
-    the files skipped with their reasons."""
+    the files skipped with their reasons; `warnings`: one line per document
+    whose encoding was a guess (naming the file, the encoding chosen and the
+    other plausible ones)."""
 
     documents: list[Document]
     skipped: list[Skipped] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)

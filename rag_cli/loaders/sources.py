@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import hashlib
 import importlib.util
 import os
 from pathlib import Path, PurePosixPath
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..errors import BadInput
-from .beir import is_beir_path, read_beir_corpus
-from .decode import DecodeFailed, decode_bytes
+from .beir import is_beir_path, iter_beir_corpus
+from .decode import DecodeFailed, check_encoding, decode_text
 from .document import Document, LoadResult, Skipped
 from .html import html_available, parse_html
 from .markdown import parse_markdown
@@ -20,7 +19,8 @@ from .normalize import normalize_text
 from .pdf import read_pdf
 from .word import read_docx
 
-__all__ = ["load_sources", "load_file", "FORMATS", "EXTENSIONS", "CODE_EXTENSIONS"]
+__all__ = ["load_sources", "iter_sources", "load_file", "no_documents", "encoding_warning", "FORMATS", "EXTENSIONS",
+           "CODE_EXTENSIONS"]
 
 #: `fmt` values accepted by `load_sources`.
 FORMATS = ("auto", "markdown", "text", "html", "pdf", "docx", "code", "beir")
@@ -49,6 +49,9 @@ _BINARY_READERS = {
 
 _GLOB_CHARS = set("*?[")
 
+#: How many skipped files the "no documents" error names.
+NAMED_SKIPPED = 10
+
 
 def _fmt_of(path: str, fmt: str) -> str | None:
     if fmt != "auto":
@@ -56,9 +59,10 @@ def _fmt_of(path: str, fmt: str) -> str | None:
     return EXTENSIONS.get(os.path.splitext(path)[1].lower())
 
 
-def load_file(path: str, doc_id: str, fmt: str) -> Document | Skipped:
+def load_file(path: str, doc_id: str, fmt: str, encoding: str | None = None) -> Document | Skipped:
     """Load one file with reader `fmt` (`markdown`, `text`, `html`, `pdf`, `docx`
-    or `code`; `code` is read as plain text, title = file stem).
+    or `code`; `code` is read as plain text, title = file stem). `encoding`
+    forces the text encoding (see `decode_text`); None detects it.
 
     Returns a `Skipped` (never raises) for binary, undecodable or empty text
     files, and for corrupt, encrypted or text-less PDF/DOCX files.
@@ -70,6 +74,7 @@ def load_file(path: str, doc_id: str, fmt: str) -> Document | Skipped:
         return Skipped(path, f"cannot be read ({exc.strerror or exc})")
     stem = Path(path).stem
     meta: dict = {}
+    others: list[str] = []
     if fmt in _BINARY_READERS:
         reader, module, package = _BINARY_READERS[fmt]
         if importlib.util.find_spec(module) is None:
@@ -83,7 +88,7 @@ def load_file(path: str, doc_id: str, fmt: str) -> Document | Skipped:
         encoding = fmt  # no text encoding: the bytes are a PDF/DOCX container
     else:
         try:
-            text, encoding = decode_bytes(raw)
+            text, encoding, others = decode_text(raw, encoding)
         except DecodeFailed as exc:
             return Skipped(path, str(exc))
         text = normalize_text(text)
@@ -100,6 +105,7 @@ def load_file(path: str, doc_id: str, fmt: str) -> Document | Skipped:
     return Document(
         doc_id=doc_id, path=path, sha256=hashlib.sha256(raw).hexdigest(), mtime=mtime,
         n_chars=len(text), title=title, text=text, metadata=meta, fmt=fmt, encoding=encoding,
+        other_encodings=tuple(others),
     )
 
 
@@ -153,7 +159,7 @@ def _beir_corpus_of(folder: str) -> str:
                    "give the BEIR dataset folder or its corpus file")
 
 
-def load_sources(sources: list[str], *, fmt: str = "auto",
+def load_sources(sources: list[str], *, fmt: str = "auto", encoding: str | None = None,
                  known: Callable[[str, float], list[Document] | None] | None = None) -> LoadResult:
     """Load documents from `sources` (files, folders searched recursively, or
     globs such as `docs/**/*.md`).
@@ -166,6 +172,10 @@ def load_sources(sources: list[str], *, fmt: str = "auto",
     `fmt="markdown"|"text"|"html"|"pdf"|"docx"|"code"` forces one reader for every
     file; `fmt="beir"` reads each source file as a BEIR corpus, and a folder
     source as its `corpus.jsonl(.gz)` only (not its queries or qrels).
+    `encoding` (flag `--encoding`) forces the text encoding of every text
+    file (not of PDF/DOCX containers or BEIR corpora, which are UTF-8 JSON);
+    None detects it per file, and a file whose detection was a guess gets a
+    line in `LoadResult.warnings`.
 
     Returns a `LoadResult`: documents in source order (files sorted within a
     folder), and skipped files with reasons (unknown format, binary, not
@@ -176,52 +186,76 @@ def load_sources(sources: list[str], *, fmt: str = "auto",
     of a file already loaded before, whose mtime has not changed: they are
     taken as they are (in the same checks and order) and the file is not read.
 
-    Raises `BadInput` when `fmt` is unknown (flag `--format`), a source does
+    Raises `BadInput` when `fmt` is unknown (flag `--format`), `encoding` is
+    not a text codec (flag `--encoding`), a source does
     not exist or a glob matches nothing, two files get the same `doc_id`, a
     BEIR corpus is malformed, or no documents are found at all.
     """
+    docs: list[Document] = []
+    skipped: list[Skipped] = []
+    for item in iter_sources(sources, fmt=fmt, encoding=encoding, known=known):
+        (skipped if isinstance(item, Skipped) else docs).append(item)
+    if not docs:
+        raise no_documents(sources, skipped)
+    return LoadResult(docs, skipped, [w for w in map(encoding_warning, docs) if w])
+
+
+def iter_sources(sources: list[str], *, fmt: str = "auto", encoding: str | None = None,
+                 known: Callable[[str, float], list[Document] | None] | None = None
+                 ) -> Iterator[Document | Skipped]:
+    """`load_sources` one file (or BEIR record) at a time: yields each
+    `Document` or `Skipped` in the order `load_sources` returns them, holding
+    only the doc ids and file paths seen. The flags are checked (BadInput)
+    when this is called; a missing source, a doc id reached twice or a
+    malformed BEIR corpus raises BadInput when it is reached. It does not
+    raise for no documents: see `no_documents`."""
     if fmt not in FORMATS:
         raise BadInput(f"--format {fmt!r} is not known; use one of: {', '.join(FORMATS)}")
     if not sources:
         raise BadInput("no sources given; give files, folders or globs to load")
+    if encoding is not None:
+        encoding = check_encoding(encoding)
     if fmt == "beir":
         sources = [_beir_corpus_of(s) if os.path.isdir(s) else s for s in sources]
-    docs: list[Document] = []
-    skipped: list[Skipped] = []
+    return _iter_sources(sources, fmt, encoding, known)
+
+
+def _iter_sources(sources: list[str], fmt: str, encoding: str | None,
+                  known: Callable[[str, float], list[Document] | None] | None) -> Iterator[Document | Skipped]:
     seen_files: dict[str, str] = {}
     id_owner: dict[str, str] = {}
 
-    def add(doc: Document) -> None:
+    def checked(doc: Document) -> Document:
         other = id_owner.get(doc.doc_id)
         if other is not None:
             raise BadInput(f"doc_id {doc.doc_id!r} comes from both {other} and {doc.path}; give the sources "
                            "so that paths relative to their roots differ (e.g. their common parent folder)")
         id_owner[doc.doc_id] = doc.path
-        docs.append(doc)
+        return doc
 
     for source in sources:
         is_file_source = os.path.isfile(source)
         for path, doc_id in _expand(source):
             key = os.path.realpath(path)
             if key in seen_files:
-                skipped.append(Skipped(path, f"already loaded (same file as {seen_files[key]})"))
+                yield Skipped(path, f"already loaded (same file as {seen_files[key]})")
                 continue
             seen_files[key] = path
             if known is not None:
-                with contextlib.suppress(OSError):
+                try:
                     reused = known(path, os.stat(path).st_mtime)
-                    if reused is not None:
-                        for d in reused:
-                            add(d)
-                        continue
+                except OSError:
+                    reused = None
+                if reused is not None:
+                    for d in reused:
+                        yield checked(d)
+                    continue
             if fmt == "beir" or (fmt == "auto" and is_file_source and is_beir_path(path)):
                 if fmt == "auto" or is_beir_path(path) or is_file_source:
-                    bdocs, bskipped = read_beir_corpus(path)
-                    for d in bdocs:
-                        add(d)
-                    skipped.extend(bskipped)
+                    for item in iter_beir_corpus(path):
+                        yield item if isinstance(item, Skipped) else checked(item)
                 else:
-                    skipped.append(Skipped(path, "not a .jsonl/.jsonl.gz file (--format beir)"))
+                    yield Skipped(path, "not a .jsonl/.jsonl.gz file (--format beir)")
                 continue
             reader = _fmt_of(path, fmt)
             if reader is None:
@@ -230,15 +264,27 @@ def load_sources(sources: list[str], *, fmt: str = "auto",
                     reason = "JSONL in a folder is not read by --format auto; give the file itself, or --format beir"
                 else:
                     reason = f"unsupported file type {ext or '(no extension)'!r}; known: {', '.join(EXTENSIONS)}"
-                skipped.append(Skipped(path, reason))
+                yield Skipped(path, reason)
                 continue
-            result = load_file(path, doc_id, reader)
-            if isinstance(result, Skipped):
-                skipped.append(result)
-            else:
-                add(result)
-    if not docs:
-        detail = f" ({len(skipped)} file(s) skipped, e.g. {skipped[0].path}: {skipped[0].reason})" if skipped else ""
-        raise BadInput(f"no documents found in {', '.join(map(repr, sources))}{detail}; "
-                       "give Markdown, text, HTML, PDF, DOCX or source-code files, or a BEIR corpus with --format beir")
-    return LoadResult(docs, skipped)
+            result = load_file(path, doc_id, reader, encoding)
+            yield result if isinstance(result, Skipped) else checked(result)
+
+
+def no_documents(sources: list[str], skipped: list[Skipped]) -> BadInput:
+    """The error for sources that gave no document: names each skipped file
+    (the first `NAMED_SKIPPED`) with its reason."""
+    named = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:NAMED_SKIPPED])
+    more = f"; and {len(skipped) - NAMED_SKIPPED} more" if len(skipped) > NAMED_SKIPPED else ""
+    detail = f" ({len(skipped)} file(s) skipped: {named}{more})" if skipped else ""
+    return BadInput(f"no documents found in {', '.join(map(repr, sources))}{detail}; "
+                    "give Markdown, text, HTML, PDF, DOCX or source-code files, or a BEIR corpus with --format beir")
+
+
+def encoding_warning(doc: Document) -> str | None:
+    """A line naming `doc`'s file when its encoding was a guess (the encoding
+    chosen, the other plausible ones, the flag that forces one); else None."""
+    if not doc.other_encodings:
+        return None
+    return (f"{doc.path}: the encoding is a guess: read as {doc.encoding}, but "
+            f"{' and '.join(doc.other_encodings)} also give plausible text; if the text is wrong, give "
+            f"--encoding (e.g. --encoding {doc.other_encodings[0]})")

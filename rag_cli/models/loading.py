@@ -52,3 +52,22 @@ def load_embedder_tokenizer(model_cfg: dict):
 
     ref = resolve_model(str(model_cfg["embedder"]), precision=model_cfg["precision"])
     return load_tokenizer(Path(ref.folder) / "tokenizer.json")
+
+
+def embedder_token_room(model_cfg: dict) -> tuple[int, int] | None:
+    """(max_length, room) of the configured bi-encoder, in tokens: room is
+    max_length less the tokens the model adds to every passage (special
+    tokens and `passage_prefix`), i.e. the longest chunk text it embeds
+    whole. None when the folder cannot say (it is then refused by `rag embed`,
+    not here). Loads the folder's JSON files and tokenizer, no ONNX session."""
+    from rag_cli.models.defaults import resolve_model
+    from rag_cli.models.folder import ModelFolder
+    from rag_cli.models.tokens import count_tokens
+
+    try:
+        ref = resolve_model(str(model_cfg["embedder"]), precision=model_cfg["precision"])
+        folder = ModelFolder.load(ref.folder, onnx_file=ref.onnx_file)
+    except BadInput:
+        return None
+    added = int(count_tokens(folder, [""], folder.passage_prefix)[0])
+    return folder.max_length, folder.max_length - added

@@ -4,26 +4,38 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Iterator
 
-from rag_cli.chunking import chunk_stats, chunk_with_parents, validate
+from rag_cli.chunking.core import iter_chunks
 from rag_cli.chunking.setup import chunk_options, chunk_settings
 from rag_cli.config import ChunkConfig, ModelConfig
-from rag_cli.loaders import load_sources
+from rag_cli.loaders.document import Document, Skipped
+from rag_cli.loaders.sources import encoding_warning, iter_sources, no_documents
 from rag_cli.progress import Progress
-from rag_cli.store.chunks import chunks_table, write_tables
-from rag_cli.store.docs import docs_table
+from rag_cli.store.chunks import chunks_schema, chunks_table, table_writers
+from rag_cli.store.docs import DOCS_SCHEMA, docs_table
+
+#: Chunk rows (and document rows) buffered before they are written as a row
+#: group: a corpus with at most this many chunks gets one row group, and the
+#: same bytes as a file written in one piece.
+ROW_GROUP = 65536
+#: ... unless the buffered texts pass this many characters first.
+ROW_GROUP_CHARS = 8 << 20
 
 if TYPE_CHECKING:
     from rag_cli.project import Project
 
 
 def chunk_sources(project: "Project", sources: list[str], *, fmt: str, params: ChunkConfig, model: ModelConfig,
-                  progress: Progress | None = None) -> dict:
-    """Load `sources` and chunk them with `params` (the `[chunk]` config).
+                  progress: Progress | None = None, encoding: str | None = None) -> dict:
+    """Load `sources` (text files in `encoding`, None = detected) and chunk
+    them with `params` (the `[chunk]` config).
 
-    Reads and chunks first, then writes docs.parquet and chunks.parquet
-    atomically (on error neither is changed). `parent-child` also writes
+    Streams: documents are chunked one at a time (tokenized `DOC_BATCH` at a
+    time) and the chunks written to chunks.parquet by a ParquetWriter, a row
+    group per `ROW_GROUP` rows (or `ROW_GROUP_CHARS` characters of chunk
+    text), so memory does not grow with the number of chunks; the files are
+    renamed into place together at the end (on error none is changed). `parent-child` also writes
     parents.parquet (the parent chunks, same columns); any other strategy
     removes a parents.parquet left by an earlier run. Sizes in tokens load
     the configured bi-encoder's tokenizer (no ONNX session); sizes in chars
@@ -32,28 +44,87 @@ def chunk_sources(project: "Project", sources: list[str], *, fmt: str, params: C
 
     Raises BadInput for bad flags (checked before any document is read),
     missing sources, or no documents.
-    Returns a summary: n_docs, n_chunks, n_parents, n_oversized, max_tokens, skipped, seconds.
+    Returns a summary: n_docs, n_chunks, n_parents, n_oversized, max_tokens, skipped, seconds,
+    warnings (list of str: files whose encoding was a guess; a size in tokens
+    above what the embedder embeds whole).
     """
+    from rag_cli.models.loading import embedder_token_room
+
     t0 = time.perf_counter()
-    validate(params.strategy, params.size, params.overlap, params.unit, tokenizer=True,
-             context_sentences=params.context_sentences, parent_size=params.parent_size,
-             breakpoint_percentile=params.breakpoint_percentile)  # before any document is read
-    loaded = load_sources(sources, fmt=fmt)
-    docs = loaded.documents
-    chunks, parents = chunk_with_parents(
-        docs, progress=(lambda done, n: progress("chunking", done, n)) if progress else None,
-        **chunk_options(params, model))
-    stats = chunk_stats(chunks)
-    skipped = [{"path": s.path, "reason": s.reason} for s in loaded.skipped]
-    tables = {project.docs_path: docs_table(docs), project.chunks_path: chunks_table(chunks)}
-    if params.strategy == "parent-child":
-        tables[project.parents_path] = chunks_table(parents)
-    write_tables(tables, remove=[] if params.strategy == "parent-child" else [project.parents_path])
+    options = chunk_options(params, model)  # checks the settings before any document is read
+    items = iter_sources(sources, fmt=fmt, encoding=encoding)
+    warnings: list[str] = []
+    room = embedder_token_room(model.__dict__) if params.unit == "tokens" else None
+    if room is not None and params.size > room[1]:  # chunks are embedded, parents are not
+        warnings.append(f"--size {params.size} tokens is more than the embedder {model.embedder} embeds whole: its "
+                        f"max_length is {room[0]} tokens, {room[0] - room[1]} of them taken by its prefix and "
+                        f"special tokens, so `rag embed` will cut chunks longer than {room[1]} tokens; use "
+                        f"--size {room[1]} or less")
+    skipped: list[Skipped] = []
+    parent_child = params.strategy == "parent-child"
+    with_context = params.strategy in ("sentence", "parent-child")  # every chunk then has a context
+    schemas = {project.docs_path: DOCS_SCHEMA, project.chunks_path: chunks_schema(with_context)}
+    if parent_child:
+        schemas[project.parents_path] = chunks_schema(False)
+    with table_writers(schemas, remove=[] if parent_child else [project.parents_path]) as write:
+        docs = _Rows(write[project.docs_path], docs_table, "n_chars")
+        chunks = _Rows(write[project.chunks_path], lambda rows: chunks_table(rows, with_context=with_context))
+        parents = _Rows(write.get(project.parents_path), lambda rows: chunks_table(rows, with_context=False))
+
+        def documents() -> Iterator[Document]:
+            for item in items:
+                if isinstance(item, Skipped):
+                    skipped.append(item)
+                    continue
+                docs.add([item])
+                warnings.extend(w for w in [encoding_warning(item)] if w)
+                yield item
+
+        chunks_iter = iter_chunks(
+            documents(), progress=(lambda done, n: progress("chunking", done, n)) if progress else None, **options)
+        n_oversized, max_tokens = 0, None
+        for doc_chunks, doc_parents in chunks_iter:
+            for c in doc_chunks:
+                n_oversized += c.oversized
+                if c.n_tokens is not None and (max_tokens is None or c.n_tokens > max_tokens):
+                    max_tokens = c.n_tokens
+            chunks.add(doc_chunks)
+            parents.add(doc_parents)
+        if not docs.n:
+            raise no_documents(sources, skipped)
+        for rows in (docs, chunks, parents):
+            rows.flush()
+    skipped = [{"path": s.path, "reason": s.reason} for s in skipped]
     seconds = time.perf_counter() - t0
-    project.record("chunk", params=chunk_settings(params, model, fmt), inputs={"sources": list(sources)},
-                   outputs=[p.name for p in tables], rows={"docs": len(docs), "chunks": len(chunks),
-                                                           "parents": len(parents)},
-                   skipped=skipped, n_oversized=stats.n_oversized, seconds=round(seconds, 3))
-    return {"n_docs": len(docs), "n_chunks": len(chunks), "n_parents": len(parents),
-            "n_oversized": stats.n_oversized, "max_tokens": stats.max_tokens, "skipped": skipped,
-            "seconds": seconds}
+    project.record("chunk", params=chunk_settings(params, model, fmt, encoding), inputs={"sources": list(sources)},
+                   outputs=[p.name for p in schemas], rows={"docs": docs.n, "chunks": chunks.n,
+                                                            "parents": parents.n},
+                   skipped=skipped, n_oversized=n_oversized, seconds=round(seconds, 3))
+    return {"n_docs": docs.n, "n_chunks": chunks.n, "n_parents": parents.n,
+            "n_oversized": n_oversized, "max_tokens": max_tokens, "skipped": skipped,
+            "seconds": seconds, "warnings": warnings}
+
+
+class _Rows:
+    """Rows (documents or chunks) buffered for one file: written as a row
+    group by `write(to_table(rows))` once `ROW_GROUP` rows or
+    `ROW_GROUP_CHARS` characters (of `chars_attr`, default the chunk text)
+    are buffered, and by `flush`. `n` counts the rows added."""
+
+    def __init__(self, write: Callable | None, to_table: Callable, chars_attr: str = "") -> None:
+        self.write, self.to_table, self.chars_attr = write, to_table, chars_attr
+        self.rows: list = []
+        self.chars = 0
+        self.n = 0
+
+    def add(self, rows: list) -> None:
+        self.rows.extend(rows)
+        self.n += len(rows)
+        self.chars += sum(getattr(r, self.chars_attr) if self.chars_attr else len(r.text) for r in rows)
+        if len(self.rows) >= ROW_GROUP or self.chars >= ROW_GROUP_CHARS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.rows and self.write is not None:
+            self.write(self.to_table(self.rows))
+        self.rows, self.chars = [], 0

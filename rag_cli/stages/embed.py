@@ -21,6 +21,13 @@ Streaming, resumable, incremental:
   uninterrupted run (int8 ones too: same batches, same activation scales).
 
 The model fingerprint, name and dimension are in the file's schema metadata.
+
+Truncation is a property of the text, not of the run: every chunk's tokens
+(passage prefix and special tokens included) are counted with the model's
+tokenizer alone (no ONNX run), cached chunks too, and written as `n_tokens`
+and `truncated` (n_tokens > max_length) to embeddings.parquet; the summary
+names the truncated chunks. With `on_truncate="error"` a truncated chunk
+fails the run before anything is embedded or written.
 """
 
 from __future__ import annotations
@@ -33,9 +40,9 @@ import numpy as np
 from rag_cli.hashing import sha256_file, sha256_text
 from rag_cli.progress import Progress
 from rag_cli.store.chunks import embed_text_column, iter_chunk_batches
-from rag_cli.errors import WorkFailed
-from rag_cli.store.embeddings import (VectorCache, bad_vector_rows, describe_bad_vectors, embeddings_writer,
-                                      stored_fingerprint, vector_cache_dir)
+from rag_cli.errors import BadInput, WorkFailed
+from rag_cli.store.embeddings import (NAMED_IDS, VectorCache, bad_vector_rows, describe_bad_vectors,
+                                      describe_truncated, embeddings_writer, stored_fingerprint, vector_cache_dir)
 
 if TYPE_CHECKING:
     from rag_cli.project import Project
@@ -47,7 +54,7 @@ PART_BATCHES = 16
 
 
 def embed_chunks(project: "Project", encoder, progress: Progress | None = None, *, batch_tokens: int | None = None,
-                 window: int = WINDOW, part_batches: int = PART_BATCHES) -> dict:
+                 window: int = WINDOW, part_batches: int = PART_BATCHES, on_truncate: str = "warn") -> dict:
     """Embed every chunk of `chunks.parquet` that has no cached vector for this model,
     then write `embeddings.parquet` (see the module doc).
 
@@ -58,15 +65,22 @@ def embed_chunks(project: "Project", encoder, progress: Progress | None = None, 
         batch_tokens: padded tokens per onnxruntime batch (default: the encoder's default).
         window: chunk rows held in memory at a time.
         part_batches: batches per cache part file.
+        on_truncate: "warn" (report truncated chunks in the summary) or
+            "error" (raise BadInput naming them, before any embedding).
 
     Returns:
         Summary: n_chunks, n_embedded (chunks whose vector was computed now;
-        identical texts are embedded once), n_reused, n_truncated, max_length,
+        identical texts are embedded once), n_reused, n_truncated (chunks,
+        embedded now or reused, longer than max_length tokens), truncated
+        (the first `NAMED_IDS` of them: {"chunk_id", "n_tokens"}),
+        truncation (the warning naming them, or None), max_length,
         rebuilt_unreadable (why an old embeddings.parquet could not be read,
         or None), seconds, fingerprint, model_warnings (`ModelFolder.warnings`).
 
     Raises:
-        BadInput: `chunks.parquet` is missing, unreadable or lacks chunk_id/text.
+        BadInput: `chunks.parquet` is missing, unreadable or lacks chunk_id/text;
+            or `on_truncate="error"` and a chunk is longer than max_length
+            (names the chunks with their token counts; nothing is written).
         WorkFailed: the model gave a vector with NaN/inf or of norm zero
             (names the chunks of that batch); the good vectors of the batches
             before are cached, the bad ones are not, and embeddings.parquet is
@@ -86,17 +100,36 @@ def embed_chunks(project: "Project", encoder, progress: Progress | None = None, 
     if stored == fingerprint:
         unreadable = cache.add_source(project.embeddings_path)
 
-    # the text hashes (the only per-chunk state kept for the whole corpus)
+    if on_truncate not in ("warn", "error"):
+        raise BadInput(f"--on-truncate {on_truncate!r}: use warn or error (config model.on_truncate)")
+    # the text hashes and token counts (the only per-chunk state kept for the whole corpus)
     shas: list[str] = []
+    counts: list[np.ndarray] = []
     new: set[str] = set()
-    for batch in iter_chunk_batches(chunks_path, [col], window):
-        for text in batch.column(0).to_pylist():
+    truncated: list[tuple[str, int]] = []  # the first NAMED_IDS (chunk_id, n_tokens)
+    n_truncated = 0
+    max_length = folder.max_length
+    for batch in iter_chunk_batches(chunks_path, [col, "chunk_id"], window):
+        texts = batch.column(0).to_pylist()
+        n_tok = encoder.count_tokens(texts, folder.passage_prefix).astype(np.int32)
+        counts.append(n_tok)
+        cut = np.flatnonzero(n_tok > max_length)
+        n_truncated += len(cut)
+        if len(truncated) < NAMED_IDS and len(cut):
+            ids = batch.column(1).to_pylist()
+            truncated += [(ids[i], int(n_tok[i])) for i in cut[: NAMED_IDS - len(truncated)]]
+        for text in texts:
             sha = sha256_text(text)
             shas.append(sha)
             if sha not in cache:
                 new.add(sha)
+    n_tokens = np.concatenate(counts) if counts else np.zeros(0, np.int32)
+    truncation = describe_truncated(truncated, n_truncated, max_length) if n_truncated else None
+    if truncation and on_truncate == "error":
+        raise BadInput(f"{truncation}; nothing was embedded or written (--on-truncate error): chunk again with "
+                       f"a smaller --size, or use --on-truncate warn")
     n_embedded = sum(s in new for s in shas)
-    total, done, n_truncated = len(new), 0, 0
+    total, done = len(new), 0
     kwargs = {} if batch_tokens is None else {"batch_tokens": batch_tokens}
 
     if new:
@@ -143,10 +176,9 @@ def embed_chunks(project: "Project", encoder, progress: Progress | None = None, 
                 if progress is not None:
                     progress("embedding", done, total)
             flush()
-            n_truncated += int(encoder.n_truncated)
 
     with embeddings_writer(project.embeddings_path, fingerprint, folder.name, dim,
-                           folder.passage_fingerprint) as write:
+                           folder.passage_fingerprint, max_length) as write:
         row = 0
         for batch in iter_chunk_batches(chunks_path, ["chunk_id"], window):
             part = shas[row : row + batch.num_rows]
@@ -157,13 +189,15 @@ def embed_chunks(project: "Project", encoder, progress: Progress | None = None, 
                 raise WorkFailed(f"the vector cache {cache_dir} holds vectors that cosine search cannot use, "
                                  f"{describe_bad_vectors([ids[i] for i in bad], vectors[bad])}; delete that "
                                  "folder and run `rag embed` again")
-            write(batch.column(0), part, vectors)
+            write(batch.column(0), part, vectors, n_tokens[row : row + batch.num_rows])
             row += batch.num_rows
     seconds = time.perf_counter() - t0
     summary = {"n_chunks": len(shas), "n_embedded": n_embedded, "n_reused": len(shas) - n_embedded,
-               "n_truncated": n_truncated, "max_length": folder.max_length, "rebuilt_unreadable": unreadable,
+               "n_truncated": n_truncated, "max_length": max_length, "rebuilt_unreadable": unreadable,
+               "truncated": [{"chunk_id": c, "n_tokens": k} for c, k in truncated], "truncation": truncation,
                "seconds": seconds, "fingerprint": fingerprint, "model_warnings": list(folder.warnings)}
-    project.record("embed", params={"model": folder.name, "onnx": str(folder.onnx_path), "max_length": folder.max_length},
+    project.record("embed", params={"model": folder.name, "onnx": str(folder.onnx_path), "max_length": max_length,
+                                    "on_truncate": on_truncate},
                    inputs={"chunks.parquet": sha256_file(project.chunks_path)},
                    outputs=["embeddings.parquet"], rows=len(shas), model_fingerprint=fingerprint,
                    n_embedded=n_embedded, n_truncated=n_truncated, seconds=round(seconds, 3),

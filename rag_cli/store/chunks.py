@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -19,7 +19,15 @@ CHUNKS_SCHEMA = pa.schema([
 CONTEXT_FIELDS = [("context_start", pa.int64()), ("context_end", pa.int64()), ("context", pa.string())]
 
 
-def chunks_table(chunks) -> pa.Table:
+def chunks_schema(with_context: bool) -> pa.Schema:
+    """CHUNKS_SCHEMA, plus CONTEXT_FIELDS when `with_context`."""
+    schema = CHUNKS_SCHEMA
+    for name, type_ in CONTEXT_FIELDS if with_context else ():
+        schema = schema.append(pa.field(name, type_))
+    return schema
+
+
+def chunks_table(chunks, with_context: bool | None = None) -> pa.Table:
     """One row per `Chunk`: chunk_id, doc_id, ordinal (int32), text,
     title_path (list<string>), start_char, end_char (int64, character offsets
     in the normalised document text), n_tokens (int32, null without a
@@ -27,7 +35,8 @@ def chunks_table(chunks) -> pa.Table:
     embed_text; when any chunk has a context (`sentence`, `parent-child`) also
     context_start, context_end (int64) and context (string): the span and
     text `rag ask` gives the generator. Parents (`parent-child`) use the same
-    columns.
+    columns. `with_context` True/False forces the context columns in or out
+    (a writer that streams windows of chunks keeps one schema).
     Row order = input order; same input → identical table."""
     chunks = list(chunks)
     cols = {
@@ -43,12 +52,12 @@ def chunks_table(chunks) -> pa.Table:
         "sha256": [c.sha256 for c in chunks],
         "embed_text": [c.embed_text for c in chunks],
     }
-    schema = CHUNKS_SCHEMA
-    if any(c.context is not None for c in chunks):
-        for name, type_ in CONTEXT_FIELDS:
+    if with_context is None:
+        with_context = any(c.context is not None for c in chunks)
+    if with_context:
+        for name, _type in CONTEXT_FIELDS:
             cols[name] = [getattr(c, name) for c in chunks]
-            schema = schema.append(pa.field(name, type_))
-    return pa.table(cols, schema=schema)
+    return pa.table(cols, schema=chunks_schema(with_context))
 
 
 def write_tables(tables: dict[Path, pa.Table], remove: Sequence[Path] = ()) -> None:
@@ -62,6 +71,32 @@ def write_tables(tables: dict[Path, pa.Table], remove: Sequence[Path] = ()) -> N
     with contextlib.ExitStack() as stack:
         for path, table in tables.items():
             pq.write_table(table, stack.enter_context(atomic.atomic_path(path)), compression="zstd")
+        for path in remove:
+            Path(path).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def table_writers(schemas: dict[Path, pa.Schema],
+                  remove: Sequence[Path] = ()) -> Iterator[dict[Path, Callable[[pa.Table], None]]]:
+    """Stream several Parquet files (docs, chunks, parents) at once: yields
+    {path: write(table)}; each `write` appends the table as one or more row
+    groups (zstd) to a temporary file. When the block ends without an error
+    every file is renamed into place together and the files `remove` are
+    removed; on error none changes. A file given no rows holds its schema
+    and no row group. A file written in one `write` call is byte for byte
+    what `write_tables` writes for that table."""
+    import pyarrow.parquet as pq
+
+    from rag_cli import atomic
+
+    with contextlib.ExitStack() as stack:
+        writers = {}
+        for path, schema in schemas.items():
+            tmp = stack.enter_context(atomic.atomic_path(path))
+            writers[path] = stack.enter_context(pq.ParquetWriter(tmp, schema, compression="zstd"))
+        yield {path: w.write_table for path, w in writers.items()}
+        for w in writers.values():
+            w.close()
         for path in remove:
             Path(path).unlink(missing_ok=True)
 

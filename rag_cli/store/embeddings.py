@@ -1,9 +1,14 @@
 """embeddings.parquet and the vector cache (see docs/layout.md).
 
 embeddings.parquet: `chunk_id` string, `text_sha256` string (of the
-embedded text), `vector` fixed_size_list<float32>[dim], one row per chunk in
-the order of chunks.parquet; the schema metadata holds `model_fingerprint`,
-`model_name`, `dim` and `passage_fingerprint`.
+embedded text), `vector` fixed_size_list<float32>[dim], `n_tokens` int32
+(tokens of the passage prefix + embedded text under the model's tokenizer,
+special tokens included, before truncation) and `truncated` bool
+(`n_tokens > max_length`: the model saw only the first max_length tokens),
+one row per chunk in the order of chunks.parquet; the schema metadata holds
+`model_fingerprint`, `model_name`, `dim`, `passage_fingerprint` and
+`max_length`. Files written before `n_tokens`/`truncated` existed lack
+those two columns and are still read.
 
 The vector cache: `PROJECT/cache/vectors/<passage fingerprint>/part-*.parquet`
 (`text_sha256`, `vector`; one row group each), vectors by the sha256 of the
@@ -66,6 +71,16 @@ def describe_bad_vectors(chunk_ids: list[str], vectors: np.ndarray, limit: int =
     return f"{len(chunk_ids)} chunk(s): " + ", ".join(parts) + more
 
 
+def describe_truncated(chunks: list[tuple[str, int]], n: int, max_length: int) -> str:
+    """"N chunk(s) are longer than the model's max_length (L tokens) and were
+    cut to it: 'a#0' (612 tokens), ..." for the first (chunk_id, n_tokens)
+    pairs `chunks` of the `n` truncated chunks; at most `NAMED_IDS` named."""
+    named = ", ".join(f"{cid!r} ({k} tokens)" for cid, k in chunks[:NAMED_IDS])
+    more = f" and {n - min(len(chunks), NAMED_IDS)} more" if n > min(len(chunks), NAMED_IDS) else ""
+    return (f"{n} chunk(s) are longer than the model's max_length ({max_length} tokens, prefix and special "
+            f"tokens included) and were cut to it: {named}{more}")
+
+
 def _check_sizes(path: Path, table: pa.Table, dim: int) -> int:
     """The vector size of every row of `table` (its `vector` column); 0 for no rows.
 
@@ -113,11 +128,13 @@ def read_embeddings(path: Path) -> Embeddings:
 
 def embeddings_schema(fingerprint: str, model_name: str, dim: int, extra_meta: dict | None = None) -> pa.Schema:
     """Schema of `embeddings.parquet`: chunk_id string, text_sha256 string,
-    vector fixed_size_list<float32>[dim]; metadata model_fingerprint, model_name, dim."""
+    vector fixed_size_list<float32>[dim], n_tokens int32, truncated bool;
+    metadata model_fingerprint, model_name, dim (+ `extra_meta`)."""
     meta = {"model_fingerprint": fingerprint, "model_name": model_name, "dim": str(dim)}
     meta.update({k: str(v) for k, v in (extra_meta or {}).items()})
     return pa.schema([("chunk_id", pa.string()), ("text_sha256", pa.string()),
-                      ("vector", pa.list_(pa.float32(), dim))], metadata=meta)
+                      ("vector", pa.list_(pa.float32(), dim)), ("n_tokens", pa.int32()),
+                      ("truncated", pa.bool_())], metadata=meta)
 
 
 def vector_array(vectors: np.ndarray) -> pa.FixedSizeListArray:
@@ -247,21 +264,25 @@ def stored_fingerprint(path: Path) -> tuple[str | None, str | None]:
 
 
 @contextlib.contextmanager
-def embeddings_writer(path: Path, fingerprint: str, model_name: str, dim: int,
-                      passage_fingerprint: str) -> Iterator[Callable[[pa.Array, list[str], np.ndarray], None]]:
+def embeddings_writer(path: Path, fingerprint: str, model_name: str, dim: int, passage_fingerprint: str,
+                      max_length: int) -> Iterator[Callable[[pa.Array, list[str], np.ndarray, np.ndarray], None]]:
     """Write embeddings.parquet atomically, part by part: yields
-    `write(chunk_ids, text_sha256s, vectors (n, dim) float32)`; the file is
-    renamed into place when the block ends without an error."""
-    schema = embeddings_schema(fingerprint, model_name, dim, {"passage_fingerprint": passage_fingerprint})
+    `write(chunk_ids, text_sha256s, vectors (n, dim) float32, n_tokens (n,) int)`
+    (`truncated` is `n_tokens > max_length`); the file is renamed into place
+    when the block ends without an error."""
+    schema = embeddings_schema(fingerprint, model_name, dim, {"passage_fingerprint": passage_fingerprint,
+                                                              "max_length": max_length})
     with atomic.atomic_path(path) as tmp:
         with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
             rows = 0
 
-            def write(chunk_ids, shas: list[str], vectors: np.ndarray) -> None:
+            def write(chunk_ids, shas: list[str], vectors: np.ndarray, n_tokens: np.ndarray) -> None:
                 nonlocal rows
                 ids = chunk_ids.cast(pa.string()) if hasattr(chunk_ids, "cast") else pa.array(chunk_ids, pa.string())
-                writer.write_table(pa.Table.from_arrays([ids, pa.array(shas, pa.string()), vector_array(vectors)],
-                                                        schema=schema))
+                n_tokens = np.asarray(n_tokens, dtype=np.int32)
+                writer.write_table(pa.Table.from_arrays(
+                    [ids, pa.array(shas, pa.string()), vector_array(vectors), pa.array(n_tokens, pa.int32()),
+                     pa.array(n_tokens > max_length, pa.bool_())], schema=schema))
                 rows += len(shas)
 
             yield write
