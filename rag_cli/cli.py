@@ -689,7 +689,7 @@ def _report_answer_checks(res, quiet: bool) -> None:
 @app.command("eval")
 @handle_errors
 def eval_(
-    qrels: Annotated[Path, typer.Option("--qrels", help="Qrels: BEIR TSV (query-id corpus-id score) or TREC 4-column")],
+    qrels: Annotated[Optional[Path], typer.Option("--qrels", help="Qrels: BEIR TSV (query-id corpus-id score) or TREC 4-column")] = None,
     run: Annotated[Optional[Path], typer.Option("--run", help="A run (Parquet or TREC); or give --queries to search now")] = None,
     queries: Annotated[Optional[Path], typer.Option("--queries", help="Query file: search it first (with --mode, -k 100)")] = None,
     mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode with --queries (config: search.mode)")] = None,
@@ -700,6 +700,8 @@ def eval_(
     runs: Annotated[Optional[list[Path]], typer.Argument(help="Run files for --compare")] = None,
     permutations: Annotated[int, typer.Option("--permutations", help="Random sign flips of the randomisation test (--compare)")] = 10000,
     funnel: Annotated[bool, typer.Option("--funnel", help="With --queries: per query, the layer where the gold first goes missing, and ANN recall (needs the project index)")] = False,
+    answers: Annotated[Optional[Path], typer.Option("--answers", help="Score answers/NAME.parquet (from `rag ask --queries`) against --gold: EM, F1, has-answer, citation precision/recall, refusals, latency")] = None,
+    gold: Annotated[Optional[Path], typer.Option("--gold", help="Gold answers for --answers: JSONL {\"_id\": query id, \"answers\": [...]}")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -716,6 +718,17 @@ def eval_(
     if not cutoffs or min(cutoffs) < 1:
         raise BadInput(f"--ks {ks!r}: cutoffs must be integers >= 1")
     p = Project.open(project)
+    if answers is not None or gold is not None:
+        if answers is None or gold is None or qrels is not None or run is not None or queries is not None:
+            raise BadInput("--answers FILE needs --gold FILE (gold answers), and no --qrels, --run or --queries")
+        report, path = p.evaluate_answers(answers, gold, name=name, output=output)
+        if json_out:
+            _emit_json(report)
+        else:
+            _print_answer_metrics(report, path, quiet)
+        return
+    if qrels is None:
+        raise BadInput("--qrels FILE is needed (relevance judgements), unless you score answers with --answers/--gold")
     if compare or runs:
         if not compare:
             raise BadInput(f"unexpected argument(s) {' '.join(map(str, runs))}: run files as arguments need --compare")
@@ -794,6 +807,27 @@ def _print_comparison(report: dict, path: Path | None, quiet: bool) -> None:
         _stdout().print(table)
     if path is not None and not quiet:
         _note(f"written: {path}")
+
+
+def _print_answer_metrics(report: dict, path: Path, quiet: bool) -> None:
+    from rich.table import Table
+
+    c = report["counts"]
+    table = Table(title=f"answers: {c['n_questions']} questions with gold answers ({c['n_refused']} refused)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for m, v in report["metrics"].items():
+        table.add_row(m, "n/a" if v is None else (f"{v:.1f}" if m.endswith("_ms") else f"{v:.4f}"))
+    _stdout().print(table)
+    if quiet:
+        return
+    if report["missing_answers"]:
+        _warn(f"{len(report['missing_answers'])} question(s) of the gold file have no answer row: "
+              + _ids(report["missing_answers"]))
+    if report["no_gold"]:
+        _warn(f"{len(report['no_gold'])} answer row(s) have no gold answer and were not scored: "
+              + _ids(report["no_gold"]))
+    _note(f"written: {path}")
 
 
 def _print_funnel(report: dict, path: Path, quiet: bool) -> None:

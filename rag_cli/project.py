@@ -769,6 +769,22 @@ class Project:
         report = compare([Path(r) for r in runs], Path(qrels), cutoffs, path, permutations=permutations, seed=seed)
         return report, path
 
+    def evaluate_answers(self, answers: str | os.PathLike, gold: str | os.PathLike, *, name: str | None = None,
+                         output: str | os.PathLike | None = None) -> tuple[dict, Path]:
+        """Exact match, F1, has-answer, citation precision/recall, refusal
+        rate and latency p50/p95 of `answers` (answers/NAME.parquet of
+        `ask_queries`) against `gold` (answers.jsonl), reading the cited
+        chunks' texts from the project's chunks (see
+        `rag_cli.evaluate.answers`). Writes `output`, else eval/NAME.json
+        (NAME: answers-ANSWERS). Returns (report, path)."""
+        from rag_cli.stages.evaluation import evaluate_answers
+
+        check_name(name)
+        self.require_exists()
+        self.require(self.chunks_path, "chunk")
+        path = Path(output) if output else self.eval_path(name or f"answers-{file_stem(answers)}")
+        return evaluate_answers(Path(answers), Path(gold), self.chunks_path, path), path
+
     def funnel(self, qrels: str | os.PathLike, queries: str | os.PathLike, *, k: int | None = None,
                candidates: int | None = None, rrf_k: int | None = None, answers: bool = True,
                name: str | None = None, output: str | os.PathLike | None = None,
