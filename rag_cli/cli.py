@@ -416,6 +416,8 @@ def search(
     filter_: Annotated[Optional[str], typer.Option("--filter", help="FIELD=GLOB over chunk columns, e.g. doc_id='guides/*'")] = None,
     rrf_k: Annotated[Optional[int], typer.Option("--rrf-k", min=0, help="RRF constant k in 1/(k + rank) (config: search.rrf_k)")] = None,
     candidates: Annotated[Optional[int], typer.Option("--candidates", min=1, help="Hybrid: hits per retriever before fusion (config: search.candidates)")] = None,
+    fusion: Annotated[Optional[str], typer.Option("--fusion", help="Hybrid: rrf | minmax | zscore (weighted sums of normalised scores) (config: search.fusion)")] = None,
+    dense_weight: Annotated[Optional[float], typer.Option("--dense-weight", help="minmax/zscore: weight of the dense scores, 0-1 (config: search.dense_weight)")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet (default: the query file's stem-mode)")] = None,
     fmt: Annotated[str, typer.Option("--format", help="parquet | trec (for --queries)")] = "parquet",
     level: Annotated[str, typer.Option("--level", help="chunk | doc: one run row per chunk, or per document (MaxP) (for --queries)")] = "chunk",
@@ -430,7 +432,8 @@ def search(
     one_of("a QUERY argument", query, "--queries FILE", queries)
     check_name(name)
     p = Project.open(project)
-    opts = {"mode": mode, "k": k, "filter": filter_, "rrf_k": rrf_k, "candidates": candidates}
+    opts = {"mode": mode, "k": k, "filter": filter_, "rrf_k": rrf_k, "candidates": candidates, "fusion": fusion,
+            "dense_weight": dense_weight}
     if query is not None:
         res = p.search(query, **opts)
         rows = [_hit_json(h) for h in res.hits]
@@ -702,6 +705,11 @@ def eval_(
     funnel: Annotated[bool, typer.Option("--funnel", help="With --queries: per query, the layer where the gold first goes missing, and ANN recall (needs the project index)")] = False,
     answers: Annotated[Optional[Path], typer.Option("--answers", help="Score answers/NAME.parquet (from `rag ask --queries`) against --gold: EM, F1, has-answer, citation precision/recall, refusals, latency")] = None,
     gold: Annotated[Optional[Path], typer.Option("--gold", help="Gold answers for --answers: JSONL {\"_id\": query id, \"answers\": [...]}")] = None,
+    tune: Annotated[Optional[str], typer.Option("--tune", help="fusion: grid-search the hybrid fusion on --queries/--qrels (the train split) for nDCG@10 and write the winner to rag.toml")] = None,
+    test_queries: Annotated[Optional[Path], typer.Option("--test-queries", help="--tune: the test split's queries, scored apart from the tuning")] = None,
+    test_qrels: Annotated[Optional[Path], typer.Option("--test-qrels", help="--tune: the test split's qrels")] = None,
+    perturb: Annotated[Optional[list[str]], typer.Option("--perturb", help="With --queries: re-run the queries changed (case = upper and lower, upper, lower, typo, punct) and report the loss")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of --perturb typo and of the randomisation tests")] = 0,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -729,6 +737,36 @@ def eval_(
         return
     if qrels is None:
         raise BadInput("--qrels FILE is needed (relevance judgements), unless you score answers with --answers/--gold")
+    if tune is not None:
+        if tune != "fusion":
+            raise BadInput(f"--tune {tune!r}: only 'fusion' can be tuned")
+        if queries is None or run is not None:
+            raise BadInput("--tune fusion needs --queries FILE and --qrels FILE (the train split) and no --run")
+        with _progress(quiet or json_out) as progress:
+            report, path = p.tune_fusion(queries, qrels, test_queries=test_queries, test_qrels=test_qrels,
+                                         permutations=permutations, name=name, output=output, progress=progress)
+        if json_out:
+            _emit_json(report)
+        else:
+            _print_tuning(report, path, quiet)
+        return
+    if perturb:
+        from rag_cli.evaluate.perturb import expand_kinds
+
+        if queries is None or run is not None:
+            raise BadInput("--perturb needs --queries FILE (searched as given and changed) and no --run")
+        try:
+            kinds = expand_kinds(perturb)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+        with _progress(quiet or json_out) as progress:
+            report, path = p.perturb(qrels, queries, kinds, mode=mode, ks=cutoffs, seed=seed,
+                                     permutations=permutations, name=name, output=output, progress=progress)
+        if json_out:
+            _emit_json(report)
+        else:
+            _print_perturb(report, path, quiet)
+        return
     if compare or runs:
         if not compare:
             raise BadInput(f"unexpected argument(s) {' '.join(map(str, runs))}: run files as arguments need --compare")
@@ -828,6 +866,43 @@ def _print_answer_metrics(report: dict, path: Path, quiet: bool) -> None:
         _warn(f"{len(report['no_gold'])} answer row(s) have no gold answer and were not scored: "
               + _ids(report["no_gold"]))
     _note(f"written: {path}")
+
+
+def _print_tuning(report: dict, path: Path, quiet: bool) -> None:
+    from rich.table import Table
+
+    best = report["best"]
+    setting = ", ".join(f"{k} {v}" for k, v in best.items())
+    metric = report["metric"]
+    table = Table(title=f"fusion tuned on train ({report['train']['n_queries']} queries) for {metric}: {setting}")
+    for col in ("split", "RRF k=60", "tuned", "diff", "p rand (Holm)"):
+        table.add_column(col, justify="left" if col == "split" else "right")
+    t = report["train"]
+    table.add_row("train", f"{t['default']:.4f}", f"{t['best']:.4f}", f"{t['best'] - t['default']:+.4f}", "")
+    if report["test"]:
+        row = report["test"]["comparison"]["metrics"][metric]
+        table.add_row(f"test ({report['test']['n_queries']})", f"{row['baseline']:.4f}", f"{row['run']:.4f}",
+                      f"{row['mean_diff']:+.4f}", f"{row['p_randomisation_holm']:.4f}")
+    _stdout().print(table)
+    if not quiet:
+        _note(f"written: {report['written_to']} (search.fusion) and {path}")
+
+
+def _print_perturb(report: dict, path: Path, quiet: bool) -> None:
+    from rich.table import Table
+
+    names = list(report["original"])
+    table = Table(title=f"perturbed queries ({report['n_queries']}, mode {report['mode']}): changed - original")
+    table.add_column("queries")
+    table.add_column("changed", justify="right")
+    for m in names:
+        table.add_column(m, justify="right")
+    table.add_row("original", "", *(f"{report['original'][m]:.4f}" for m in names))
+    for kind, r in report["perturbations"].items():
+        table.add_row(kind, str(r["n_changed"]), *(f"{r['loss'][m]:+.4f}" for m in names))
+    _stdout().print(table)
+    if not quiet:
+        _note(f"written: {path}")
 
 
 def _print_funnel(report: dict, path: Path, quiet: bool) -> None:
