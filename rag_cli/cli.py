@@ -710,6 +710,8 @@ def eval_(
     test_qrels: Annotated[Optional[Path], typer.Option("--test-qrels", help="--tune: the test split's qrels")] = None,
     perturb: Annotated[Optional[list[str]], typer.Option("--perturb", help="With --queries: re-run the queries changed (case = upper and lower, upper, lower, typo, punct) and report the loss")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed of --perturb typo and of the randomisation tests")] = 0,
+    md: Annotated[Optional[Path], typer.Option("--md", help="Also write a Markdown summary of the report to this file")] = None,
+    plots: Annotated[Optional[Path], typer.Option("--plots", help="Also draw PNG plots of the report into this folder (needs matplotlib: the plot extra)")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -734,6 +736,7 @@ def eval_(
             _emit_json(report)
         else:
             _print_answer_metrics(report, path, quiet)
+        _eval_extras(p, report, path, md, plots, quiet)
         return
     if qrels is None:
         raise BadInput("--qrels FILE is needed (relevance judgements), unless you score answers with --answers/--gold")
@@ -749,6 +752,7 @@ def eval_(
             _emit_json(report)
         else:
             _print_tuning(report, path, quiet)
+        _eval_extras(p, report, path, md, plots, quiet)
         return
     if perturb:
         from rag_cli.evaluate.perturb import expand_kinds
@@ -766,6 +770,7 @@ def eval_(
             _emit_json(report)
         else:
             _print_perturb(report, path, quiet)
+        _eval_extras(p, report, path, md, plots, quiet)
         return
     if compare or runs:
         if not compare:
@@ -777,6 +782,7 @@ def eval_(
             _emit_json(report)
         else:
             _print_comparison(report, path, quiet)
+        _eval_extras(p, report, path, md, plots, quiet)
         return
     if funnel:
         if queries is None or run is not None:
@@ -787,6 +793,7 @@ def eval_(
             _emit_json(report)
         else:
             _print_funnel(report, path, quiet)
+        _eval_extras(p, report, path, md, plots, quiet)
         return
     with _progress(quiet or json_out) as progress:
         report, path = p.evaluate(qrels, run=run, queries=queries, mode=mode, ks=cutoffs, name=name, output=output,
@@ -797,8 +804,19 @@ def eval_(
         if not quiet:
             _warn_run_checks(report)
         _emit_json(report)
+    else:
+        _print_report(report, path, quiet)
+    _eval_extras(p, report, path, md, plots, quiet)
+
+
+def _eval_extras(p, report: dict, path: Path | None, md: Path | None, plots: Path | None, quiet: bool) -> None:
+    """The Markdown summary and the PNG plots of an eval report, when asked for."""
+    if md is None and plots is None:
         return
-    _print_report(report, path, quiet)
+    written = p.eval_summaries(report, md=md, plots=plots, name=path.stem if path is not None else "eval")
+    if not quiet:
+        for f in written:
+            _note(f"written: {f}")
 
 
 def _print_report(report: dict, path: Path, quiet: bool) -> None:

@@ -873,6 +873,26 @@ class Project:
         write_report(path, out)
         return out, path
 
+    @staticmethod
+    def eval_summaries(report: dict, *, md: str | os.PathLike | None = None,
+                       plots: str | os.PathLike | None = None, name: str = "eval") -> list[Path]:
+        """Write the Markdown summary of an eval report to `md` and its PNG
+        plots into the folder `plots` as NAME-KIND.png (see
+        `rag_cli.evaluate.markdown`, `rag_cli.evaluate.plots`; plots need
+        matplotlib). Returns the paths written."""
+        from rag_cli import atomic
+        from rag_cli.evaluate.markdown import to_markdown
+
+        written: list[Path] = []
+        if md is not None:
+            atomic.write_text(md, to_markdown(report))
+            written.append(Path(md))
+        if plots is not None:
+            from rag_cli.evaluate.plots import plot_report
+
+            written += plot_report(report, plots, name)
+        return written
+
     def funnel(self, qrels: str | os.PathLike, queries: str | os.PathLike, *, k: int | None = None,
                candidates: int | None = None, rrf_k: int | None = None, answers: bool = True,
                name: str | None = None, output: str | os.PathLike | None = None,

@@ -124,9 +124,12 @@ def test_cli_tune_fusion_writes_the_winner(project, tmp_path):
     res = CliRunner().invoke(app, ["eval", "--tune", "fusion", "--queries", str(SAMPLE_QUESTIONS), "--qrels",
                                    str(SAMPLE_QRELS), "--test-queries", str(SAMPLE_QUESTIONS), "--test-qrels",
                                    str(SAMPLE_QRELS), "--permutations", "200", "-o", str(out),
+                                   "--md", str(tmp_path / "tune.md"), "--plots", str(tmp_path),
                                    "-p", str(project.root), "--json"])
     assert res.exit_code == 0, res.output
     report = json.loads(out.read_text())
+    assert (tmp_path / "tune-grid.png").stat().st_size > 1000
+    assert "# Fusion tuned on train" in (tmp_path / "tune.md").read_text()
     assert report["tuned_on"] == "train" and report["metric"] == "ndcg@10" and len(report["grid"]) == 28
     best = max(report["grid"], key=lambda g: g["train"])
     assert report["train"]["best"] == best["train"] >= report["train"]["default"]
@@ -152,10 +155,12 @@ def test_cli_perturb(project, tmp_path):
     out = tmp_path / "perturb.json"
     res = CliRunner().invoke(app, ["eval", "--perturb", "case", "--perturb", "punct", "--queries",
                                    str(SAMPLE_QUESTIONS), "--qrels", str(SAMPLE_QRELS), "--ks", "3",
-                                   "--permutations", "200", "-o", str(out), "-p", str(project.root)])
+                                   "--permutations", "200", "-o", str(out), "-p", str(project.root),
+                                   "--plots", str(tmp_path)])
     assert res.exit_code == 0, res.output
     report = json.loads(out.read_text())
     assert list(report["perturbations"]) == ["upper", "lower", "punct"]
+    assert (tmp_path / "perturb-perturb.png").stat().st_size > 1000
     up, low = report["perturbations"]["upper"], report["perturbations"]["lower"]
     # all capitals are folded to lower case before encoding: upper scores as lower does
     assert up["metrics"] == low["metrics"]
