@@ -55,6 +55,8 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=1200)
     ap.add_argument("--project", type=Path)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--dense-case", action="store_true",
+                    help="only add the upper-case loss of dense-only retrieval, with and without the fold, to --out")
     args = ap.parse_args()
     if args.make_corpus:
         make_corpus(args.make_corpus, args.docs)
@@ -64,6 +66,25 @@ def main() -> None:
 
     p = Project.open(args.project)
     test_q, test_qrels = DATA / "queries.jsonl", DATA / "qrels" / "test.tsv"
+    if args.dense_case:
+        result = json.loads(args.out.read_text(encoding="utf-8"))
+        fold = searcher_mod.fold_shouting
+        dense = {}
+        for label, fn in (("with_fold", fold), ("without_fold", lambda q: q)):
+            searcher_mod.fold_shouting = fn
+            try:
+                rep, _ = p.perturb(test_qrels, test_q, ["upper"], mode="dense", ks=[10], permutations=2000,
+                                   name=f"perturb-dense-{label}")
+            finally:
+                searcher_mod.fold_shouting = fold
+            dense[label] = {"original": rep["original"]["ndcg@10"],
+                            "upper": rep["perturbations"]["upper"]["metrics"]["ndcg@10"],
+                            "loss": rep["perturbations"]["upper"]["loss"]["ndcg@10"],
+                            "p_randomisation": rep["perturbations"]["upper"]["comparison"]["ndcg@10"]["p_randomisation"]}
+        result["perturb_dense_ndcg@10"] = dense
+        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        print(json.dumps(dense, indent=2))
+        return
     import pyarrow.parquet as pq
 
     result: dict = {"project": str(args.project), "n_docs": pq.read_metadata(p.docs_path).num_rows,
