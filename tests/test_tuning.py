@@ -102,12 +102,12 @@ def test_all_capitals_query_is_folded():
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, tiny_bi_encoder) -> Project:
-    p = Project.create(tmp_path_factory.mktemp("tune") / "p.rag", model={"embedder": str(tiny_bi_encoder)},
-                       chunk={"unit": "chars", "size": 300, "overlap": 0}, search={"k": 3, "candidates": 5})
-    p.chunk([SAMPLE_DOCS])
-    p.embed()
-    p.index()
-    return p
+    root = tmp_path_factory.mktemp("tune") / "p.rag"
+    Project.create(root, search={"k": 3, "candidates": 5})
+    res = CliRunner().invoke(app, ["build", str(SAMPLE_DOCS), "--model", str(tiny_bi_encoder), "--unit", "chars",
+                                   "--size", "300", "--overlap", "0", "-p", str(root), "-q"])
+    assert res.exit_code == 0, res.output
+    return Project.open(root)
 
 
 def test_cli_search_with_fusion(project):
