@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from rag_cli.cli import app
 from rag_cli.evaluate.markdown import to_markdown
+from rag_cli.evaluate.plots import plot_report
 
 pytest.importorskip("matplotlib")
 
@@ -68,3 +69,23 @@ def test_markdown_of_other_reports():
                "metrics": {"f1": 0.5, "latency_p50_ms": 12.34, "has_answer": None}}
     text = to_markdown(answers)
     assert "| f1 | 0.5000 |" in text and "| latency_p50_ms | 12.3 |" in text and "| has_answer | n/a |" in text
+
+
+def test_funnel_plot_leaves_out_layers_not_measured(tmp_path):
+    report = {"n_queries": 300, "layers_measured": ["sparse", "dense", "fusion", "evidence", "cited"],
+              "counts": {"not_in_sparse": 20, "not_in_dense": 15,
+                         "first_missing": {"retrieval": 8, "fusion": 12, "rerank": 0, "evidence": 30,
+                                           "citation": 40, "none": 210}},
+              "ann": {"ann_recall@10": 0.99}}
+    import matplotlib.pyplot as plt
+
+    calls = []
+    real = plt.Axes.barh
+    plt.Axes.barh = lambda self, labels, values, **kw: calls.append(list(labels)) or real(self, labels, values, **kw)
+    try:
+        (png,) = plot_report(report, tmp_path, "f")
+    finally:
+        plt.Axes.barh = real
+    assert png.name == "f-funnel.png" and _png_size(png)[0] > 400
+    assert calls == [["reached the last layer", "lost in citation", "lost in evidence", "lost in fusion",
+                      "in neither candidate list"]]

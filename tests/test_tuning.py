@@ -98,6 +98,8 @@ def test_all_capitals_query_is_folded():
     assert prepare_query("ＨＮＳＷ") == "hnsw"
     assert prepare_query("Vitamin D and HNSW") == "Vitamin D and HNSW"  # mixed case: unchanged
     assert prepare_query("维生素D") == "维生素D"
+    assert prepare_query("JAXR是什么？") == "JAXR是什么?"  # a letter without case: kept (NFKC: ？ -> ?)
+    assert prepare_query("CS/MPQ-78 RADAR") == "cs/mpq-78 radar"
 
 
 @pytest.fixture(scope="module")

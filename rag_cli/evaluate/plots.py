@@ -82,10 +82,14 @@ def _differences(plt, report: dict, comp: dict, path: Path) -> Path:
 
 def _funnel(plt, report: dict, path: Path) -> Path:
     counts = report["counts"]["first_missing"]
-    labels = list(counts)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.barh(labels[::-1], [counts[x] for x in labels][::-1], color="tab:blue")
-    for i, v in enumerate([counts[x] for x in labels][::-1]):
+    measured = set(report.get("layers_measured", counts)) | {"retrieval", "none"}
+    layers = [x for x in counts if x in measured or (x == "citation" and "cited" in measured)]
+    names = {"retrieval": "in neither candidate list", "none": "reached the last layer"}
+    labels = [names.get(x, f"lost in {x}") for x in layers][::-1]
+    values = [counts[x] for x in layers][::-1]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.barh(labels, values, color=["tab:green" if x == "none" else "tab:red" for x in layers][::-1])
+    for i, v in enumerate(values):
         ax.text(v, i, f" {v}", va="center")
     ax.set_xlabel("queries")
     ax.set_title(f"where the gold first goes missing ({report['n_queries']} queries)")
@@ -113,7 +117,7 @@ def _tuning(plt, report: dict, path: Path) -> Path:
 def _perturb(plt, report: dict, path: Path) -> Path:
     kinds = list(report["perturbations"])
     metrics = list(report["original"])
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.8 / max(len(metrics), 1)
     for j, m in enumerate(metrics):
         ax.bar([i + j * width for i in range(len(kinds))], [report["perturbations"][k]["loss"][m] for k in kinds],
@@ -122,7 +126,7 @@ def _perturb(plt, report: dict, path: Path) -> Path:
     ax.set_xticks([i + width * (len(metrics) - 1) / 2 for i in range(len(kinds))], kinds)
     ax.set_ylabel("changed - original")
     ax.set_title(f"query perturbations ({report['n_queries']} queries, {report['mode']})")
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 

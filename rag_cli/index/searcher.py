@@ -40,17 +40,14 @@ def check_query(query: str) -> str:
 
 
 def fold_shouting(query: str) -> str:
-    """`query` in lower case when every cased letter in it is upper case
-    (`str.isupper`: a query typed with caps lock) and cased letters are at
-    least half of its letters (so a Chinese query with a Latin acronym keeps
-    it), else unchanged. The e5 bi-encoders are case-sensitive and rank worse
-    on all-capital text; BM25 lower-cases anyway, so this changes only the
+    """`query` in lower case when every letter in it is an upper-case letter
+    (a query typed with caps lock; a query with a letter of a script without
+    case, such as a Chinese one with a Latin acronym, is left alone), else
+    unchanged. The e5 bi-encoders are case-sensitive and rank worse on
+    all-capital text; BM25 lower-cases anyway, so this changes only the
     dense side."""
-    if not query.isupper():
-        return query
     letters = [ch for ch in query if ch.isalpha()]
-    cased = sum(ch.lower() != ch for ch in letters)
-    return query.lower() if 2 * cased >= len(letters) else query
+    return query.lower() if letters and all(ch.isupper() for ch in letters) else query
 
 
 def prepare_query(query: str) -> str:
