@@ -491,6 +491,8 @@ def search(
     filter_: FilterOpt = None,
     rrf_k: Annotated[Optional[int], typer.Option("--rrf-k", min=0, help="RRF constant k in 1/(k + rank) (config: search.rrf_k)")] = None,
     candidates: Annotated[Optional[int], typer.Option("--candidates", min=1, help="Hybrid: hits per retriever before fusion (config: search.candidates)")] = None,
+    fusion: Annotated[Optional[str], typer.Option("--fusion", help="Hybrid: rrf | minmax | zscore (weighted sums of normalised scores) (config: search.fusion)")] = None,
+    dense_weight: Annotated[Optional[float], typer.Option("--dense-weight", help="minmax/zscore: weight of the dense scores, 0-1 (config: search.dense_weight)")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/NAME.parquet (default: the query file's stem-mode)")] = None,
     fmt: Annotated[str, typer.Option("--format", help="parquet | trec (for --queries)")] = "parquet",
     level: Annotated[str, typer.Option("--level", help="chunk | doc: one run row per chunk, or per document (MaxP) (for --queries)")] = "chunk",
@@ -505,7 +507,8 @@ def search(
     one_of("a QUERY argument", query, "--queries FILE", queries)
     check_name(name)
     p = Project.open(project)
-    opts = {"mode": mode, "k": k, "filter": filter_, "rrf_k": rrf_k, "candidates": candidates}
+    opts = {"mode": mode, "k": k, "filter": filter_, "rrf_k": rrf_k, "candidates": candidates, "fusion": fusion,
+            "dense_weight": dense_weight}
     if query is not None:
         res = p.search(query, **opts)
         rows = [_hit_json(h) for h in res.hits]
@@ -764,7 +767,7 @@ def _report_answer_checks(res, quiet: bool) -> None:
 @app.command("eval")
 @handle_errors
 def eval_(
-    qrels: Annotated[Path, typer.Option("--qrels", help="Qrels: BEIR TSV (query-id corpus-id score) or TREC 4-column")],
+    qrels: Annotated[Optional[Path], typer.Option("--qrels", help="Qrels: BEIR TSV (query-id corpus-id score) or TREC 4-column")] = None,
     run: Annotated[Optional[Path], typer.Option("--run", help="A run (Parquet or TREC); or give --queries to search now")] = None,
     queries: Annotated[Optional[Path], typer.Option("--queries", help="Query file: search it first (with --mode, -k 100)")] = None,
     mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode with --queries (config: search.mode)")] = None,
@@ -775,6 +778,15 @@ def eval_(
     runs: Annotated[Optional[list[Path]], typer.Argument(help="Run files for --compare")] = None,
     permutations: Annotated[int, typer.Option("--permutations", help="Random sign flips of the randomisation test (--compare)")] = 10000,
     funnel: Annotated[bool, typer.Option("--funnel", help="With --queries: per query, the layer where the gold first goes missing, and ANN recall (needs the project index)")] = False,
+    answers: Annotated[Optional[Path], typer.Option("--answers", help="Score answers/NAME.parquet (from `rag ask --queries`) against --gold: EM, F1, has-answer, citation precision/recall, refusals, latency")] = None,
+    gold: Annotated[Optional[Path], typer.Option("--gold", help="Gold answers for --answers: JSONL {\"_id\": query id, \"answers\": [...]}")] = None,
+    tune: Annotated[Optional[str], typer.Option("--tune", help="fusion: grid-search the hybrid fusion on --queries/--qrels (the train split) for nDCG@10 and write the winner to rag.toml")] = None,
+    test_queries: Annotated[Optional[Path], typer.Option("--test-queries", help="--tune: the test split's queries, scored apart from the tuning")] = None,
+    test_qrels: Annotated[Optional[Path], typer.Option("--test-qrels", help="--tune: the test split's qrels")] = None,
+    perturb: Annotated[Optional[list[str]], typer.Option("--perturb", help="With --queries: re-run the queries changed (case = upper and lower, upper, lower, typo, punct) and report the loss")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of --perturb typo and of the randomisation tests")] = 0,
+    md: Annotated[Optional[Path], typer.Option("--md", help="Also write a Markdown summary of the report to this file")] = None,
+    plots: Annotated[Optional[Path], typer.Option("--plots", help="Also draw PNG plots of the report into this folder (needs matplotlib: the plot extra)")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -791,27 +803,48 @@ def eval_(
     if not cutoffs or min(cutoffs) < 1:
         raise BadInput(f"--ks {ks!r}: cutoffs must be integers >= 1")
     p = Project.open(project)
+    if answers is not None or gold is not None:
+        if answers is None or gold is None or qrels is not None or run is not None or queries is not None:
+            raise BadInput("--answers FILE needs --gold FILE (gold answers), and no --qrels, --run or --queries")
+        report, path = p.evaluate_answers(answers, gold, name=name, output=output)
+        return _show_eval(p, report, path, _print_answer_metrics, json_out, quiet, md, plots)
+    if qrels is None:
+        raise BadInput("--qrels FILE is needed (relevance judgements), unless you score answers with --answers/--gold")
+    if tune is not None:
+        if tune != "fusion":
+            raise BadInput(f"--tune {tune!r}: only 'fusion' can be tuned")
+        if queries is None or run is not None:
+            raise BadInput("--tune fusion needs --queries FILE and --qrels FILE (the train split) and no --run")
+        with _progress(quiet or json_out) as progress:
+            report, path = p.tune_fusion(queries, qrels, test_queries=test_queries, test_qrels=test_qrels,
+                                         permutations=permutations, name=name, output=output, progress=progress)
+        return _show_eval(p, report, path, _print_tuning, json_out, quiet, md, plots)
+    if perturb:
+        from rag_cli.evaluate.perturb import expand_kinds
+
+        if queries is None or run is not None:
+            raise BadInput("--perturb needs --queries FILE (searched as given and changed) and no --run")
+        try:
+            kinds = expand_kinds(perturb)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+        with _progress(quiet or json_out) as progress:
+            report, path = p.perturb(qrels, queries, kinds, mode=mode, ks=cutoffs, seed=seed,
+                                     permutations=permutations, name=name, output=output, progress=progress)
+        return _show_eval(p, report, path, _print_perturb, json_out, quiet, md, plots)
     if compare or runs:
         if not compare:
             raise BadInput(f"unexpected argument(s) {' '.join(map(str, runs))}: run files as arguments need --compare")
         if run is not None or queries is not None:
             raise BadInput("--compare takes the run files as arguments; leave out --run and --queries")
         report, path = p.compare(qrels, runs or [], ks=cutoffs, permutations=permutations, name=name, output=output)
-        if json_out:
-            _emit_json(report)
-        else:
-            _print_comparison(report, path, quiet)
-        return
+        return _show_eval(p, report, path, _print_comparison, json_out, quiet, md, plots)
     if funnel:
         if queries is None or run is not None:
             raise BadInput("--funnel needs --queries FILE (the funnel searches them now) and no --run")
         with _progress(quiet or json_out) as progress:
             report, path = p.funnel(qrels, queries, name=name, output=output, progress=progress)
-        if json_out:
-            _emit_json(report)
-        else:
-            _print_funnel(report, path, quiet)
-        return
+        return _show_eval(p, report, path, _print_funnel, json_out, quiet, md, plots)
     with _progress(quiet or json_out) as progress:
         report, path = p.evaluate(qrels, run=run, queries=queries, mode=mode, ks=cutoffs, name=name, output=output,
                                   progress=progress)
@@ -821,8 +854,29 @@ def eval_(
         if not quiet:
             _warn_run_checks(report)
         _emit_json(report)
+    else:
+        _print_report(report, path, quiet)
+    _eval_extras(p, report, path, md, plots, quiet)
+
+
+def _show_eval(p, report: dict, path: Path | None, printer, json_out: bool, quiet: bool, md: Path | None,
+               plots: Path | None) -> None:
+    """Print a report (`printer`, or its JSON), then write its Markdown summary and plots when asked for."""
+    if json_out:
+        _emit_json(report)
+    else:
+        printer(report, path, quiet)
+    _eval_extras(p, report, path, md, plots, quiet)
+
+
+def _eval_extras(p, report: dict, path: Path | None, md: Path | None, plots: Path | None, quiet: bool) -> None:
+    """The Markdown summary and the PNG plots of an eval report, when asked for."""
+    if md is None and plots is None:
         return
-    _print_report(report, path, quiet)
+    written = p.eval_summaries(report, md=md, plots=plots, name=path.stem if path is not None else "eval")
+    if not quiet:
+        for f in written:
+            _note(f"written: {f}")
 
 
 def _print_report(report: dict, path: Path, quiet: bool) -> None:
@@ -868,6 +922,64 @@ def _print_comparison(report: dict, path: Path | None, quiet: bool) -> None:
                           f"{r['wins']}/{r['ties']}/{r['losses']}")
         _stdout().print(table)
     if path is not None and not quiet:
+        _note(f"written: {path}")
+
+
+def _print_answer_metrics(report: dict, path: Path, quiet: bool) -> None:
+    from rich.table import Table
+
+    c = report["counts"]
+    table = Table(title=f"answers: {c['n_questions']} questions with gold answers ({c['n_refused']} refused)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for m, v in report["metrics"].items():
+        table.add_row(m, "n/a" if v is None else (f"{v:.1f}" if m.endswith("_ms") else f"{v:.4f}"))
+    _stdout().print(table)
+    if quiet:
+        return
+    if report["missing_answers"]:
+        _warn(f"{len(report['missing_answers'])} question(s) of the gold file have no answer row: "
+              + _ids(report["missing_answers"]))
+    if report["no_gold"]:
+        _warn(f"{len(report['no_gold'])} answer row(s) have no gold answer and were not scored: "
+              + _ids(report["no_gold"]))
+    _note(f"written: {path}")
+
+
+def _print_tuning(report: dict, path: Path, quiet: bool) -> None:
+    from rich.table import Table
+
+    best = report["best"]
+    setting = ", ".join(f"{k} {v}" for k, v in best.items())
+    metric = report["metric"]
+    table = Table(title=f"fusion tuned on train ({report['train']['n_queries']} queries) for {metric}: {setting}")
+    for col in ("split", "RRF k=60", "tuned", "diff", "p rand (Holm)"):
+        table.add_column(col, justify="left" if col == "split" else "right")
+    t = report["train"]
+    table.add_row("train", f"{t['default']:.4f}", f"{t['best']:.4f}", f"{t['best'] - t['default']:+.4f}", "")
+    if report["test"]:
+        row = report["test"]["comparison"]["metrics"][metric]
+        table.add_row(f"test ({report['test']['n_queries']})", f"{row['baseline']:.4f}", f"{row['run']:.4f}",
+                      f"{row['mean_diff']:+.4f}", f"{row['p_randomisation_holm']:.4f}")
+    _stdout().print(table)
+    if not quiet:
+        _note(f"written: {report['written_to']} (search.fusion) and {path}")
+
+
+def _print_perturb(report: dict, path: Path, quiet: bool) -> None:
+    from rich.table import Table
+
+    names = list(report["original"])
+    table = Table(title=f"perturbed queries ({report['n_queries']}, mode {report['mode']}): changed - original")
+    table.add_column("queries")
+    table.add_column("changed", justify="right")
+    for m in names:
+        table.add_column(m, justify="right")
+    table.add_row("original", "", *(f"{report['original'][m]:.4f}" for m in names))
+    for kind, r in report["perturbations"].items():
+        table.add_row(kind, str(r["n_changed"]), *(f"{r['loss'][m]:+.4f}" for m in names))
+    _stdout().print(table)
+    if not quiet:
         _note(f"written: {path}")
 
 

@@ -61,12 +61,14 @@ class IndexConfig:
 
 @dataclass(frozen=True)
 class SearchConfig:
-    """`[search]`: retrieval mode, depth and RRF fusion."""
+    """`[search]`: retrieval mode, depth and hybrid fusion (see `rag_cli.index.fusion`)."""
 
     mode: str = "hybrid"  # dense | sparse | hybrid
     k: int = 10
     rrf_k: int = 60
     candidates: int = 100  # per retriever, before fusion
+    fusion: str = "rrf"  # rrf | minmax | zscore (weighted sums of normalised scores)
+    dense_weight: float = 0.5  # minmax/zscore: weight of the dense scores (sparse: 1 - this)
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,8 @@ CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
     ("search", "k"): (1, None),
     ("search", "rrf_k"): (0, None),
     ("search", "candidates"): (1, None),
+    ("search", "fusion"): ("rrf", "minmax", "zscore"),
+    ("search", "dense_weight"): (0, 1),
     ("ask", "k"): (1, None),
     ("ask", "min_score"): (-1, 1),
     ("ask", "strong_score"): (-1, 1),

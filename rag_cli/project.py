@@ -573,29 +573,35 @@ class Project:
         return project_status(self, verify=verify)
 
     # -- search --------------------------------------------------------------
-    def _search_setup(self, mode, k, rrf_k, candidates, filter, *, for_ask: bool = False):
+    def _search_setup(self, mode, k, rrf_k, candidates, filter, *, for_ask: bool = False, fusion=None,
+                      dense_weight=None):
         from rag_cli.index.searcher import check_mode
 
-        config, _ = self._with("search", {"mode": mode, "k": k, "rrf_k": rrf_k, "candidates": candidates})
+        config, _ = self._with("search", {"mode": mode, "k": k, "rrf_k": rrf_k, "candidates": candidates,
+                                          "fusion": fusion, "dense_weight": dense_weight})
         mode = check_mode(config.search.mode)
         # ask scores evidence with both indexes (cosines, term coverage); a search loads what its mode needs
         parts = ("dense", "sparse") if for_ask or mode == "hybrid" else (mode,)
         searcher = self._searcher(config, with_embedder=mode != "sparse", parts=parts)
         return config, searcher, searcher.mask(filter)
 
-    def search(self, query: str, *, mode: str | None = None, k: int | None = None, filter: str | Sequence[str] | None = None,
-               rrf_k: int | None = None, candidates: int | None = None) -> SearchResult:
+    def search(self, query: str, *, mode: str | None = None, k: int | None = None,
+               filter: str | Sequence[str] | None = None, rrf_k: int | None = None, candidates: int | None = None,
+               fusion: str | None = None, dense_weight: float | None = None) -> SearchResult:
         """Search one query: the top-k chunks (dense, sparse or hybrid).
         `filter`: one expression or a list (AND) over chunk and document
         fields and front-matter metadata, e.g. ["doc_id=guides/*",
         "date>=2025-01-01", "tags in [api,cli]"] (`rag_cli.index.filters`);
         applied before ranking, so k hits come back whenever k chunks match.
+        `fusion` (rrf | minmax | zscore) and `dense_weight` as search.fusion
+        and search.dense_weight.
 
         Raises BadInput for bad options, an empty query, or no index.
         """
         from rag_cli.stages.search import search_one
 
-        config, s, mask = self._search_setup(mode, k, rrf_k, candidates, filter)
+        config, s, mask = self._search_setup(mode, k, rrf_k, candidates, filter, fusion=fusion,
+                                             dense_weight=dense_weight)
         before = s.n_queries_truncated
         hits = search_one(s, query, config.search, mask)
         return SearchResult(query, config.search.mode, hits, s.n_queries_truncated - before, _max_length(s))
@@ -603,7 +609,8 @@ class Project:
     def search_queries(self, queries: str | os.PathLike, *, mode: str | None = None, k: int | None = None,
                        filter: str | Sequence[str] | None = None, rrf_k: int | None = None, candidates: int | None = None,
                        name: str | None = None, format: str = "parquet", output: str | os.PathLike | None = None,
-                       level: str = "chunk", progress: Progress | None = None) -> RunFile:
+                       level: str = "chunk", fusion: str | None = None, dense_weight: float | None = None,
+                       progress: Progress | None = None) -> RunFile:
         """Search every query of a query file (JSONL or TSV) and write a run:
         runs/NAME.parquet (NAME: the file's stem-mode) or .trec, or `output`.
         Each query gets the chunks that hold its top k distinct documents, so a
@@ -613,7 +620,8 @@ class Project:
         from rag_cli.stages.search import run_queries
 
         check_name(name)
-        config, s, mask = self._search_setup(mode, k, rrf_k, candidates, filter)
+        config, s, mask = self._search_setup(mode, k, rrf_k, candidates, filter, fusion=fusion,
+                                             dense_weight=dense_weight)
         path = Path(output) if output else self.run_path(name or f"{file_stem(queries)}-{config.search.mode}", format)
         before = s.n_queries_truncated
         self.manifest()  # recorded into after the run is written: check it first
@@ -820,6 +828,122 @@ class Project:
         report = compare([Path(r) for r in runs], Path(qrels), cutoffs, path, permutations=permutations, seed=seed)
         return report, path
 
+    def evaluate_answers(self, answers: str | os.PathLike, gold: str | os.PathLike, *, name: str | None = None,
+                         output: str | os.PathLike | None = None) -> tuple[dict, Path]:
+        """Exact match, F1, has-answer, citation precision/recall, refusal
+        rate and latency p50/p95 of `answers` (answers/NAME.parquet of
+        `ask_queries`) against `gold` (answers.jsonl), reading the cited
+        chunks' texts from the project's chunks (see
+        `rag_cli.evaluate.answers`). Writes `output`, else eval/NAME.json
+        (NAME: answers-ANSWERS). Returns (report, path)."""
+        from rag_cli.stages.evaluation import evaluate_answers
+
+        check_name(name)
+        self.require_exists()
+        self.require(self.chunks_path, "chunk")
+        path = Path(output) if output else self.eval_path(name or f"answers-{file_stem(answers)}")
+        return evaluate_answers(Path(answers), Path(gold), self.chunks_path, path), path
+
+    def tune_fusion(self, queries: str | os.PathLike, qrels: str | os.PathLike, *,
+                    test_queries: str | os.PathLike | None = None, test_qrels: str | os.PathLike | None = None,
+                    candidates: int | None = None, permutations: int = 10000, name: str | None = None,
+                    output: str | os.PathLike | None = None, progress: Progress | None = None) -> tuple[dict, Path]:
+        """Grid-search the hybrid fusion (RRF k; min-max or z-score weighted
+        sums and their dense weight) for nDCG@10 on the train split
+        (`queries`, `qrels`), write the winner to rag.toml (search.fusion,
+        search.rrf_k, search.dense_weight), and score it against RRF k = 60 on
+        the test split when given (see `rag_cli.evaluate.tuning`). Writes
+        `output`, else eval/NAME.json (NAME: tune-fusion-QUERIES). Returns
+        (report, path)."""
+        from rag_cli.evaluate.datasets import read_qrels, read_queries
+        from rag_cli.evaluate.tuning import tune_fusion
+        from rag_cli.store.eval_reports import write_report
+
+        check_name(name)
+        if (test_queries is None) != (test_qrels is None):
+            raise BadInput("--test-queries and --test-qrels go together: give both (the test split) or neither")
+        self.require_exists()
+        path = Path(output) if output else self.eval_path(name or f"tune-fusion-{file_stem(queries)}")
+        config, _ = self._with("search", {"candidates": candidates})
+        train = (read_queries(queries), read_qrels(qrels))
+        test = (read_queries(test_queries), read_qrels(test_qrels)) if test_queries is not None else None
+        s = self._searcher(config, with_embedder=True)
+        report = tune_fusion(s, train, test, candidates=config.search.candidates, permutations=permutations,
+                             progress=progress)
+        best = report["best"]
+        with self._writing("eval --tune"):
+            self._save(("search", {"fusion": best["fusion"], **{key: best[key] for key in ("rrf_k", "dense_weight")
+                                                                if key in best}}))
+        report = {"queries": str(queries), "qrels": str(qrels), "test_queries": str(test_queries or ""),
+                  "test_qrels": str(test_qrels or ""), "written_to": str(self.config_path), **report}
+        write_report(path, report)
+        return report, path
+
+    def perturb(self, qrels: str | os.PathLike, queries: str | os.PathLike, kinds: Sequence[str], *,
+                mode: str | None = None, ks: Sequence[int] = (10, 100), seed: int = 0, permutations: int = 10000,
+                name: str | None = None, output: str | os.PathLike | None = None,
+                progress: Progress | None = None) -> tuple[dict, Path]:
+        """Search `queries` as given and changed each way of `kinds` (upper,
+        lower, typo, punct; see `rag_cli.evaluate.perturb`), score every run
+        against `qrels` at `ks` (down to max(ks) distinct documents) and
+        report per kind the metrics, the loss against the original (changed -
+        original) and its paired tests (`compare_reports`). Writes `output`,
+        else eval/NAME.json (NAME: perturb-QUERIES). Returns (report, path)."""
+        from rag_cli.evaluate.compare import compare_reports
+        from rag_cli.evaluate.datasets import read_qrels, read_queries
+        from rag_cli.evaluate.perturb import perturb_queries
+        from rag_cli.evaluate.report import evaluate_rows
+        from rag_cli.stages.search import search_rows
+        from rag_cli.store.eval_reports import write_report
+
+        check_name(name)
+        cutoffs = sorted({int(x) for x in ks})
+        if not cutoffs or min(cutoffs) < 1:
+            raise BadInput(f"--ks {','.join(map(str, ks))!r}: cutoffs must be integers >= 1")
+        if not kinds:
+            raise BadInput("--perturb: name one or more of case, upper, lower, typo, punct")
+        self.require_exists()
+        path = Path(output) if output else self.eval_path(name or f"perturb-{file_stem(queries)}")
+        config, s, mask = self._search_setup(mode, max(cutoffs), None, None, None)
+        original = read_queries(queries)
+        gold = read_qrels(qrels)
+        base = evaluate_rows(search_rows(s, original, config.search, mask, progress=progress), gold, cutoffs)
+        out = {"queries": str(queries), "qrels": str(qrels), "mode": config.search.mode, "seed": seed,
+               "n_queries": base["n_queries"], "original": base["metrics"], "perturbations": {}}
+        for kind in kinds:
+            changed = perturb_queries(original, kind, seed)
+            rep = evaluate_rows(search_rows(s, changed, config.search, mask, progress=progress), gold, cutoffs)
+            comp = compare_reports([base, rep], ["original", kind], permutations=permutations)["comparisons"][0]
+            out["perturbations"][kind] = {
+                "n_changed": sum(a != b for (_, a), (_, b) in zip(original, changed)),
+                "metrics": rep["metrics"],
+                "loss": {m: r["mean_diff"] for m, r in comp["metrics"].items()},
+                "comparison": comp["metrics"],
+                "examples": [t for (_, o), (_, t) in zip(original, changed) if o != t][:3],
+            }
+        write_report(path, out)
+        return out, path
+
+    @staticmethod
+    def eval_summaries(report: dict, *, md: str | os.PathLike | None = None,
+                       plots: str | os.PathLike | None = None, name: str = "eval") -> list[Path]:
+        """Write the Markdown summary of an eval report to `md` and its PNG
+        plots into the folder `plots` as NAME-KIND.png (see
+        `rag_cli.evaluate.markdown`, `rag_cli.evaluate.plots`; plots need
+        matplotlib). Returns the paths written."""
+        from rag_cli import atomic
+        from rag_cli.evaluate.markdown import to_markdown
+
+        written: list[Path] = []
+        if md is not None:
+            atomic.write_text(md, to_markdown(report))
+            written.append(Path(md))
+        if plots is not None:
+            from rag_cli.evaluate.plots import plot_report
+
+            written += plot_report(report, plots, name)
+        return written
+
     def funnel(self, qrels: str | os.PathLike, queries: str | os.PathLike, *, k: int | None = None,
                candidates: int | None = None, rrf_k: int | None = None, answers: bool = True,
                name: str | None = None, output: str | os.PathLike | None = None,
@@ -863,7 +987,8 @@ class Project:
                 return given, list(res.answer.citations)
         search = config.search
         report = funnel(s, read_queries(queries), read_qrels(qrels), k=search.k, candidates=search.candidates,
-                        rrf_k=search.rrf_k, reranker=reranker, answerer=answerer,
+                        rrf_k=search.rrf_k, fusion=search.fusion, dense_weight=search.dense_weight,
+                        reranker=reranker, answerer=answerer,
                         ann_ks=sorted({10, search.k, search.candidates}), progress=progress)
         report = {"queries": str(queries), "qrels": str(qrels), **report}
         path = Path(output) if output else self.eval_path(name or f"funnel-{file_stem(queries)}")

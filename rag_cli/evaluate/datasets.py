@@ -185,3 +185,42 @@ def read_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
     if not qrels:
         raise BadInput(f"{path}: no relevance judgements in the file; expected lines {_QRELS_WANT}")
     return qrels
+
+
+_GOLD_WANT = "a JSON object with '_id' (the query id) and 'answers' (a list of gold answer strings) per line"
+
+
+def read_gold_answers(path: str | os.PathLike) -> dict[str, list[str]]:
+    """Read gold answers (`answers.jsonl` of the CMRC 2018 data: one
+    `{"_id": query id, "answers": [str, ...]}` a line) into
+    {query_id: [answer, ...]} in file order.
+
+    Raises BadInput naming the file and line for a line that is not such an
+    object, an empty answer list, a non-string answer, a repeated query id,
+    or a file without answers.
+    """
+    path = Path(path)
+    out: dict[str, list[str]] = {}
+    seen: dict[str, int] = {}
+    for lineno, line in _lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise BadInput(f"{path}:{lineno}: not valid JSON ({e.msg}); expected {_GOLD_WANT}") from None
+        if not isinstance(obj, dict) or "_id" not in obj or "answers" not in obj:
+            raise BadInput(f"{path}:{lineno}: expected {_GOLD_WANT}, got {line[:80]!r}")
+        qid = _id_str(obj["_id"], path, lineno, "'_id'")
+        answers = obj["answers"]
+        if (not isinstance(answers, list) or not answers
+                or not all(isinstance(a, str) and a.strip() for a in answers)):
+            raise BadInput(f"{path}:{lineno}: 'answers' of {qid!r} must be a non-empty list of non-empty strings, "
+                           f"got {answers!r}")
+        if qid in seen:
+            raise BadInput(f"{path}:{lineno}: query id {qid!r} repeats line {seen[qid]}; query ids must be unique")
+        seen[qid] = lineno
+        out[qid] = [a.strip() for a in answers]
+    if not out:
+        raise BadInput(f"{path}: no gold answers in the file; expected {_GOLD_WANT}")
+    return out

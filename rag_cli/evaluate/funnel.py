@@ -97,7 +97,8 @@ def ann_recall(searcher: Searcher, query_vectors: np.ndarray, ks: Sequence[int])
 
 
 def funnel(searcher: Searcher, queries: list[tuple[str, str]], qrels: Qrels, *, k: int, candidates: int,
-           rrf_k: int, reranker: Reranker | None = None, answerer: Answerer | None = None,
+           rrf_k: int, fusion: str = "rrf", dense_weight: float = 0.5, reranker: Reranker | None = None,
+           answerer: Answerer | None = None,
            ann_ks: Sequence[int] = (10, 100), batch: int = 64, progress: Progress | None = None) -> dict:
     """The funnel of `queries` ((query_id, text)) against `qrels`; a JSON-ready dict::
 
@@ -120,7 +121,7 @@ def funnel(searcher: Searcher, queries: list[tuple[str, str]], qrels: Qrels, *, 
         all_vectors.append(qv)
         dense = searcher.dense.search(qv, candidates)
         fused = searcher.search(texts, mode="hybrid", k=max(k, candidates), candidates=candidates, rrf_k=rrf_k,
-                                query_vectors=qv)
+                                query_vectors=qv, fusion=fusion, dense_weight=dense_weight)
         for i, (qid, _) in enumerate(part):
             gold = gold_of[qid]
             srows, _ = searcher.sparse.search(texts[i], candidates)
@@ -153,7 +154,8 @@ def funnel(searcher: Searcher, queries: list[tuple[str, str]], qrels: Qrels, *, 
         "layers_measured": measured,
         "per_query": rows,
         "ann": ann_recall(searcher, vectors, ann_ks),
-        "params": {"k": k, "candidates": candidates, "rrf_k": rrf_k},
+        "params": {"k": k, "candidates": candidates, "rrf_k": rrf_k, "fusion": fusion,
+                   "dense_weight": dense_weight},
         "definitions": __doc__.split("\n\n", 1)[1].strip(),
     }
 

@@ -1,11 +1,14 @@
-"""Retrieval over a loaded index folder: dense (HNSW), sparse (BM25) or hybrid (RRF).
+"""Retrieval over a loaded index folder: dense (HNSW), sparse (BM25) or hybrid.
 
-Hybrid takes the top `candidates` of each retriever and fuses them with RRF
-(k = 60 by default; Cormack, Clarke & Büttcher, SIGIR 2009).
+Hybrid takes the top `candidates` of each retriever and fuses them with the
+configured fusion (`search.fusion`: RRF with k = 60 by default, Cormack,
+Clarke & Büttcher, SIGIR 2009; or a weighted sum of normalised scores; see
+`rag_cli.index.fusion`).
 
 Queries are normalised here, in one place (`prepare_query`: a BOM dropped,
-line ends unified, Unicode NFKC, as the documents were), so `ＨＮＳＷ` and
-`HNSW` retrieve alike whichever command or API call asked.
+line ends unified, Unicode NFKC, as the documents were; a query typed all in
+capitals in lower case), so `ＨＮＳＷ` and `HNSW` retrieve alike whichever
+command or API call asked.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import numpy as np
 
 from rag_cli.errors import BadInput, WorkFailed
 from rag_cli.store.embeddings import NAMED_IDS, bad_vector_rows
-from rag_cli.index.fusion import rrf
+from rag_cli.index.fusion import fuse
 from rag_cli.loaders.normalize import normalize_text
 from rag_cli.store.index_folder import IndexFolder
 
@@ -35,9 +38,21 @@ def check_query(query: str) -> str:
     return query
 
 
+def fold_shouting(query: str) -> str:
+    """`query` in lower case when every letter in it is an upper-case letter
+    (a query typed with caps lock; a query with a letter of a script without
+    case, such as a Chinese one with a Latin acronym, is left alone), else
+    unchanged. The e5 bi-encoders are case-sensitive and rank worse on
+    all-capital text; BM25 lower-cases anyway, so this changes only the
+    dense side."""
+    letters = [ch for ch in query if ch.isalpha()]
+    return query.lower() if letters and all(ch.isupper() for ch in letters) else query
+
+
 def prepare_query(query: str) -> str:
-    """A query as the index sees it: normalised like the documents (`normalize_text`)."""
-    return normalize_text(query)
+    """A query as the index sees it: normalised like the documents
+    (`normalize_text`), an all-capitals query in lower case (`fold_shouting`)."""
+    return fold_shouting(normalize_text(query))
 
 
 def check_mode(mode: str) -> str:
@@ -152,12 +167,15 @@ class Searcher:
 
     def search(self, queries: list[str], *, mode: str = "hybrid", k: int = 10, candidates: int = 100,
                rrf_k: int = 60, mask: np.ndarray | None = None,
-               query_vectors: np.ndarray | None = None) -> list[list[Hit]]:
+               query_vectors: np.ndarray | None = None, fusion: str = "rrf",
+               dense_weight: float = 0.5) -> list[list[Hit]]:
         """Rank chunks for each query (normalised first); returns per query up
         to `k` hits, best first.
 
         `query_vectors` ((q, d) float32) are the queries' bi-encoder vectors
         when the caller has them already; otherwise they are computed here.
+        Hybrid fuses the two candidate lists with `fusion` (rrf | minmax |
+        zscore, `rag_cli.index.fusion`; `dense_weight` for the weighted sums).
         Raises BadInput for an unknown `mode` or k < 1.
         """
         check_mode(mode)
@@ -181,8 +199,8 @@ class Searcher:
                 rows, scores = self.sparse.search(query, depth, mask=mask)
                 ranked = [(int(r), float(s)) for r, s in zip(rows, scores)]
             else:
-                srows, _ = self.sparse.search(query, depth, mask=mask)
-                ranked = rrf([list(dense_res[qi][0]), list(srows)], k=rrf_k)
+                sparse_res = self.sparse.search(query, depth, mask=mask)
+                ranked = fuse(dense_res[qi], sparse_res, fusion=fusion, dense_weight=dense_weight, rrf_k=rrf_k)
             out.append([
                 Hit(rank=i + 1, row=r, chunk_id=self._chunk_ids[r], doc_id=self._doc_ids[r], score=s,
                     stage=mode, cosine=cos.get(r), text=self.text(r))

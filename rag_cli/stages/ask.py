@@ -76,12 +76,13 @@ class AskResult:
 
 
 def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=None,
-                 candidates: int = 100, rrf_k: int = 60) -> tuple[list[Evidence], float]:
+                 candidates: int = 100, rrf_k: int = 60, fusion: str = "rrf",
+                 dense_weight: float = 0.5) -> tuple[list[Evidence], float]:
     """Top-`k` chunks as numbered evidence, each scored by its bi-encoder cosine
     with the question; returns (evidence, best cosine) (-1.0 when nothing was found)."""
     qv = searcher.encode_queries([question])  # once, for retrieval and the cosines
     hits = searcher.search([question], mode=mode, k=k, candidates=candidates, rrf_k=rrf_k, mask=mask,
-                           query_vectors=qv)[0]
+                           query_vectors=qv, fusion=fusion, dense_weight=dense_weight)[0]
     if not hits:
         return [], -1.0
     q = qv[0]
@@ -110,7 +111,8 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     asked, question = question, prepare_query(check_query(question))
     t0 = time.perf_counter()
     evidence, best = evidence_for(searcher, question, k=cfg.k, mode=search.mode, mask=mask,
-                                  candidates=search.candidates, rrf_k=search.rrf_k)
+                                  candidates=search.candidates, rrf_k=search.rrf_k, fusion=search.fusion,
+                                  dense_weight=search.dense_weight)
     coverage = searcher.sparse.coverage(question, [make_embed_text(e.title_path, e.context or e.text)
                                                    for e in evidence]) if evidence else 0.0
     reason = ""

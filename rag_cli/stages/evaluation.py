@@ -48,3 +48,26 @@ def compare(run_paths: list[Path], qrels_path: Path, ks: list[int], path: Path |
     if path is not None:
         write_report(path, report)
     return report
+
+
+def evaluate_answers(answers_path: Path, gold_path: Path, chunks_path: Path, path: Path | None) -> dict:
+    """Score answers/NAME.parquet against gold answers (`answers.jsonl`, see
+    `rag_cli.evaluate.datasets.read_gold_answers`) with the chunk texts of
+    `chunks_path` (see `rag_cli.evaluate.answers.answer_metrics`); write the
+    report to `path` unless None. Returns the report.
+    Raises BadInput for a missing or malformed answers, gold or chunks file."""
+    from rag_cli.evaluate.answers import answer_metrics
+    from rag_cli.evaluate.datasets import read_gold_answers
+    from rag_cli.store.answers import read_answers
+    from rag_cli.store.chunks import read_chunks
+
+    gold = read_gold_answers(gold_path)
+    rows = read_answers(answers_path).to_pylist()
+    wanted = {c for r in rows for c in (r.get("citations") or []) + (r.get("contexts") or [])}
+    table = read_chunks(chunks_path, columns=["chunk_id", "text"], required=["chunk_id", "text"])
+    texts = {c: t for c, t in zip(table.column("chunk_id").to_pylist(), table.column("text").to_pylist())
+             if c in wanted}
+    report = {"answers": str(answers_path), "gold": str(gold_path), **answer_metrics(rows, gold, texts)}
+    if path is not None:
+        write_report(path, report)
+    return report

@@ -27,7 +27,7 @@ def search_one(searcher: Searcher, query: str, cfg: SearchConfig, mask: np.ndarr
     Raises BadInput for an empty query or one that is not valid Unicode.
     """
     return searcher.search([check_query(query)], mode=cfg.mode, k=cfg.k, candidates=cfg.candidates,
-                           rrf_k=cfg.rrf_k, mask=mask)[0]
+                           rrf_k=cfg.rrf_k, fusion=cfg.fusion, dense_weight=cfg.dense_weight, mask=mask)[0]
 
 
 def _distinct_docs(hits: list[Hit], k: int) -> tuple[list[Hit], int]:
@@ -63,7 +63,7 @@ def search_deep(searcher: Searcher, texts: list[str], cfg: SearchConfig, mask: n
     depth = k
     while todo:
         results = searcher.search([texts[i] for i in todo], mode=cfg.mode, k=depth, candidates=cfg.candidates,
-                                  rrf_k=cfg.rrf_k, mask=mask,
+                                  rrf_k=cfg.rrf_k, fusion=cfg.fusion, dense_weight=cfg.dense_weight, mask=mask,
                                   query_vectors=None if vectors is None else vectors[todo])
         short = []
         for i, hits in zip(todo, results):
@@ -107,7 +107,7 @@ def search_rows(searcher: Searcher, queries: list[tuple[str, str]], cfg: SearchC
             results = search_deep(searcher, texts, cfg, mask)
         else:
             results = searcher.search(texts, mode=cfg.mode, k=cfg.k, candidates=cfg.candidates,
-                                      rrf_k=cfg.rrf_k, mask=mask)
+                                      rrf_k=cfg.rrf_k, fusion=cfg.fusion, dense_weight=cfg.dense_weight, mask=mask)
         for (qid, text), hits in zip(part, results):
             rows.extend(RunRow(qid, text, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits)
         if progress is not None:

@@ -1,0 +1,133 @@
+"""Fusion tuning and upper-case robustness on a SciFact subset.
+
+The subset: every document relevant to a train or a test query, plus random
+others (seed 0) up to --docs; built with `rag build --format beir` (default
+model, chunk defaults) into --project first:
+
+    python bench/eval_tuning.py --make-corpus /tmp/sf/corpus.jsonl --docs 1200
+    rag build /tmp/sf/corpus.jsonl --format beir -p /tmp/sf/proj
+    python bench/eval_tuning.py --project /tmp/sf/proj --out bench/results/eval-tuning-scifact-subset.json
+
+Measures: `rag eval --perturb` on the 300 test queries with the default
+pipeline (hybrid RRF) with and without the all-capitals fold of the query
+path; `rag eval --tune fusion` on the 809 train queries, scored on test; the
+upper-case loss again with the tuned fusion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import platform
+import random
+import subprocess
+import time
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
+
+
+def make_corpus(dest: Path, n_docs: int) -> None:
+    wanted = set()
+    for split in ("train", "test"):
+        for line in (DATA / "qrels" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+            wanted.add(line.split("\t")[1])
+    with gzip.open(DATA / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
+        docs = [json.loads(line) for line in f]
+    others = [d for d in docs if d["_id"] not in wanted]
+    random.Random(0).shuffle(others)
+    keep = wanted | {d["_id"] for d in others[:max(0, n_docs - len(wanted))]}
+    dest.write_text("".join(json.dumps(d) + "\n" for d in docs if d["_id"] in keep), encoding="utf-8")
+
+
+def machine() -> dict:
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    flags = info.split("flags", 1)[1].split("\n", 1)[0] if "flags" in info else ""
+    cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                if line.startswith("model name")), platform.processor())
+    return {"cpu": cpu, "avx512": "avx512f" in flags, "avx2": "avx2" in flags, "python": platform.python_version()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--make-corpus", type=Path)
+    ap.add_argument("--docs", type=int, default=1200)
+    ap.add_argument("--project", type=Path)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--dense-case", action="store_true",
+                    help="only add the upper-case loss of dense-only retrieval, with and without the fold, to --out")
+    args = ap.parse_args()
+    if args.make_corpus:
+        make_corpus(args.make_corpus, args.docs)
+        return
+    import rag_cli.index.searcher as searcher_mod
+    from rag_cli import Project
+
+    p = Project.open(args.project)
+    test_q, test_qrels = DATA / "queries.jsonl", DATA / "qrels" / "test.tsv"
+    if args.dense_case:
+        result = json.loads(args.out.read_text(encoding="utf-8"))
+        fold = searcher_mod.fold_shouting
+        dense = {}
+        for label, fn in (("with_fold", fold), ("without_fold", lambda q: q)):
+            searcher_mod.fold_shouting = fn
+            try:
+                rep, _ = p.perturb(test_qrels, test_q, ["upper"], mode="dense", ks=[10], permutations=2000,
+                                   name=f"perturb-dense-{label}")
+            finally:
+                searcher_mod.fold_shouting = fold
+            dense[label] = {"original": rep["original"]["ndcg@10"],
+                            "upper": rep["perturbations"]["upper"]["metrics"]["ndcg@10"],
+                            "loss": rep["perturbations"]["upper"]["loss"]["ndcg@10"],
+                            "p_randomisation": rep["perturbations"]["upper"]["comparison"]["ndcg@10"]["p_randomisation"]}
+        result["perturb_dense_ndcg@10"] = dense
+        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        print(json.dumps(dense, indent=2))
+        return
+    import pyarrow.parquet as pq
+
+    result: dict = {"project": str(args.project), "n_docs": pq.read_metadata(p.docs_path).num_rows,
+                    "n_chunks": pq.read_metadata(p.chunks_path).num_rows}
+    t0 = time.time()
+    perturb, _ = p.perturb(test_qrels, test_q, ["upper", "lower", "typo", "punct"], ks=[10], permutations=2000)
+    result["perturb_rrf_with_fold"] = {"original": perturb["original"],
+                                      **{k: {"metrics": v["metrics"], "loss": v["loss"], "n_changed": v["n_changed"],
+                                             "p_randomisation": v["comparison"]["ndcg@10"]["p_randomisation"]}
+                                         for k, v in perturb["perturbations"].items()}}
+    fold = searcher_mod.fold_shouting
+    searcher_mod.fold_shouting = lambda q: q
+    try:
+        before, _ = p.perturb(test_qrels, test_q, ["upper"], ks=[10], permutations=2000, name="perturb-nofold")
+    finally:
+        searcher_mod.fold_shouting = fold
+    result["perturb_rrf_without_fold"] = {"upper": {"metrics": before["perturbations"]["upper"]["metrics"],
+                                                    "loss": before["perturbations"]["upper"]["loss"]}}
+    tune, _ = p.tune_fusion(DATA / "queries-train.jsonl", DATA / "qrels" / "train.tsv", test_queries=test_q,
+                            test_qrels=test_qrels, permutations=10000)
+    result["tune"] = {k: tune[k] for k in ("best", "train", "grid", "candidates")}
+    result["tune"]["test"] = {"n_queries": tune["test"]["n_queries"], "default": tune["test"]["default"],
+                              "best": tune["test"]["best"],
+                              "ndcg@10": tune["test"]["comparison"]["metrics"]["ndcg@10"]}
+    tuned, _ = p.perturb(test_qrels, test_q, ["upper"], ks=[10], permutations=2000, name="perturb-tuned")
+    searcher_mod.fold_shouting = lambda q: q
+    try:
+        tuned_nofold, _ = p.perturb(test_qrels, test_q, ["upper"], ks=[10], permutations=2000,
+                                    name="perturb-tuned-nofold")
+    finally:
+        searcher_mod.fold_shouting = fold
+    result["perturb_tuned"] = {"original": tuned["original"],
+                               "upper_with_fold": tuned["perturbations"]["upper"]["loss"],
+                               "upper_without_fold": tuned_nofold["perturbations"]["upper"]["loss"]}
+    result["seconds"] = round(time.time() - t0, 1)
+    result["machine"] = machine()
+    result["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                      cwd=Path(__file__).parent).stdout.strip()
+    text = json.dumps(result, indent=2)
+    if args.out:
+        args.out.write_text(text + "\n", encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""A Markdown summary of any `rag eval` report (metrics, comparison,
+funnel, answers, tuning, perturbation), chosen by the report's keys.
+
+Numbers are printed with 4 decimals (milliseconds with 1); the JSON report
+keeps them in full.
+"""
+
+from __future__ import annotations
+
+
+def _f(v, digits: int = 4) -> str:
+    return "n/a" if v is None else (f"{v:.{digits}f}" if isinstance(v, float) else str(v))
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    out += ["| " + " | ".join(_f(c) if not isinstance(c, str) else c for c in row) + " |" for row in rows]
+    return out + [""]
+
+
+def _metrics(report: dict) -> list[str]:
+    means = report["metrics"]
+    ks = sorted({int(m.split("@")[1]) for m in means if "@" in m})
+    names = list(dict.fromkeys(m.split("@")[0] for m in means if "@" in m))
+    lines = [f"# Evaluation: {report.get('run', '')}", "",
+             f"{report['n_queries']} queries, {report.get('level', 'doc')} level; qrels {report.get('qrels', '')}.", ""]
+    lines += _table(["metric", *(f"@{k}" for k in ks)],
+                    [[n, *(means.get(f"{n}@{k}") for k in ks)] for n in names])
+    whole = [[m, means[m]] for m in ("map", "rprec") if m in means]
+    if whole:
+        lines += _table(["whole run", "value"], whole)
+    return lines
+
+
+def _comparison(report: dict) -> list[str]:
+    lines = [f"# Comparison of runs ({report['n_queries']} queries)", ""]
+    for comp in report["comparisons"]:
+        lines += [f"## {comp['run']} vs {comp['baseline']}", "",
+                  "p-values two-sided, Holm-corrected across the metrics.", ""]
+        lines += _table(["metric", comp["baseline"], comp["run"], "diff", "p rand", "p t-test", "W/T/L"],
+                        [[m, r["baseline"], r["run"], f"{r['mean_diff']:+.4f}", r["p_randomisation_holm"],
+                          r["p_t_test_holm"], f"{r['wins']}/{r['ties']}/{r['losses']}"]
+                         for m, r in comp["metrics"].items()])
+    return lines
+
+
+def _funnel(report: dict) -> list[str]:
+    c, n = report["counts"], report["n_queries"]
+    rows = [["not in sparse candidates", c["not_in_sparse"]], ["not in dense candidates", c["not_in_dense"]]]
+    rows += [[f"first lost: {layer}", v] for layer, v in c["first_missing"].items()]
+    lines = [f"# Funnel: {n} queries with a relevant document", ""]
+    lines += _table(["where the gold is missing", "queries", "share"],
+                    [[label, str(v), f"{v / n:.1%}" if n else ""] for label, v in rows])
+    lines += _table(["ANN recall (HNSW vs exact)", "value"], [[k, v] for k, v in report["ann"].items()])
+    return lines
+
+
+def _answers(report: dict) -> list[str]:
+    c = report["counts"]
+    lines = [f"# Answers: {report.get('answers', '')}", "",
+             f"{c['n_questions']} questions with gold answers, {c['n_refused']} refused.", ""]
+    return lines + _table(["metric", "value"], [[m, _f(v, 1 if m.endswith("_ms") else 4)]
+                                                for m, v in report["metrics"].items()])
+
+
+def _tuning(report: dict) -> list[str]:
+    best = ", ".join(f"{k} = {v}" for k, v in report["best"].items())
+    metric = report["metric"]
+    lines = [f"# Fusion tuned on train: {best}", "",
+             f"Chosen by {metric} on the train split ({report['train']['n_queries']} queries, "
+             f"{report['candidates']} candidates per retriever); the test split was not used to choose.", ""]
+    rows = [["train", report["train"]["default"], report["train"]["best"],
+             f"{report['train']['best'] - report['train']['default']:+.4f}", ""]]
+    if report.get("test"):
+        r = report["test"]["comparison"]["metrics"][metric]
+        rows.append([f"test ({report['test']['n_queries']})", r["baseline"], r["run"], f"{r['mean_diff']:+.4f}",
+                     r["p_randomisation_holm"]])
+    lines += _table(["split", "RRF k=60", "tuned", "diff", "p rand (Holm)"], rows)
+    lines += ["## Grid (train)", ""]
+    lines += _table(["fusion", "rrf_k", "dense_weight", metric],
+                    [[g["fusion"], str(g.get("rrf_k", "")), str(g.get("dense_weight", "")), g["train"]]
+                     for g in report["grid"]])
+    return lines
+
+
+def _perturb(report: dict) -> list[str]:
+    names = list(report["original"])
+    lines = [f"# Perturbed queries ({report['n_queries']}, mode {report['mode']})", "",
+             "Loss = metric on the changed queries - metric on the originals.", ""]
+    rows = [["original", "", *(report["original"][m] for m in names)]]
+    rows += [[k, str(r["n_changed"]), *(f"{r['loss'][m]:+.4f}" for m in names)]
+             for k, r in report["perturbations"].items()]
+    return lines + _table(["queries", "changed", *names], rows)
+
+
+def to_markdown(report: dict) -> str:
+    """The Markdown summary of a report (see the module docstring)."""
+    if "comparisons" in report:
+        lines = _comparison(report)
+    elif "tuned_on" in report:
+        lines = _tuning(report)
+    elif "perturbations" in report:
+        lines = _perturb(report)
+    elif "ann" in report:
+        lines = _funnel(report)
+    elif "answers" in report and "counts" in report:
+        lines = _answers(report)
+    else:
+        lines = _metrics(report)
+    return "\n".join(lines).rstrip() + "\n"
