@@ -76,6 +76,11 @@ class AskConfig:
     or when the evidence holds less than `min_coverage` of the question's
     idf-weighted terms and the cosine is below `strong_score`. Cosines are
     per model (e5 sits in about 0.7-1.0), so these are too.
+
+    Entity rule (`rag_cli.generate.gate`): also refuse when no single piece
+    of evidence holds `min_entity_coverage` of the question's key terms
+    (terms, question words aside, whose idf is at least `key_idf` times the
+    largest idf) and the cosine is below `strong_score`; 0 switches it off.
     """
 
     k: int = 5
@@ -84,6 +89,8 @@ class AskConfig:
     min_coverage: float = 0.3
     strong_score: float = 0.9
     max_sentences: int = 3
+    min_entity_coverage: float = 0.5
+    key_idf: float = 0.3
 
 
 @dataclass(frozen=True)
@@ -237,6 +244,8 @@ CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
     ("ask", "min_score"): (-1, 1),
     ("ask", "strong_score"): (-1, 1),
     ("ask", "min_coverage"): (0, 1),
+    ("ask", "min_entity_coverage"): (0, 1),
+    ("ask", "key_idf"): (0, 1),
     ("ask", "max_sentences"): (1, None),
     ("index", "keep"): (0, None),
     ("lock", "wait"): (0, None),
