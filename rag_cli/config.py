@@ -79,6 +79,14 @@ class AskConfig:
     or when the evidence holds less than `min_coverage` of the question's
     idf-weighted terms and the cosine is below `strong_score`. Cosines are
     per model (e5 sits in about 0.7-1.0), so these are too.
+
+    Entity rule (`rag_cli.generate.gate`): also refuse when no single piece
+    of evidence holds `min_entity_coverage` of the question's key terms
+    (terms, question words aside, whose idf is at least `key_idf` times the
+    largest idf) and the cosine is below `strong_score`; 0 switches it off.
+    `entity_scope` says which questions it judges: "zh" those with CJK
+    characters (where it was tuned; on English claims it refused many
+    answerable ones, docs/answers.md), "all" every question.
     """
 
     k: int = 5
@@ -87,6 +95,9 @@ class AskConfig:
     min_coverage: float = 0.3
     strong_score: float = 0.9
     max_sentences: int = 3
+    min_entity_coverage: float = 0.5
+    key_idf: float = 0.3
+    entity_scope: str = "zh"  # zh | all
 
 
 @dataclass(frozen=True)
@@ -243,6 +254,9 @@ CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
     ("ask", "min_score"): (-1, 1),
     ("ask", "strong_score"): (-1, 1),
     ("ask", "min_coverage"): (0, 1),
+    ("ask", "min_entity_coverage"): (0, 1),
+    ("ask", "key_idf"): (0, 1),
+    ("ask", "entity_scope"): ("zh", "all"),
     ("ask", "max_sentences"): (1, None),
     ("index", "keep"): (0, None),
     ("lock", "wait"): (0, None),

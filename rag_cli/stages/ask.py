@@ -8,7 +8,12 @@ Refusal: the answer is the refusal sentence in the question's language
 * the evidence contains less than `min_coverage` of the question's
   idf-weighted BM25 terms (`SparseIndex.coverage`) and the cosine is below
   `strong_score` (a strong semantic match, e.g. across languages, needs no
-  shared words).
+  shared words), or
+* no single piece of evidence holds `min_entity_coverage` of the question's
+  key terms (its rarest terms: the subject it asks about) and the cosine is
+  below `strong_score` (`rag_cli.generate.gate`; the text measured is the
+  one the generator reads, with its title path; by default only for
+  questions with CJK characters, `ask.entity_scope`).
 
 Small-to-big: when a retrieved chunk has a `context` (the `sentence`
 strategy's sentence window, the `parent-child` strategy's parent), the
@@ -43,6 +48,7 @@ from rag_cli.chunking import make_embed_text
 from rag_cli.config import AskConfig, SearchConfig
 from rag_cli.generate.base import Answer, Evidence, refusal
 from rag_cli.generate.citations import check_answer, neutralise
+from rag_cli.generate.gate import entity_rule_applies, question_entity_coverage
 from rag_cli.index.searcher import Searcher, check_query, prepare_query
 from rag_cli.progress import Progress
 from rag_cli.store.answers import write_answers
@@ -69,6 +75,7 @@ class AskResult:
     max_length: int | None = None  # the bi-encoder's max_length (tokens)
     timings: dict = field(default_factory=dict)  # retrieve_ms, generate_ms, total_ms (float, milliseconds)
     given: list[Evidence] = field(default_factory=list)  # the evidence given to the generator (as it read it)
+    entity_coverage: float = 1.0  # the gate's entity coverage, in [0, 1] (rag_cli.generate.gate)
 
     @property
     def refused(self) -> bool:
@@ -113,8 +120,10 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     evidence, best = evidence_for(searcher, question, k=cfg.k, mode=search.mode, mask=mask,
                                   candidates=search.candidates, rrf_k=search.rrf_k, fusion=search.fusion,
                                   dense_weight=search.dense_weight)
-    coverage = searcher.sparse.coverage(question, [make_embed_text(e.title_path, e.context or e.text)
-                                                   for e in evidence]) if evidence else 0.0
+    read = [make_embed_text(e.title_path, e.context or e.text) for e in evidence]
+    coverage = searcher.sparse.coverage(question, read) if evidence else 0.0
+    entity = (question_entity_coverage(question, read, searcher.sparse, cfg.key_idf)
+              if evidence and entity_rule_applies(question, cfg) else 1.0)
     reason = ""
     if not evidence:
         reason = "no evidence was retrieved"
@@ -123,6 +132,10 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     elif coverage < cfg.min_coverage and best < cfg.strong_score:
         reason = (f"the evidence holds {coverage:.2f} of the question's terms (min_coverage {cfg.min_coverage}) "
                   f"and its cosine {best:.3f} is below strong_score {cfg.strong_score}")
+    elif entity < cfg.min_entity_coverage and best < cfg.strong_score:
+        reason = (f"no evidence holds the question's key terms: at most {entity:.2f} of them "
+                  f"(min_entity_coverage {cfg.min_entity_coverage}) and the cosine {best:.3f} is below "
+                  f"strong_score {cfg.strong_score}")
     t1 = time.perf_counter()
     given: list[Evidence] = []
     if reason:
@@ -138,7 +151,7 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     t2 = time.perf_counter()
     timings = {"retrieve_ms": (t1 - t0) * 1000.0, "generate_ms": (t2 - t1) * 1000.0, "total_ms": (t2 - t0) * 1000.0}
     return AskResult(asked, answer, evidence, best, coverage, timings["total_ms"], reason,
-                     timings=timings, given=given)
+                     timings=timings, given=given, entity_coverage=entity)
 
 
 def answer_queries(project: "Project", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,

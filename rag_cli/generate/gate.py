@@ -1,0 +1,83 @@
+"""The entity rule of the refusal gate: the question's rare terms must be in
+one piece of evidence.
+
+A question whose own passage is missing still retrieves passages about a
+similar subject (another metro station, another footballer) with a high
+cosine and most of the question's common words; what they lack is the
+subject itself, the question's rarest terms. So:
+
+* key terms: the question's analyzed BM25 terms (jieba words, stemmed
+  English words; `rag_cli.index.sparse.analyze`) that are not question words
+  (`QUESTION_WORDS`: 什么, 多少, 谁, 哪个, ...; English ones are BM25
+  stopwords already), whose Lucene idf is at least `key_idf` times the idf of
+  a term no chunk contains (the largest idf there is);
+* entity coverage: the largest, over the evidence texts, idf-weighted share
+  of the key terms that one text contains, in [0, 1]; 1.0 when the question
+  has no key terms. A CJK term counts as contained when it is a substring of
+  the text (jieba may cut the passage's words differently from the
+  question's); other terms when they are among the text's analyzed terms.
+
+`rag ask` refuses when the entity coverage is below `ask.min_entity_coverage`
+and the best cosine is below `ask.strong_score` (a strong semantic match,
+e.g. across languages, needs no shared words). The rule judges questions
+with CJK characters only, unless `ask.entity_scope` is "all"
+(`entity_rule_applies`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+from rag_cli.loaders.normalize import has_cjk, normalize_text
+
+#: Chinese interrogatives and question fillers: rare in passages (a high idf), never the subject.
+QUESTION_WORDS = frozenset(
+    "什么 什么样 为何 为什么 怎样 怎么 怎么样 如何 谁 哪 哪里 哪儿 哪个 哪些 哪一 哪年 哪位 哪种 多少 几 几个 "
+    "几年 何 何时 何处 何地 何种 时候 是否 多大 多久 多长 多高 多远 多重 吗 呢 啥".split())
+
+
+def entity_rule_applies(question: str, cfg) -> bool:
+    """Whether the entity rule judges `question` under the `[ask]` config `cfg`
+    (`AskConfig`): it is on (min_entity_coverage > 0) and the question is in
+    its scope (entity_scope "all", or "zh" and the question has CJK characters)."""
+    return cfg.min_entity_coverage > 0 and (cfg.entity_scope == "all" or has_cjk(question))
+
+
+def max_idf(n_docs: int) -> float:
+    """The Lucene idf of a term no chunk contains: ln(1 + (N + 0.5) / 0.5)."""
+    return math.log(1.0 + (n_docs + 0.5) / 0.5)
+
+
+def key_terms(idf: dict[str, float], n_docs: int, key_idf: float) -> dict[str, float]:
+    """The terms of `idf` ({term: idf}) that are not `QUESTION_WORDS` and whose
+    idf is >= `key_idf` * `max_idf(n_docs)`, with their idf."""
+    floor = key_idf * max_idf(n_docs)
+    return {t: v for t, v in idf.items() if t not in QUESTION_WORDS and v >= floor}
+
+
+def entity_coverage(key: dict[str, float], texts: Iterable[str],
+                    analyze: Callable[[str], list[str]]) -> float:
+    """The largest idf-weighted share of the `key` terms ({term: idf}) found in
+    one of `texts`, in [0, 1] (see the module docstring); 1.0 when `key` is
+    empty, 0.0 when there are no texts."""
+    total = sum(key.values())
+    if total <= 0:
+        return 1.0
+    best = 0.0
+    for text in texts:
+        low = normalize_text(text).lower()
+        terms = set(analyze(low))
+        found = sum(v for t, v in key.items() if (t in low if has_cjk(t) else t in terms))
+        best = max(best, found / total)
+    return best
+
+
+def question_entity_coverage(question: str, texts: list[str], sparse, key_idf: float) -> float:
+    """`entity_coverage` of `question`'s key terms in `texts`, with the idf of
+    the `SparseIndex` `sparse` (its `idf`, its chunk count)."""
+    from rag_cli.index.sparse import analyze
+
+    terms = sorted(set(analyze(question)))
+    n_docs = int(sparse.retriever.scores["num_docs"])
+    return entity_coverage(key_terms(sparse.idf(terms), n_docs, key_idf), texts, analyze)
