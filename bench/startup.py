@@ -51,6 +51,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 QUERY = "how does RRF work?"
+QUERY_ZH = "为什么中文检索需要分词？"  # hybrid: the BM25 side segments it with jieba
 QUESTION = "What does ef control in HNSW?"
 CHUNK_FILE = "sample_corpus/docs/hybrid_rrf.md"
 PACKAGES = ("rag-cli", "numpy", "pyarrow", "onnxruntime", "tokenizers", "hnswlib", "bm25s", "jieba",
@@ -163,6 +164,7 @@ def commands(python: str, proj: Path, work: Path, corpus: Path) -> list[tuple[st
         ("rag search --mode sparse", rag(python, "search", QUERY, "--mode", "sparse", "-k", "5", "-p", str(proj))),
         ("rag search --mode dense", rag(python, "search", QUERY, "--mode", "dense", "-k", "5", "-p", str(proj))),
         ("rag search --mode hybrid", rag(python, "search", QUERY, "--mode", "hybrid", "-k", "5", "-p", str(proj))),
+        ("rag search --mode hybrid (Chinese)", rag(python, "search", QUERY_ZH, "--mode", "hybrid", "-k", "5", "-p", str(proj))),
         ("rag ask", rag(python, "ask", QUESTION, "-p", str(proj))),
         ("rag index", rag(python, "index", "-p", str(proj))),
         ("rag eval (tiny run)", rag(python, "eval", "--qrels", str(corpus / "qrels.tsv"),
@@ -371,12 +373,18 @@ def print_profile(prof: dict) -> None:
 
 
 # --------------------------------------------------------------------------- --experiments
-EXPERIMENTS = r'''
-import json, os, sys, threading, time, statistics
-folder = sys.argv[1]
+# Each idea of docs/startup.md checked on its own, on the default model's
+# files and the project's index files (found by name, so any index layout works).
+EXPERIMENTS = r"""
+import gc, json, os, sys, threading, time
+folder, work = sys.argv[1], os.environ["WORK"]
 tok_path = os.path.join(folder, "tokenizer.json")
 query_graph = os.path.join(folder, "model_int8_query.onnx")
 t = time.perf_counter(); import onnxruntime as ort; import tokenizers; t_imp = time.perf_counter() - t
+def rss_mib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
 def session(path=query_graph, level=None, threads=2):
     o = ort.SessionOptions()
     o.graph_optimization_level = level if level is not None else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -385,57 +393,125 @@ def session(path=query_graph, level=None, threads=2):
 def clock(fn):
     t = time.perf_counter(); v = fn(); return time.perf_counter() - t, v
 res = {"imports_onnxruntime_tokenizers_s": t_imp}
+r0 = rss_mib()
 res["tokenizer_from_file_s"], tok = clock(lambda: tokenizers.Tokenizer.from_file(tok_path))
+r1 = rss_mib()
 res["onnx_session_s"], sess = clock(lambda: session())
-# GIL: does a Python loop in the main thread progress while from_file runs in a thread?
-def spin(stop):
-    n = 0
-    while not stop.is_set(): n += 1
-    return n
-stop = threading.Event(); box = {}
-th = threading.Thread(target=lambda: box.update(n=spin(stop))); th.start(); time.sleep(0.2); stop.set(); th.join()
-res["python_loop_iters_per_s_idle"] = box["n"] / 0.2
-stop = threading.Event(); box = {}
-th = threading.Thread(target=lambda: box.update(n=spin(stop))); th.start()
-d, _ = clock(lambda: tokenizers.Tokenizer.from_file(tok_path)); stop.set(); th.join()
-res["python_loop_iters_per_s_during_from_file"] = box["n"] / d
-stop = threading.Event(); box = {}
-th = threading.Thread(target=lambda: box.update(n=spin(stop))); th.start()
-d, _ = clock(lambda: session()); stop.set(); th.join()
-res["python_loop_iters_per_s_during_session"] = box["n"] / d
-# tokenizer and session one after the other, then in two threads
-res["sequential_s"], _ = clock(lambda: (tokenizers.Tokenizer.from_file(tok_path), session()))
-def both():
+r2 = rss_mib()
+res["tokenizer_rss_mib"], res["onnx_session_rss_mib"] = r1 - r0, r2 - r1
+def drop(name):  # seconds to free a global's object (what interpreter exit pays for it)
+    obj = globals().pop(name)
+    t = time.perf_counter(); del obj; gc.collect(); return time.perf_counter() - t
+res["onnx_session_drop_s"] = drop("sess")
+res["tokenizer_drop_s"] = drop("tok")
+# the GIL: how fast does a Python loop in another thread run while each load runs?
+def loop_rate(fn):
+    stop, box = threading.Event(), {}
+    def spin():
+        n = 0
+        while not stop.is_set():
+            n += 1
+        box["n"] = n
+    th = threading.Thread(target=spin); th.start(); time.sleep(0.01)
+    d, v = clock(fn); stop.set(); th.join()
+    return box["n"] / d
+res["python_loop_per_s_idle"] = loop_rate(lambda: time.sleep(0.3))
+res["python_loop_per_s_during_tokenizer_from_file"] = loop_rate(lambda: tokenizers.Tokenizer.from_file(tok_path))
+res["python_loop_per_s_during_onnx_session"] = loop_rate(lambda: session())
+# tokenizer and session one after the other, then overlapped: the session in a thread, started
+# first (onnxruntime releases the GIL while it builds the session; tokenizers' from_file holds it
+# for the whole parse, so the thread must be inside onnxruntime before the parse starts)
+res["tokenizer_then_session_s"], _ = clock(lambda: (tokenizers.Tokenizer.from_file(tok_path), session()))
+def overlapped():
+    out, entered = {}, threading.Event()
+    def build():
+        entered.set(); out["sess"] = session()
+    th = threading.Thread(target=build); th.start(); entered.wait()
+    out["tok"] = tokenizers.Tokenizer.from_file(tok_path); th.join()
+    return out
+res["session_thread_and_tokenizer_s"], _ = clock(overlapped)
+def wrong_order():
     out = {}
     th = threading.Thread(target=lambda: out.update(tok=tokenizers.Tokenizer.from_file(tok_path))); th.start()
-    out["sess"] = session(); th.join(); return out
-res["parallel_threads_s"], _ = clock(both)
-# from_str of the same JSON (is it the file read or the parse?) and a compact re-save
+    out["sess"] = session(); th.join()
+    return out
+res["tokenizer_thread_and_session_s"], _ = clock(wrong_order)
+# the tokenizer file: JSON parse or file read? a compact (not pretty-printed) copy?
 text = open(tok_path, encoding="utf-8").read()
-res["tokenizer_from_str_s"], _ = clock(lambda: tokenizers.Tokenizer.from_str(text))
-compact = os.path.join(os.environ["WORK"], "tokenizer-compact.json"); tok.save(compact, pretty=False)
-res["tokenizer_compact_bytes"] = os.path.getsize(compact); res["tokenizer_bytes"] = os.path.getsize(tok_path)
+res["tokenizer_from_str_s"], tok = clock(lambda: tokenizers.Tokenizer.from_str(text))
+compact = os.path.join(work, "tokenizer-compact.json"); tok.save(compact, pretty=False)
+res["tokenizer_bytes"], res["tokenizer_compact_bytes"] = os.path.getsize(tok_path), os.path.getsize(compact)
 res["tokenizer_compact_from_file_s"], _ = clock(lambda: tokenizers.Tokenizer.from_file(compact))
-# session: optimisation levels, and a graph optimised once and saved
+# the session: optimisation levels, one thread
 res["onnx_session_basic_s"], _ = clock(lambda: session(level=ort.GraphOptimizationLevel.ORT_ENABLE_BASIC))
-res["onnx_session_disabled_s"], _ = clock(lambda: session(level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL))
-opt = os.path.join(os.environ["WORK"], "query-optimized.onnx")
-o = ort.SessionOptions(); o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-o.optimized_model_filepath = opt; o.log_severity_level = 4
-ort.InferenceSession(query_graph, sess_options=o, providers=["CPUExecutionProvider"])
-res["onnx_session_preoptimized_disabled_s"], _ = clock(lambda: session(opt, ort.GraphOptimizationLevel.ORT_DISABLE_ALL))
+res["onnx_session_no_optimisation_s"], _ = clock(lambda: session(level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL))
 res["onnx_session_1_thread_s"], _ = clock(lambda: session(threads=1))
-# one query, first run and second run
-ids = tok.encode("query: how does RRF work?").ids
-feed = {"input_ids": [ids], "attention_mask": [[1] * len(ids)]}
+# one query: first and second run
 import numpy as np
-feed = {k: np.asarray(v, dtype=np.int64) for k, v in feed.items()}
-names = {i.name for i in sess.get_inputs()}
-if "token_type_ids" in names: feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
+sess = session()
+ids = tok.encode("query: how does RRF work?").ids
+feed = {"input_ids": np.asarray([ids], np.int64), "attention_mask": np.ones((1, len(ids)), np.int64)}
+if "token_type_ids" in {i.name for i in sess.get_inputs()}:
+    feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
 res["query_first_run_s"], _ = clock(lambda: sess.run(None, feed))
 res["query_second_run_s"], _ = clock(lambda: sess.run(None, feed))
 print(json.dumps(res))
-'''
+"""
+
+# The least a process needs for one query on the project's index files, as
+# separate processes: the bound for what rag-cli's own code adds. {mode} is
+# dense or hybrid; {exit} is the last line (normal exit, or os._exit).
+FLOOR = r"""
+import os, sys, threading, json, re
+folder, index, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+import numpy as np, onnxruntime as ort, tokenizers, hnswlib
+import pyarrow.parquet as pq
+from pathlib import Path
+out, entered = {}, threading.Event()
+def build():
+    o = ort.SessionOptions(); o.intra_op_num_threads = 2; o.inter_op_num_threads = 1; o.log_severity_level = 4
+    entered.set()
+    out["sess"] = ort.InferenceSession(os.path.join(folder, "model_int8_query.onnx"), o, providers=["CPUExecutionProvider"])
+th = threading.Thread(target=build); th.start(); entered.wait()
+tok = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+idx = Path(index)
+hnsw = next(idx.rglob("hnsw.bin")); params = json.loads((hnsw.parent / "rag_dense.json").read_text())
+dense = hnswlib.Index(space="cosine", dim=params["dim"]); dense.load_index(str(hnsw), max_elements=params["n"])
+chunks = pq.ParquetFile(next(idx.rglob("chunks.parquet"))).read(columns=["chunk_id", "text"])
+th.join(); sess = out["sess"]
+query = "how does RRF work?"
+ids = tok.encode("query: " + query).ids
+feed = {"input_ids": np.asarray([ids], np.int64), "attention_mask": np.ones((1, len(ids)), np.int64)}
+if "token_type_ids" in {i.name for i in sess.get_inputs()}:
+    feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
+h = sess.run(None, feed)[0]
+v = h.mean(axis=1) if h.ndim == 3 else h
+v = v / np.linalg.norm(v, axis=1, keepdims=True)
+labels, dist = dense.knn_query(v.astype(np.float32), k=min(100, params["n"]))
+ranked = list(labels[0])
+if mode == "hybrid":  # BM25 from bm25s's saved arrays, in numpy: no bm25s, no scipy
+    sp = next(idx.rglob("vocab.index.json")).parent
+    vocab = json.loads((sp / "vocab.index.json").read_text())
+    data, indices, indptr = (np.load(sp / f"{n}.csc.index.npy") for n in ("data", "indices", "indptr"))
+    import Stemmer
+    stem = Stemmer.Stemmer("english")
+    terms = [stem.stemWord(w) for w in re.findall(r"(?u)\b\w\w+\b", query.lower())]
+    scores = np.zeros(len(chunks), np.float32)
+    for t in terms:
+        if (i := vocab.get(t)) is not None:
+            np.add.at(scores, indices[indptr[i]:indptr[i + 1]], data[indptr[i]:indptr[i + 1]])
+    sparse = list(np.argsort(-scores)[:100])
+    fused = {}
+    for run in (ranked, sparse):
+        for r, c in enumerate(run):
+            fused[int(c)] = fused.get(int(c), 0.0) + 1.0 / (60 + r + 1)
+    ranked = sorted(fused, key=lambda c: -fused[c])
+ids_col, text_col = chunks.column("chunk_id"), chunks.column("text")
+for rank, row in enumerate(ranked[:5], 1):
+    print(rank, ids_col[int(row)].as_py(), " ".join(text_col[int(row)].as_py().split())[:80])
+sys.stdout.flush()
+{exit}
+"""
 
 IMPORT_EXPERIMENTS = {
     # what each costs as the first import of a fresh process (on top of `python -c pass`)
@@ -444,38 +520,54 @@ IMPORT_EXPERIMENTS = {
     "rich.table": "import rich.table",
     "numpy": "import numpy",
     "pyarrow.parquet": "import pyarrow.parquet",
-    "pyarrow.dataset": "import pyarrow.dataset",
+    "pyarrow.parquet + read_table (imports pyarrow.dataset)": "import pyarrow.parquet as pq; pq.read_table({chunks!r})",
+    "pyarrow.parquet + ParquetFile.read": "import pyarrow.parquet as pq; pq.ParquetFile({chunks!r}).read()",
     "onnxruntime": "import onnxruntime",
     "tokenizers": "import tokenizers",
     "hnswlib": "import hnswlib",
-    "bm25s": "import bm25s",
+    "bm25s (imports scipy.sparse)": "import bm25s",
     "scipy.sparse": "import scipy.sparse",
     "jieba": "import jieba",
-    "jieba + initialize()": "import jieba, logging; jieba.setLogLevel(logging.WARNING); jieba.initialize()",
+    "jieba + initialize() (dictionary cache warm)": "import jieba, logging; jieba.setLogLevel(logging.WARNING); jieba.initialize()",
     "Stemmer": "import Stemmer; Stemmer.Stemmer('english')",
 }
 
 
-def experiments(python: str, env: dict, cwd: Path, work: Path, runs: int) -> dict:
-    """The speed-up ideas of docs/startup.md, each checked on its own."""
-    code = "import os; from rag_cli.models.defaults import resolve_model as r; print(r('multilingual-e5-small', precision='int8').folder)"
+def experiments(python: str, env: dict, cwd: Path, work: Path, proj: Path, runs: int) -> dict:
+    """The speed-up ideas of docs/startup.md, each checked on its own (medians of `runs`)."""
+    code = ("from rag_cli.models.defaults import resolve_model as r; "
+            "print(r('multilingual-e5-small', precision='int8').folder)")
     r = subprocess.run([python, "-c", code], env=env, cwd=cwd, capture_output=True, text=True)
     check(r, "resolve the default model")
     folder = r.stdout.strip().splitlines()[-1]
+    runs = max(runs, 1)
+    med = statistics.median
+    xenv = {**env, "WORK": str(work)}
     samples = []
-    for _ in range(max(runs, 1)):
-        r = subprocess.run([python, "-c", EXPERIMENTS, folder], env={**env, "WORK": str(work)}, cwd=cwd,
-                           capture_output=True, text=True)
+    for _ in range(runs):
+        r = subprocess.run([python, "-c", EXPERIMENTS, folder], env=xenv, cwd=cwd, capture_output=True, text=True)
         check(r, "experiments")
         samples.append(json.loads(r.stdout.strip().splitlines()[-1]))
-    res = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
-    base = statistics.median(time_v([python, "-c", "pass"], env, cwd)["wall_s"] for _ in range(max(runs, 1)))
+    res = {k: med(s[k] for s in samples) for k in samples[0]}
+    base = med(time_v([python, "-c", "pass"], env, cwd)["wall_s"] for _ in range(runs))
+    chunks = str(proj / "chunks.parquet")
     imports = {}
     for name, stmt in IMPORT_EXPERIMENTS.items():
-        walls = [time_v([python, "-c", stmt], env, cwd)["wall_s"] for _ in range(max(runs, 1))]
-        imports[name] = statistics.median(walls) - base
-    return {"runs": max(runs, 1), "model_folder": folder, "python_c_pass_s": base,
-            "first_import_s": imports, **res}
+        stmt = stmt.format(chunks=chunks)
+        imports[name] = round(med(time_v([python, "-c", stmt], env, cwd)["wall_s"] for _ in range(runs)) - base, 4)
+    floors = {}
+    for mode in ("dense", "hybrid"):
+        for how, last in (("normal exit", "pass"), ("os._exit", "os._exit(0)")):
+            script = work / f"floor-{mode}-{how.replace(' ', '-').replace('.', '')}.py"
+            script.write_text(FLOOR.replace("{exit}", last))
+            rs = [time_v([python, str(script), folder, str(proj / "index"), mode], env, cwd) for _ in range(runs)]
+            for x in rs:
+                check(x, f"floor {mode}")
+            floors[f"{mode}, {how}"] = {"wall_s": round(med(x["wall_s"] for x in rs), 3),
+                                        "peak_rss_mib": round(med(x["peak_rss_mib"] for x in rs), 1)}
+    return {"runs": runs, "model_folder": folder, "python_c_pass_s": round(base, 4),
+            "first_import_s": imports, "floor": floors,
+            **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in res.items()}}
 
 
 # --------------------------------------------------------------------------- main
@@ -512,7 +604,7 @@ def main() -> None:
         "versions": versions(args.python, env),
         "load_before": loadavg(),
         "runs": args.runs,
-        "query": QUERY, "question": QUESTION, "chunk_file": CHUNK_FILE,
+        "query": QUERY, "query_zh": QUERY_ZH, "question": QUESTION, "chunk_file": CHUNK_FILE,
     }
     m = record["machine"]
     print(f"{repo} @ {(record['commit'] or '?')[:7]}; {m['cpu_model']} "
@@ -546,7 +638,7 @@ def main() -> None:
                                         [s.strip() for s in args.profile_modes.split(",") if s.strip()],
                                         args.profile_runs)
         if args.experiments:
-            record["experiments"] = experiments(args.python, env, repo, work, max(args.profile_runs, 1))
+            record["experiments"] = experiments(args.python, env, repo, work, proj, args.profile_runs)
     record["load_after"] = loadavg()
 
     if rows:
