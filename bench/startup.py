@@ -603,6 +603,7 @@ def main() -> None:
         "machine": cpu_info(),
         "versions": versions(args.python, env),
         "load_before": loadavg(),
+        "nice": os.nice(0),  # the measured processes inherit it
         "runs": args.runs,
         "query": QUERY, "query_zh": QUERY_ZH, "question": QUESTION, "chunk_file": CHUNK_FILE,
     }
