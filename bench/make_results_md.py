@@ -156,7 +156,7 @@ def startup(d: dict) -> str:
         parts = [("interpreter start", p["interpreter_start_s"]), ("interpreter exit", p["interpreter_exit_s"]),
                  ("imports", p["imports_s"]), *p["phases_s"].items()]
         parts = [(k, v) for k, v in parts if v >= 0.005]
-        out.append(f"Where `rag search --mode {mode}` spends its {p['wall_s']:.2f} s: "
+        out.append(f"Where `{p['argv'].split(' -p ')[0]}` spends its {p['wall_s']:.2f} s: "
                    + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(parts, key=lambda kv: -kv[1])) + ".")
     return "\n\n".join(out)
 
@@ -211,6 +211,8 @@ def provenance(name: str, d: dict) -> list[str]:
         lines.append("- Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()))
     if d.get("date"):
         lines.append(f"- Date: {d['date']}")
+    if d.get("note"):
+        lines.append(f"- Note: {d['note']}")
     return lines
 
 

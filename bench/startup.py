@@ -319,11 +319,22 @@ def parse_profile(stderr: str) -> dict:
     return {"main_s": main_s, "phases": phases, "imports": imports, "clock": clock}
 
 
+#: What `--profile-modes` names: a search mode, or another command on the project.
+PROFILE_ARGV = {
+    "dense": ["search", QUERY, "--mode", "dense", "-k", "5"],
+    "hybrid": ["search", QUERY, "--mode", "hybrid", "-k", "5"],
+    "sparse": ["search", QUERY, "--mode", "sparse", "-k", "5"],
+    "hybrid-zh": ["search", QUERY_ZH, "--mode", "hybrid", "-k", "5"],
+    "ask": ["ask", QUESTION],
+    "index": ["index"],
+}
+
+
 def profile(python: str, env: dict, cwd: Path, proj: Path, modes: list[str], runs: int) -> dict:
     out = {}
     base = [time_v([python, "-c", "pass"], env, cwd)["wall_s"] for _ in range(max(runs, 1))]
     for mode in modes:
-        argv = ["search", QUERY, "--mode", mode, "-k", "5", "-p", str(proj)]
+        argv = PROFILE_ARGV[mode] + ["-p", str(proj)]
         samples = []
         for _ in range(max(runs, 1)):
             t0, e0 = time.perf_counter(), time.time()
@@ -581,7 +592,8 @@ def main() -> None:
                     help="RAG_CACHE and XDG_CACHE_HOME for the measured processes (kept between calls)")
     ap.add_argument("--only", default=None, help="comma-separated substrings: measure only matching commands")
     ap.add_argument("--profile", action="store_true", help="also break down a dense and a hybrid query")
-    ap.add_argument("--profile-modes", default="dense,hybrid")
+    ap.add_argument("--profile-modes", default="dense,hybrid",
+                    help=f"comma-separated, of: {', '.join(PROFILE_ARGV)}")
     ap.add_argument("--profile-runs", type=int, default=3)
     ap.add_argument("--experiments", action="store_true", help="also time the speed-up ideas of docs/startup.md")
     args = ap.parse_args()
