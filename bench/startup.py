@@ -106,6 +106,18 @@ def versions(python: str, env: dict) -> dict:
     return json.loads(r.stdout) if r.returncode == 0 else {}
 
 
+def wait_for_load(limit: float, most_s: float = 3600) -> None:
+    """Sleep until the 1-minute load average is below `limit` twice, 20 s apart (or `most_s` passed)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < most_s:
+        if (loadavg() or 0) < limit:
+            time.sleep(20)
+            if (loadavg() or 0) < limit:
+                return
+        time.sleep(10)
+    print(f"load average still {loadavg():.2f} after {most_s:.0f} s; measuring anyway", file=sys.stderr)
+
+
 def loadavg() -> float | None:
     try:
         return os.getloadavg()[0]
@@ -470,11 +482,12 @@ print(json.dumps(res))
 """
 
 # The least a process needs for one query on the project's index files, as
-# separate processes: the bound for what rag-cli's own code adds. {mode} is
-# dense or hybrid; {exit} is the last line (normal exit, or os._exit).
+# separate processes: the bound for what rag-cli's own code adds. Arguments:
+# model folder, index folder, dense|hybrid, seq|overlap (the ONNX session built
+# in a thread while the main thread parses the tokenizer), exit|os_exit.
 FLOOR = r"""
 import os, sys, threading, json, re
-folder, index, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+folder, index, mode, load, how = sys.argv[1:6]
 import numpy as np, onnxruntime as ort, tokenizers, hnswlib
 import pyarrow.parquet as pq
 from pathlib import Path
@@ -483,13 +496,18 @@ def build():
     o = ort.SessionOptions(); o.intra_op_num_threads = 2; o.inter_op_num_threads = 1; o.log_severity_level = 4
     entered.set()
     out["sess"] = ort.InferenceSession(os.path.join(folder, "model_int8_query.onnx"), o, providers=["CPUExecutionProvider"])
-th = threading.Thread(target=build); th.start(); entered.wait()
+if load == "overlap":
+    th = threading.Thread(target=build); th.start(); entered.wait()
 tok = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+if load == "overlap":
+    th.join()
+else:
+    build()
+sess = out["sess"]
 idx = Path(index)
 hnsw = next(idx.rglob("hnsw.bin")); params = json.loads((hnsw.parent / "rag_dense.json").read_text())
 dense = hnswlib.Index(space="cosine", dim=params["dim"]); dense.load_index(str(hnsw), max_elements=params["n"])
 chunks = pq.ParquetFile(next(idx.rglob("chunks.parquet"))).read(columns=["chunk_id", "text"])
-th.join(); sess = out["sess"]
 query = "how does RRF work?"
 ids = tok.encode("query: " + query).ids
 feed = {"input_ids": np.asarray([ids], np.int64), "attention_mask": np.ones((1, len(ids)), np.int64)}
@@ -521,8 +539,13 @@ ids_col, text_col = chunks.column("chunk_id"), chunks.column("text")
 for rank, row in enumerate(ranked[:5], 1):
     print(rank, ids_col[int(row)].as_py(), " ".join(text_col[int(row)].as_py().split())[:80])
 sys.stdout.flush()
-{exit}
+if how == "os_exit":
+    os._exit(0)
 """
+FLOOR_VARIANTS = [  # (mode, tokenizer and session, exit)
+    ("dense", "seq", "exit"), ("dense", "seq", "os_exit"), ("dense", "overlap", "os_exit"),
+    ("hybrid", "seq", "os_exit"), ("hybrid", "overlap", "os_exit"),
+]
 
 IMPORT_EXPERIMENTS = {
     # what each costs as the first import of a fresh process (on top of `python -c pass`)
@@ -566,16 +589,20 @@ def experiments(python: str, env: dict, cwd: Path, work: Path, proj: Path, runs:
     for name, stmt in IMPORT_EXPERIMENTS.items():
         stmt = stmt.format(chunks=chunks)
         imports[name] = round(med(time_v([python, "-c", stmt], env, cwd)["wall_s"] for _ in range(runs)) - base, 4)
-    floors = {}
-    for mode in ("dense", "hybrid"):
-        for how, last in (("normal exit", "pass"), ("os._exit", "os._exit(0)")):
-            script = work / f"floor-{mode}-{how.replace(' ', '-').replace('.', '')}.py"
-            script.write_text(FLOOR.replace("{exit}", last))
-            rs = [time_v([python, str(script), folder, str(proj / "index"), mode], env, cwd) for _ in range(runs)]
-            for x in rs:
-                check(x, f"floor {mode}")
-            floors[f"{mode}, {how}"] = {"wall_s": round(med(x["wall_s"] for x in rs), 3),
-                                        "peak_rss_mib": round(med(x["peak_rss_mib"] for x in rs), 1)}
+    script = work / "floor.py"
+    script.write_text(FLOOR)
+    walls: dict[tuple, list[dict]] = {v: [] for v in FLOOR_VARIANTS}
+    for _ in range(runs):  # the variants in turn, so that a change of load reaches all alike
+        for v in FLOOR_VARIANTS:
+            x = time_v([python, str(script), folder, str(proj / "index"), *v], env, cwd)
+            check(x, f"floor {v}")
+            walls[v].append(x)
+    floors = {f"{m}, {'overlapped' if l == 'overlap' else 'one after the other'}, "
+              f"{'os._exit' if e == 'os_exit' else 'normal exit'}":
+              {"wall_s": round(med(x["wall_s"] for x in xs), 3),
+               "peak_rss_mib": round(med(x["peak_rss_mib"] for x in xs), 1),
+               "cpu_s": round(med(x["cpu_s"] for x in xs), 3)}
+              for (m, l, e), xs in walls.items()}
     return {"runs": runs, "model_folder": folder, "python_c_pass_s": round(base, 4),
             "first_import_s": imports, "floor": floors,
             **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in res.items()}}
@@ -596,8 +623,12 @@ def main() -> None:
                     help=f"comma-separated, of: {', '.join(PROFILE_ARGV)}")
     ap.add_argument("--profile-runs", type=int, default=3)
     ap.add_argument("--experiments", action="store_true", help="also time the speed-up ideas of docs/startup.md")
+    ap.add_argument("--wait-load", type=float, default=None, metavar="X",
+                    help="first wait (at most 60 min) until the 1-minute load average is below X (a shared machine)")
     args = ap.parse_args()
 
+    if args.wait_load is not None:
+        wait_for_load(args.wait_load)
     repo = args.repo.resolve()
     corpus = (repo if (repo / "sample_corpus/docs").is_dir() else REPO) / "sample_corpus"
     out = args.out or REPO / "bench" / "results" / "startup.json"
