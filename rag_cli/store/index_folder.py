@@ -156,7 +156,7 @@ class IndexFolder:
             verify_generation(gen)
         try:
             meta = json.loads((gen / "meta.json").read_text(encoding="utf-8"))
-            chunks = pq.read_table(gen / "chunks.parquet")
+            chunks = pq.ParquetFile(gen / "chunks.parquet").read()  # read_table would import pyarrow.dataset
             labels = chunks.column("label").to_numpy() if "label" in chunks.column_names else None
             dense = sparse = None
             if "dense" in parts:
@@ -167,7 +167,7 @@ class IndexFolder:
                 from rag_cli.index.sparse import SparseIndex
 
                 sparse = SparseIndex.load(gen / "sparse")
-            docs = pq.read_table(gen / "docs.parquet") if (gen / "docs.parquet").exists() else None
+            docs = pq.ParquetFile(gen / "docs.parquet").read() if (gen / "docs.parquet").exists() else None
         except FileNotFoundError as exc:
             if not gen.exists():
                 raise _Vanished from exc
