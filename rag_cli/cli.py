@@ -447,37 +447,63 @@ def status(
     verify: Annotated[bool, typer.Option("--verify", help="Hash every file of every index generation against its files.json; exit 2 if one is damaged")] = False,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only the stale and damaged lines (nothing when up to date).")] = False,
 ):
-    """Documents, chunks, vectors, index generations, disk use and stale stages (with the command to refresh each)."""
+    """Documents, chunks, vectors, index generations, disk use, stale stages (with the command to refresh each) and damaged files."""
     from rag_cli.project import Project
 
     st = Project.open(project).status(verify=verify)
-    damaged = [g for g in st["generations"] if g.get("verified")]
+    failed = [g["verified"] for g in st["generations"] if g.get("verified")]
+    failed += [d for d in st["damaged"] if d not in failed]
     if json_out:
         _emit_json(st)
-        if damaged:
+        if verify and failed:
             raise typer.Exit(2)
         return
+    lines = [] if quiet else _status_lines(st)
+    for s in st["stale"]:
+        lines.append(f"stale: {s['stage']} ({s['why']}): run `{s['command']}`")
+        for kind, paths in s.get("files", {}).items():
+            lines += [f"  {kind}: {path}" for path in paths]
+    lines += [f"damaged: {d}" for d in st["damaged"] if not verify]
+    if not st["stale"] and not st["damaged"] and not quiet:
+        lines.append("up to date")
+    if verify and not quiet:
+        n_ok = sum(1 for g in st["generations"] if not g["verified"])
+        lines.append(f"verified {n_ok} of {len(st['generations'])} generations")
     out = _stdout()
-    out.print(f"project {st['project']}: {st['documents']} documents, {st['chunks']} chunks, {st['vectors']} vectors",
-              highlight=False, markup=False)
+    for line in lines:
+        out.print(line, highlight=False, markup=False)
+    for problem in failed if verify else ():
+        _error(problem)
+    if verify and failed:
+        raise typer.Exit(2)
+
+
+def _status_lines(st: dict) -> list[str]:
+    """The report part of `rag status` (counts, generations, models, disk), one line each."""
+    def count(n, what):
+        return f"no {what}" if n is None else f"{n} {what}"
+
+    lines = [f"project {st['project']}: {count(st['documents'], 'documents')}, {count(st['chunks'], 'chunks')}, "
+             f"{count(st['vectors'], 'vectors')}"]
+    if not st["generations"]:
+        lines.append("index: none built yet")
     for g in st["generations"]:
         mark = "*" if g["current"] else " "
-        out.print(f"{mark} {g['name']}  {g['time']}  {g['command']:<8} {g['n_chunks']} chunks  {g['bytes']} bytes",
-                  highlight=False, markup=False)
-    out.print(f"model fingerprints: {st['model_fingerprints']}; disk: {sum(st['disk_bytes'].values())} bytes",
-              highlight=False, markup=False)
-    for s in st["stale"]:
-        out.print(f"stale: {s['stage']} ({s['why']}): run `{s['command']}`", highlight=False, markup=False)
-    if not st["stale"]:
-        out.print("up to date", highlight=False, markup=False)
-    if verify:
-        out.print(f"verified {len(st['generations']) - len(damaged)} of {len(st['generations'])} generations",
-                  highlight=False, markup=False)
-    for g in damaged:
-        _error(g["verified"])
-    if damaged:
-        raise typer.Exit(2)
+        if g["damaged"] and g["n_chunks"] is None:
+            lines.append(f"{mark} {g['name']}  damaged")
+        else:
+            lines.append(f"{mark} {g['name']}  {g['time']}  {g['command']:<8} {g['n_chunks']} chunks  "
+                         f"{_size(g['bytes'] or 0)}" + ("  damaged" if g["damaged"] else ""))
+    fp = st["model_fingerprints"]
+    short = {k: v[:12] if v else "-" for k, v in fp.items()}
+    lines.append(f"embedder fingerprint: {short['embeddings']} (embeddings and index)" if fp["embeddings"] == fp["index"]
+                 else f"embedder fingerprint: embeddings {short['embeddings']}, index {short['index']}")
+    lines.append(f"disk: {_size(sum(st['disk_bytes'].values()))}")
+    if st["sources"]:
+        lines.append(f"sources: {', '.join(st['sources'])}")
+    return lines
 
 
 # --------------------------------------------------------------------------- search

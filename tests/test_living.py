@@ -173,6 +173,117 @@ def test_status_names_stale_stages_and_the_command(tmp_path, scifact_docs, tiny_
     assert res.exit_code == 0 and json.loads(res.stdout)["stale"][0]["command"] == "rag update"
 
 
+def test_status_names_every_stale_file_in_plain_lines(tmp_path, scifact_docs, tiny_bi_encoder):
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    time.sleep(0.01)
+    edited, removed = src / f"{scifact_docs[0][0]}.txt", src / f"{scifact_docs[1][0]}.txt"
+    edited.write_text("changed text about tumors\n", encoding="utf-8")
+    removed.unlink()
+    (src / "new.txt").write_text("a new document about otters\n", encoding="utf-8")
+    (src / "empty.txt").write_text("", encoding="utf-8")  # skipped by the next update: not stale after it
+    [chunk] = p.status()["stale"]
+    assert chunk["files"] == {"changed": [str(edited)], "removed": [str(removed)],
+                              "added": [str(src / "empty.txt"), str(src / "new.txt")]}
+    res = CliRunner().invoke(app, ["status", "-p", str(p.root)])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert ("stale: chunk (source files differ from docs.parquet: 1 changed, 1 removed, 2 added): "
+            "run `rag update`") in lines
+    assert f"  changed: {edited}" in lines and f"  removed: {removed}" in lines and f"  added: {src / 'new.txt'}" in lines
+    assert "up to date" not in lines and "None" not in res.stdout and "{" not in res.stdout
+    assert lines[0] == f"project {p.root}: 10 documents, {p.status()['chunks']} chunks, {p.status()['vectors']} vectors"
+    fp = p.status()["model_fingerprints"]["index"]
+    assert f"embedder fingerprint: {fp[:12]} (embeddings and index)" in lines
+    p.update()
+    assert p.status()["stale"] == []
+    res = CliRunner().invoke(app, ["status", "-q", "-p", str(p.root)])
+    assert res.exit_code == 0 and res.stdout == ""
+
+
+def test_status_without_an_index_and_after_rollback_is_stale(tmp_path, scifact_docs, tiny_bi_encoder):
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = Project.create(tmp_path / "p", model={"embedder": str(tiny_bi_encoder)})
+    assert [(s["stage"], s["why"]) for s in p.status()["stale"]] == [("chunk", "nothing is chunked yet")]
+    p.chunk([src])
+    assert [(s["stage"], s["command"]) for s in p.status()["stale"]] == [("embed", "rag embed"),
+                                                                         ("index", "rag index")]
+    p.embed()
+    assert [(s["stage"], s["why"], s["command"]) for s in p.status()["stale"]] == [
+        ("index", "there is no index yet", "rag index")]
+    res = CliRunner().invoke(app, ["status", "-p", str(p.root)])
+    assert "up to date" not in res.stdout and "stale: index (there is no index yet): run `rag index`" in res.stdout
+    assert "index: none built yet" in res.stdout and "embedder fingerprint: embeddings " in res.stdout
+    p.index()
+    assert p.status()["stale"] == []
+    write_corpus(src, scifact_docs[:12])
+    p.chunk([src])
+    p.embed()
+    p.index()
+    assert p.status()["stale"] == []
+    p.rollback()
+    [stale] = p.status()["stale"]
+    assert stale["stage"] == "index" and stale["why"].startswith("the current generation gen-000001 is not gen-000002")
+    res = CliRunner().invoke(app, ["status", "-p", str(p.root)])
+    assert res.exit_code == 0 and "up to date" not in res.stdout
+
+
+@pytest.mark.parametrize("damage", ["meta.json", "files.json", "dense/hnsw.bin", "chunks.parquet", "docs.parquet"])
+def test_status_reports_a_damaged_current_generation(tmp_path, scifact_docs, tiny_bi_encoder, damage):
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    p.index()
+    f = p.index_dir / "gen-000002" / damage
+    with open(f, "r+b") as fh:
+        fh.truncate(100)
+    run = CliRunner().invoke
+    res = run(app, ["status", "-p", str(p.root)])
+    assert res.exit_code == 0 and "up to date" not in res.stdout
+    assert "* gen-000002" in res.stdout and f"damaged: {f}" in res.stdout.replace("\n", "")
+    res = run(app, ["status", "--verify", "-p", str(p.root)])
+    assert res.exit_code == 2 and "verified 1 of 2 generations" in res.stdout
+    assert str(f) in res.stderr.replace("\n", "") and "* gen-000002" in res.stdout
+    res = run(app, ["status", "--verify", "--json", "-p", str(p.root)])
+    gens = {g["name"]: g for g in json.loads(res.stdout)["generations"]}
+    assert res.exit_code == 2 and gens["gen-000001"]["verified"] is None and str(f) in gens["gen-000002"]["verified"]
+    assert gens["gen-000002"]["current"]
+
+
+def test_status_reports_damaged_project_tables(tmp_path, scifact_docs, tiny_bi_encoder):
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    with open(p.chunks_path, "r+b") as fh:
+        fh.truncate(100)
+    st = p.status()
+    assert st["chunks"] is None and len(st["damaged"]) == 1
+    assert st["damaged"][0].startswith(f"{p.chunks_path} cannot be read as Parquet")
+    res = CliRunner().invoke(app, ["status", "-p", str(p.root)])
+    assert res.exit_code == 0 and "no chunks" in res.stdout and "None" not in res.stdout
+    assert f"damaged: {p.chunks_path} cannot be read" in res.stdout and "up to date" not in res.stdout
+    res = CliRunner().invoke(app, ["status", "--verify", "-p", str(p.root)])
+    assert res.exit_code == 2 and str(p.chunks_path) in res.stderr
+
+
 def test_old_flat_index_is_read_and_migrated(tmp_path, scifact_docs, tiny_bi_encoder):
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:10])

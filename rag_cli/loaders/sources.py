@@ -19,7 +19,7 @@ from .normalize import normalize_text
 from .pdf import read_pdf
 from .word import read_docx
 
-__all__ = ["load_sources", "iter_sources", "load_file", "no_documents", "encoding_warning", "FORMATS", "EXTENSIONS",
+__all__ = ["load_sources", "iter_sources", "source_files", "load_file", "no_documents", "encoding_warning", "FORMATS", "EXTENSIONS",
            "CODE_EXTENSIONS"]
 
 #: `fmt` values accepted by `load_sources`.
@@ -268,6 +268,26 @@ def _iter_sources(sources: list[str], fmt: str, encoding: str | None,
                 continue
             result = load_file(path, doc_id, reader, encoding)
             yield result if isinstance(result, Skipped) else checked(result)
+
+
+def source_files(sources: list[str], fmt: str = "auto") -> list[str]:
+    """The files `load_sources(sources, fmt=fmt)` would read, paths as it
+    gives them, without reading any: files of a known format (by extension
+    under `fmt="auto"`), BEIR corpus files. A source that does not exist (or
+    a glob that matches nothing) gives none instead of raising, so `rag
+    status` can compare the sources with docs.parquet."""
+    out: list[str] = []
+    for source in sources:
+        try:
+            if fmt == "beir":
+                out.append(_beir_corpus_of(source) if os.path.isdir(source) else source)
+                continue
+            is_file_source = os.path.isfile(source)
+            out.extend(path for path, _ in _expand(source)
+                       if _fmt_of(path, fmt) is not None or (is_file_source and is_beir_path(path)))
+        except BadInput:
+            continue
+    return out
 
 
 def no_documents(sources: list[str], skipped: list[Skipped]) -> BadInput:

@@ -183,9 +183,10 @@ class _Vanished(Exception):
     """The generation folder disappeared while it was opened."""
 
 
-def verify_generation(gen: Path, *, full: bool = False) -> None:
+def verify_generation(gen: Path, *, full: bool = False, sizes_only: bool = False) -> None:
     """Compare the files of generation `gen` with its files.json: sizes
-    always, sha256 of files up to VERIFY_SHA256_MAX_BYTES (of all with `full`).
+    always, sha256 of files up to VERIFY_SHA256_MAX_BYTES (of all with
+    `full`, of none with `sizes_only`).
     Raises BadInput naming the first file that is missing, of another size
     or another sha256 (and saying to rebuild or roll back)."""
     fix = "rebuild the index with `rag index`, or go back to the previous generation with `rag rollback`"
@@ -208,7 +209,7 @@ def verify_generation(gen: Path, *, full: bool = False) -> None:
         if size != want["size"]:
             raise BadInput(f"{f} is damaged: {size} bytes where {want['size']} were written "
                            f"(truncated or overwritten); {fix}")
-        if (full or size <= VERIFY_SHA256_MAX_BYTES) and sha256_file(f) != want["sha256"]:
+        if not sizes_only and (full or size <= VERIFY_SHA256_MAX_BYTES) and sha256_file(f) != want["sha256"]:
             raise BadInput(f"{f} is damaged: its sha256 differs from the one written; {fix}")
 
 
@@ -345,18 +346,32 @@ def rollback(path: Path) -> tuple[str, str]:
 
 def generation_info(path: Path) -> list[dict]:
     """One dict per complete generation, oldest first: id, name, time,
-    command, counts, n_chunks, bytes (on disk), current (bool)."""
+    command, counts, n_chunks, model_fingerprint, bytes (on disk), current
+    (bool), damaged (None, or the message naming the meta.json / files.json
+    that cannot be read; the fields read from it are then None)."""
     current = current_generation(path)
     out = []
     for gen_id, p in generations(path):
-        try:
-            meta = json.loads((p / "meta.json").read_text(encoding="utf-8"))
-            files = json.loads((p / "files.json").read_text(encoding="utf-8"))["files"]
-        except (OSError, ValueError, KeyError):
-            continue
+        meta: dict = {}
+        files: dict | None = None
+        damaged = None
+        for name in ("files.json", "meta.json"):
+            try:
+                data = json.loads((p / name).read_text(encoding="utf-8"))
+                if name == "files.json":
+                    files = {k: int(v["size"]) for k, v in data["files"].items()}
+                elif isinstance(data, dict):
+                    meta = data
+                else:
+                    raise ValueError("not a JSON object")
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                damaged = damaged or (f"{p / name} cannot be read ({type(exc).__name__}: {exc}); rebuild the "
+                                      "index with `rag index`, or go back to the previous generation with "
+                                      "`rag rollback`")
         g = meta.get("generation", {})
         out.append({"id": gen_id, "name": p.name, "time": g.get("time"), "command": g.get("command"),
                     "counts": g.get("counts", {}), "n_chunks": meta.get("n_chunks"),
                     "model_fingerprint": meta.get("model_fingerprint"),
-                    "bytes": sum(f["size"] for f in files.values()), "current": p == current})
+                    "bytes": None if files is None else sum(files.values()), "current": p == current,
+                    "damaged": damaged})
     return out

@@ -13,13 +13,17 @@ if TYPE_CHECKING:
     from rag_cli.project import Project
 
 
-def _rows(path: Path) -> int | None:
+def _rows(path: Path) -> tuple[int | None, str | None]:
+    """(row count, None) for a readable Parquet file, (None, None) for a
+    missing one, (None, the problem naming the file) for an unreadable one."""
     import pyarrow.parquet as pq
 
+    if not path.exists():
+        return None, None
     try:
-        return pq.ParquetFile(path).metadata.num_rows
-    except Exception:  # missing or unreadable: reported as None
-        return None
+        return pq.ParquetFile(path).metadata.num_rows, None
+    except Exception as exc:  # pyarrow raises several kinds for a damaged file
+        return None, f"{path} cannot be read as Parquet ({type(exc).__name__}: {exc})"
 
 
 def _fingerprint(path: Path) -> str | None:
@@ -44,76 +48,133 @@ def disk_use(root: Path) -> dict[str, int]:
     return out
 
 
-def stale_stages(project: "Project") -> list[dict[str, str]]:
-    """Stages whose output is older than their input: [{stage, why, command}].
-
-    chunk: a document file in docs.parquet is gone or has another mtime
-    (new files in the sources are only seen by `rag update`); embed:
-    chunks.parquet differs from the one embedded; index: chunks.parquet or
-    embeddings.parquet differs from the ones of the index's manifest entry.
-    """
+def _changed_sources(project: "Project") -> dict[str, list[str]]:
+    """Source files that differ from docs.parquet: {"changed": [...],
+    "removed": [...], "added": [...]} (paths). Changed: another mtime;
+    removed: gone from disk; added: a file of the remembered sources
+    (`[sources]`, written by `rag build`) that docs.parquet does not list
+    and the last chunking did not skip."""
     import pyarrow.parquet as pq
 
+    from rag_cli.loaders.sources import source_files
+
+    try:
+        docs = pq.read_table(project.docs_path, columns=["path", "mtime"]).to_pylist()
+    except Exception:  # reported as damaged by the caller
+        return {}
+    mtimes = {d["path"]: d["mtime"] for d in docs}
+    out: dict[str, list[str]] = {"changed": [], "removed": [], "added": []}
+    for path, mtime in mtimes.items():
+        try:
+            if os.stat(path).st_mtime != mtime:
+                out["changed"].append(path)
+        except OSError:
+            out["removed"].append(path)
+    src = project.config.sources
+    if src.paths:
+        skipped = {s.get("path") for s in project.manifest().get("chunk", {}).get("skipped", [])}
+        out["added"] = [f for f in dict.fromkeys(source_files(list(src.paths), src.format))
+                        if f not in mtimes and f not in skipped]
+    return {k: v for k, v in out.items() if v}
+
+
+def stale_stages(project: "Project") -> list[dict[str, Any]]:
+    """Stages whose output is missing or older than their input:
+    [{stage, why, command}], the chunk entry also with `files` (see
+    `_changed_sources`).
+
+    chunk: nothing chunked yet, or source files changed, removed or added;
+    embed: chunks.parquet not embedded yet, or changed since it was embedded;
+    index: never built, the current generation is not the last one built
+    (after `rag rollback`), or chunks.parquet / embeddings.parquet changed
+    since the current generation was built. Damaged files are not stages:
+    see `project_status`'s `damaged`.
+    """
     manifest = project.manifest()
     refresh = "rag update" if project.config.sources.paths else None
-    out = []
-    if project.docs_path.exists():
-        try:
-            docs = pq.read_table(project.docs_path, columns=["path", "mtime"]).to_pylist()
-        except Exception:
-            docs = []
-        for d in docs:
-            try:
-                changed = os.stat(d["path"]).st_mtime != d["mtime"]
-            except OSError:
-                changed = True
-            if changed:
-                out.append({"stage": "chunk", "why": f"{d['path']} changed or is gone",
-                            "command": refresh or "rag chunk SRC..."})
-                break
+    out: list[dict[str, Any]] = []
+
+    def stale(stage: str, why: str, command: str, **extra: Any) -> None:
+        out.append({"stage": stage, "why": why, "command": refresh or command, **extra})
+
+    has_chunks = project.docs_path.exists() and project.chunks_path.exists()
+    if not has_chunks:
+        stale("chunk", "nothing is chunked yet", "rag build SRC... (or rag chunk SRC...)")
+    else:
+        files = _changed_sources(project)
+        if files:
+            why = ", ".join(f"{len(v)} {k}" for k, v in files.items())
+            stale("chunk", f"source files differ from docs.parquet: {why}", "rag chunk SRC...", files=files)
     sha = {name: sha256_file(p) for name, p in (("chunks.parquet", project.chunks_path),
                                                 ("embeddings.parquet", project.embeddings_path)) if p.exists()}
-    if "chunks.parquet" in sha and manifest.get("embed", {}).get("inputs", {}).get("chunks.parquet") != sha[
-            "chunks.parquet"]:
-        out.append({"stage": "embed", "why": "chunks.parquet changed since it was embedded",
-                    "command": refresh or "rag embed"})
-    if sha and current_generation(project.index_dir) is not None:
-        inputs = manifest.get("index", {}).get("inputs", {})
-        if any(inputs.get(k) != v for k, v in sha.items()):
-            out.append({"stage": "index", "why": "chunks.parquet or embeddings.parquet changed since the "
-                                                 "current generation was built", "command": refresh or "rag index"})
+    embedded = manifest.get("embed", {}).get("inputs", {}).get("chunks.parquet")
+    if "chunks.parquet" in sha:
+        if "embeddings.parquet" not in sha or embedded is None:
+            stale("embed", "chunks.parquet is not embedded yet (or the embedding was interrupted)", "rag embed")
+        elif embedded != sha["chunks.parquet"]:
+            stale("embed", "chunks.parquet changed since it was embedded", "rag embed")
+    if not sha:
+        return out
+    current = current_generation(project.index_dir)
+    built = manifest.get("index", {})
+    if current is None:
+        stale("index", "there is no index yet", "rag index")
+    elif built.get("generation") and current != project.index_dir and built["generation"] != current.name:
+        stale("index", f"the current generation {current.name} is not {built['generation']}, the one built from "
+                       "the current chunks.parquet and embeddings.parquet, as after `rag rollback`", "rag index")
+    elif not built:
+        stale("index", "manifest.json has no record of what the current generation was built from", "rag index")
+    elif any(built.get("inputs", {}).get(k) != v for k, v in sha.items()):
+        stale("index", "chunks.parquet or embeddings.parquet changed since the current generation was built",
+              "rag index")
     return out
 
 
 def project_status(project: "Project", verify: bool = False) -> dict[str, Any]:
-    """{documents, chunks, vectors (row counts or None), generations
-    (`generation_info`), current (name or None), model_fingerprints
-    {embeddings, index}, disk_bytes {entry: bytes}, stale [{stage, why, command}],
-    sources [paths]}. With `verify`, every generation's files are hashed
-    against its files.json and each generation gets `verified`: None when
-    intact, else the problem (the message naming the file)."""
+    """{project, documents, chunks, vectors (row counts, None when the file
+    is missing or damaged), generations (`generation_info`), current (name
+    or None), model_fingerprints {embeddings, index}, disk_bytes {entry:
+    bytes}, stale [{stage, why, command, files?}] (`stale_stages`), damaged
+    [messages naming the file: an unreadable docs/chunks/embeddings.parquet,
+    a current generation whose files do not match files.json], sources
+    [paths]}. The current generation's file sizes are always compared with
+    its files.json; with `verify`, every generation's files are also hashed
+    and each generation gets `verified`: None when intact, else the problem."""
     from rag_cli.errors import BadInput
     from rag_cli.store.index_folder import verify_generation
 
     gens = generation_info(project.index_dir)
-    for g in gens if verify else ():
-        try:
-            verify_generation(project.index_dir / g["name"], full=True)
-            g["verified"] = None
-        except BadInput as exc:
-            g["verified"] = str(exc)
+    for g in gens:
+        if not (verify or g["current"]):
+            continue
+        problem = g["damaged"]
+        if problem is None:
+            try:
+                verify_generation(project.index_dir / g["name"], full=verify, sizes_only=not verify)
+            except BadInput as exc:
+                problem = str(exc)
+        g["damaged"] = problem
+        if verify:
+            g["verified"] = problem
     cur = current_generation(project.index_dir)
     current = next((g for g in gens if g["current"]), None)
+    rows = {name: _rows(path) for name, path in (("documents", project.docs_path), ("chunks", project.chunks_path),
+                                                 ("vectors", project.embeddings_path))}
+    redo = {"documents": "write it again with `rag chunk SRC...` (or `rag build SRC...`)",
+            "chunks": "write it again with `rag chunk SRC...` (or `rag build SRC...`)",
+            "vectors": "write it again with `rag embed` (texts in the vector cache are not embedded again)"}
+    damaged = [f"{problem}; {redo[name]}" for name, (_, problem) in rows.items() if problem]
+    if current is not None and current["damaged"]:
+        damaged.append(current["damaged"])
     return {
         "project": str(project.root),
-        "documents": _rows(project.docs_path),
-        "chunks": _rows(project.chunks_path),
-        "vectors": _rows(project.embeddings_path),
+        **{name: n for name, (n, _) in rows.items()},
         "generations": gens,
         "current": None if cur is None else cur.name,
         "model_fingerprints": {"embeddings": _fingerprint(project.embeddings_path),
                                "index": current["model_fingerprint"] if current else None},
         "disk_bytes": disk_use(project.root),
         "stale": stale_stages(project),
+        "damaged": damaged,
         "sources": list(project.config.sources.paths),
     }
