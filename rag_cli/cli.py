@@ -937,11 +937,18 @@ def _print_report(report: dict, path: Path, quiet: bool) -> None:
 def _print_comparison(report: dict, path: Path | None, quiet: bool) -> None:
     from rich.table import Table
 
+    from rag_cli.safe_text import plain_text
+
+    def short(name: str) -> str:  # the file stem: the columns stay apart and narrow
+        return name.rsplit(".", 1)[0] if name.endswith((".parquet", ".trec")) else name
+
     for comp in report["comparisons"]:
-        table = Table(title=f"{comp['run']} vs {comp['baseline']}: {report['n_queries']} queries "
-                            f"(p: two-sided, Holm-corrected across {len(comp['metrics'])} metrics)")
-        for col in ("metric", comp["baseline"], comp["run"], "diff", "p rand", "p t-test", "W/T/L"):
-            table.add_column(col, justify="left" if col == "metric" else "right")
+        base, run = short(comp["baseline"]), short(comp["run"])
+        table = Table(title=plain_text(f"baseline {base} vs {run}: {report['n_queries']} queries; diff = {run} − "
+                                       f"{base} (p: two-sided, Holm-corrected across {len(comp['metrics'])} metrics)"))
+        table.add_column("metric", no_wrap=True)
+        for col in (base, run, "diff", "p rand", "p t-test", "W/T/L"):
+            table.add_column(plain_text(col), justify="right", overflow="fold")
         for m, r in comp["metrics"].items():
             table.add_row(m, f"{r['baseline']:.4f}", f"{r['run']:.4f}", f"{r['mean_diff']:+.4f}",
                           f"{r['p_randomisation_holm']:.4f}", f"{r['p_t_test_holm']:.4f}",

@@ -80,6 +80,12 @@ def test_cli_compare(tmp_path):
     assert hit1["mean_diff"] == pytest.approx(1.0) and (hit1["wins"], hit1["ties"], hit1["losses"]) == (30, 0, 0)
     assert hit1["p_randomisation"] == pytest.approx(1 / 2001)
     assert report["comparisons"][0]["metrics"]["hit@10"]["p_randomisation"] == 1.0
-    assert "good.trec vs bad.trec" in " ".join(res.stdout.split())
+    # the title names the runs in the order of the columns (baseline first) and the direction of diff
+    out = " ".join(res.stdout.split())
+    assert "baseline bad vs good: 30 queries; diff = good − bad" in out
+    header = next(line for line in res.stdout.splitlines() if "metric" in line)
+    assert header.index("bad") < header.index("good") < header.index("diff")
+    row = next(line for line in res.stdout.splitlines() if "hit@1" in line)
+    assert row.split()[1:6] == ["hit@1", "│", "0.0000", "│", "1.0000"]
     one = CliRunner().invoke(app, ["eval", "--qrels", str(qrels), "--compare", str(tmp_path / "bad.trec")])
     assert one.exit_code == 2 and "two or more run files" in one.stderr
