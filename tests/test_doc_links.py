@@ -1,0 +1,55 @@
+"""Relative links in README.md, bench/README.md and docs/*.md point at files (and headings) that exist."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = [REPO / "README.md", REPO / "bench" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(md: Path) -> set[str]:
+    """GitHub's heading ids: lower case, punctuation other than - and _ dropped, spaces -> -."""
+    out: set[str] = set()
+    in_code = False
+    for line in md.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        m = None if in_code else re.match(r"#{1,6}\s+(.*)", line)
+        if m:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            base, n = slug, 1
+            while slug in out:
+                slug, n = f"{base}-{n}", n + 1
+            out.add(slug)
+    return out
+
+
+def links(md: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", md.read_text(encoding="utf-8"), flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    return [t for t in LINK.findall(text) if not re.match(r"[a-z]+:", t)]
+
+
+@pytest.mark.parametrize("md", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_relative_links_resolve(md):
+    bad = []
+    for target in links(md):
+        path, _, anchor = target.partition("#")
+        dest = (md.parent / path).resolve() if path else md
+        if not dest.exists():
+            bad.append(f"{target}: no file {dest}")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            bad.append(f"{target}: no heading #{anchor} in {dest.name}")
+    assert bad == []
+
+
+def test_the_link_checker_finds_broken_links(tmp_path):
+    md = tmp_path / "a.md"
+    md.write_text("# Top\n[ok](#top) [gone](docs/x.md) [`code`](#nope)\n```\n[in code](nowhere.md)\n```\n")
+    assert links(md) == ["#top", "docs/x.md", "#nope"]
+    assert anchors(md) == {"top"}
