@@ -166,6 +166,7 @@ def init(
     directory: Annotated[Optional[Path], typer.Argument(help="Project folder (default: -p, RAG_PROJECT or ./.rag)")] = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No report line.")] = False,
 ):
     """Write rag.toml with the default config (every key is also a flag).
 
@@ -177,7 +178,7 @@ def init(
     cfg, created = p.init()
     if json_out:
         _emit_json({"project": str(p.root), "config": cfg.to_dict(), "created": created})
-    else:
+    elif not quiet:
         state = "written with the defaults" if created else "kept (already there)"
         _stdout().print(f"{p.config_path}: {state}", highlight=False, markup=False)
 
@@ -289,7 +290,7 @@ def index(
 
     p = Project.open(project)
     if rollback_:
-        return _rolled_back(p.rollback(wait=wait), json_out)
+        return _rolled_back(p.rollback(wait=wait), json_out, quiet)
     with _progress(quiet or json_out) as progress:
         summary = p.index(hnsw_m=hnsw_m, hnsw_ef_construction=ef_construction, hnsw_ef=ef, bm25_k1=k1, bm25_b=b,
                           bm25_method=bm25_method, keep=keep, wait=wait, progress=progress)
@@ -428,17 +429,19 @@ def rollback(
     wait: WaitOpt = None,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
 ):
     """Make the previous index generation current again."""
     from rag_cli.project import Project
 
-    _rolled_back(Project.open(project).rollback(wait=wait), json_out)
+    _rolled_back(Project.open(project).rollback(wait=wait), json_out, quiet)
 
 
-def _rolled_back(out: dict, json_out: bool) -> None:
+def _rolled_back(out: dict, json_out: bool, quiet: bool) -> None:
     if json_out:
         return _emit_json(out)
-    _note(f"index rolled back: {out['from']} -> {out['to']}")
+    if not quiet:
+        _note(f"index rolled back: {out['from']} -> {out['to']}")
 
 
 @app.command()

@@ -213,6 +213,9 @@ def test_status_without_an_index_and_after_rollback_is_stale(tmp_path, scifact_d
 
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:10])
+    res = CliRunner().invoke(app, ["init", "-q", str(tmp_path / "p")])
+    assert res.exit_code == 0 and res.output == "" and (tmp_path / "p" / "rag.toml").is_file()
+    (tmp_path / "p" / "rag.toml").unlink()
     p = Project.create(tmp_path / "p", model={"embedder": str(tiny_bi_encoder)})
     assert [(s["stage"], s["why"]) for s in p.status()["stale"]] == [("chunk", "nothing is chunked yet")]
     p.chunk([src])
@@ -231,7 +234,8 @@ def test_status_without_an_index_and_after_rollback_is_stale(tmp_path, scifact_d
     p.embed()
     p.index()
     assert p.status()["stale"] == []
-    p.rollback()
+    res = CliRunner().invoke(app, ["rollback", "-q", "-p", str(p.root)])
+    assert res.exit_code == 0 and res.output == "" and current_generation(p.index_dir).name == "gen-000001"
     [stale] = p.status()["stale"]
     assert stale["stage"] == "index" and stale["why"].startswith("the current generation gen-000001 is not gen-000002")
     res = CliRunner().invoke(app, ["status", "-p", str(p.root)])
