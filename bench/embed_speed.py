@@ -60,7 +60,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-SCIFACT = REPO.parent / "shared" / "data" / "scifact"
+SCIFACT = Path(os.environ.get("RAG_DATA", REPO.parent / "shared" / "data")) / "scifact"
 
 from int8_lib import quantize_recipe  # noqa: E402
 from rag_cli.models.convert import e5 as e5_convert  # noqa: E402

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -25,7 +26,7 @@ from rag_cli.evaluate.datasets import read_qrels
 from rag_cli.evaluate.report import evaluate_rows
 from rag_cli.store.runs import read_run
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
+DATA = Path(os.environ.get("RAG_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")) / "scifact"
 
 
 def subset(dest: Path, n_docs: int) -> Path:

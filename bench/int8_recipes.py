@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -56,7 +57,7 @@ from scipy.stats import permutation_test
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-DATA = REPO.parent / "shared" / "data"
+DATA = Path(os.environ.get("RAG_DATA", REPO.parent / "shared" / "data"))
 
 from rag_cli.evaluate.datasets import read_qrels, read_queries  # noqa: E402
 from rag_cli.evaluate.metrics import ndcg_at_k  # noqa: E402

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import platform
 import random
 import statistics
@@ -40,7 +41,7 @@ from rag_cli import Project
 from rag_cli.evaluate.datasets import read_qrels
 from rag_cli.loaders.normalize import normalize_text
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(os.environ.get("RAG_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 def _jsonl(path: Path) -> list[dict]:
