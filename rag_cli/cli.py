@@ -262,7 +262,7 @@ def embed(
         _warn(warning)
     if summary["rebuilt_unreadable"]:
         _warn(f"the old embeddings could not be read and were rebuilt: {summary['rebuilt_unreadable']}")
-    _note(f"{summary['n_embedded']} chunks embedded, {summary['n_reused']} reused, in {summary['seconds']:.1f}s "
+    _note(f"{_embedded(summary)}, {summary['n_reused']} reused, in {summary['seconds']:.1f}s "
           f"with {summary['model']} ({summary['fingerprint']}) -> {p.embeddings_path}")
     if summary["truncation"]:
         _warn(f"{summary['truncation']}: use a smaller `rag chunk --size`")
@@ -366,12 +366,25 @@ def update(
     _note(_update_line(out) + f" in {c.get('seconds', 0) + e['seconds'] + i['seconds']:.1f}s")
 
 
+def _count(n: int, word: str) -> str:
+    """`1 text`, `2 texts`, `1 query`, `3 queries`."""
+    if n == 1:
+        return f"1 {word}"
+    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
+
+
+def _embedded(summary: dict) -> str:
+    """`N chunks embedded`, with the distinct texts (what the progress bar counts) when fewer."""
+    n, texts = summary["n_embedded"], summary.get("n_texts_embedded", summary["n_embedded"])
+    return f"{_count(n, 'chunk')} embedded" + (f" ({_count(texts, 'distinct text')})" if texts != n else "")
+
+
 def _update_line(out: dict) -> str:
-    """One line summing up an `update` result (documents, chunks, texts embedded, generation)."""
+    """One line summing up an `update` result (documents, chunks, chunks embedded, generation)."""
     c, e, i = out["chunk"], out["embed"], out["index"]
     return (f"documents: {c['docs_added']} added, {c['docs_changed']} changed, {c['docs_removed']} removed, "
             f"{c['docs_unchanged']} unchanged; chunks: {c['chunks_added']} added, {c['chunks_removed']} removed; "
-            f"{e['n_embedded']} texts embedded; "
+            f"{_embedded(e)}; "
             + (f"index unchanged ({i['generation']})" if i["unchanged"] else
                f"index {i['generation']}: {i['vectors_added']} vectors added, {i['vectors_deleted']} deleted"))
 
@@ -914,7 +927,7 @@ def _print_report(report: dict, path: Path, quiet: bool) -> None:
     from rag_cli.safe_text import plain_text
 
     means = report["metrics"]
-    table = Table(title=plain_text(f"{report['run']}: {report['n_queries']} queries ({report['level']} level)"))
+    table = Table(title=plain_text(f"{report['run']}: {_count(report['n_queries'], 'query')} ({report['level']} level)"))
     table.add_column("metric")
     ks = sorted({int(m.split("@")[1]) for m in means if "@" in m})
     labels = {"recall": "Recall", "hit": "Hit", "mrr": "MRR", "ndcg": "nDCG", "precision": "P", "map": "MAP"}
@@ -947,7 +960,7 @@ def _print_comparison(report: dict, path: Path | None, quiet: bool) -> None:
 
     for comp in report["comparisons"]:
         base, run = short(comp["baseline"]), short(comp["run"])
-        table = Table(title=plain_text(f"baseline {base} vs {run}: {report['n_queries']} queries; diff = {run} − "
+        table = Table(title=plain_text(f"baseline {base} vs {run}: {_count(report['n_queries'], 'query')}; diff = {run} − "
                                        f"{base} (p: two-sided, Holm-corrected across {len(comp['metrics'])} metrics)"))
         table.add_column("metric", no_wrap=True)
         for col in (base, run, "diff", "p rand", "p t-test", "W/T/L"):

@@ -551,3 +551,30 @@ def test_ask_uses_the_search_config_of_rag_toml(project, monkeypatch):
     res = rag("ask", "What does ef control in HNSW?", "--json", "-p", project)
     assert res.exit_code == 0, (res.stderr, res.exception)
     assert seen == [(7, 3)]
+
+
+def test_counts_read_as_english():
+    from rag_cli.cli import _count, _embedded, _update_line
+
+    assert [_count(1, "query"), _count(3, "query"), _count(1, "text"), _count(0, "chunk")] == [
+        "1 query", "3 queries", "1 text", "0 chunks"]
+    assert _embedded({"n_embedded": 454, "n_texts_embedded": 353}) == "454 chunks embedded (353 distinct texts)"
+    assert _embedded({"n_embedded": 1, "n_texts_embedded": 1}) == "1 chunk embedded"
+    out = {"chunk": {"docs_added": 1, "docs_changed": 0, "docs_removed": 0, "docs_unchanged": 7, "chunks_added": 1,
+                     "chunks_removed": 0},
+           "embed": {"n_embedded": 1, "n_texts_embedded": 1},
+           "index": {"unchanged": False, "generation": "gen-000002", "vectors_added": 1, "vectors_deleted": 0}}
+    assert _update_line(out) == ("documents: 1 added, 0 changed, 0 removed, 7 unchanged; chunks: 1 added, 0 removed; "
+                                 "1 chunk embedded; index gen-000002: 1 vectors added, 0 deleted")
+
+
+def test_missing_relative_run_file_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    from rag_cli.errors import BadInput
+    from rag_cli.store.runs import read_run
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BadInput, match=rf"runs/x.parquet: no such run file \(a relative path is read from the "
+                                       rf"working directory {tmp_path}, not from the project folder"):
+        read_run("runs/x.parquet")
+    with pytest.raises(BadInput, match=r"x.parquet: no such run file$"):
+        read_run(tmp_path / "x.parquet")

@@ -80,8 +80,10 @@ def test_killed_run_resumes_with_the_same_vectors(project, tmp_path, tiny_bi_enc
     enc = _encoder(tiny_bi_encoder)
     counter = CountingSession(enc.session)
     monkeypatch.setattr(enc, "_session", counter)
-    summary = embed_chunks(whole, enc, **SMALL)
+    totals = set()
+    summary = embed_chunks(whole, enc, progress=lambda task, done, total: totals.add(total), **SMALL)
     assert summary["n_embedded"] == len(texts) and counter.rows == n_unique
+    assert totals == {summary["n_texts_embedded"]} == {n_unique}  # the progress bar counts distinct texts
     n_batches = counter.calls
     reference = pq.read_table(whole.embeddings_path)
 

@@ -70,7 +70,8 @@ def embed_chunks(project: "Project", encoder, progress: Progress | None = None, 
 
     Returns:
         Summary: n_chunks, n_embedded (chunks whose vector was computed now;
-        identical texts are embedded once), n_reused, n_truncated (chunks,
+        identical texts are embedded once), n_texts_embedded (the distinct
+        texts embedded now: the `total` of `progress`), n_reused, n_truncated (chunks,
         embedded now or reused, longer than max_length tokens), truncated
         (the first `NAMED_IDS` of them: {"chunk_id", "n_tokens"}),
         truncation (the warning naming them, or None), max_length,
@@ -192,7 +193,8 @@ def embed_chunks(project: "Project", encoder, progress: Progress | None = None, 
             write(batch.column(0), part, vectors, n_tokens[row : row + batch.num_rows])
             row += batch.num_rows
     seconds = time.perf_counter() - t0
-    summary = {"n_chunks": len(shas), "n_embedded": n_embedded, "n_reused": len(shas) - n_embedded,
+    summary = {"n_chunks": len(shas), "n_embedded": n_embedded, "n_texts_embedded": total,
+               "n_reused": len(shas) - n_embedded,
                "n_truncated": n_truncated, "max_length": max_length, "rebuilt_unreadable": unreadable,
                "truncated": [{"chunk_id": c, "n_tokens": k} for c, k in truncated], "truncation": truncation,
                "seconds": seconds, "fingerprint": fingerprint, "model_warnings": list(folder.warnings)}

@@ -246,7 +246,9 @@ def read_run(path: str | os.PathLike) -> list[RunRow]:
     """Read a Parquet run or a 6-column TREC run file (detected by content)."""
     path = Path(path)
     if not path.is_file():
-        raise BadInput(f"{path}: no such run file")
+        where = "" if path.is_absolute() else (f" (a relative path is read from the working directory {Path.cwd()}, "
+                                                "not from the project folder: e.g. .rag/runs/NAME.parquet)")
+        raise BadInput(f"{path}: no such run file{where}")
     if _is_parquet(path):
         return _read_parquet_run(path)
     return _read_trec_run(path)
