@@ -18,7 +18,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rag_cli.errors import RagError
+from rag_cli.errors import Interrupted, RagError
 
 app = typer.Typer(
     name="rag",
@@ -97,8 +97,9 @@ def handle_errors(fn):
         except RagError as exc:
             _error(str(exc))
             raise typer.Exit(exc.exit_code)
-        except KeyboardInterrupt:
-            _stderr().print("interrupted; the previous files are intact")
+        except KeyboardInterrupt as exc:
+            what = str(exc) if isinstance(exc, Interrupted) else "the previous files are intact"
+            _stderr().print(f"interrupted; {what}", highlight=False, markup=False)
             raise typer.Exit(130)
         except (typer.Exit, typer.Abort, SystemExit):
             raise

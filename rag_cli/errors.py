@@ -22,3 +22,9 @@ class WorkFailed(RagError):
     """The work failed (exit code 1)."""
 
     exit_code = 1
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM after some files were already replaced: the message
+    says which, and what the next command does about them (the CLI prints it
+    instead of "the previous files are intact", exit 130)."""

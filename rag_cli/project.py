@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from rag_cli.config import Config, check_flag
-from rag_cli.errors import BadInput, WorkFailed
+from rag_cli.errors import BadInput, Interrupted, WorkFailed
 from rag_cli.progress import Progress
 
 DEFAULT_PROJECT = ".rag"
@@ -85,6 +85,19 @@ def _model_value(value: str | os.PathLike | None) -> str | None:
     from rag_cli.models.defaults import model_setting
 
     return model_setting(value)
+
+
+@contextlib.contextmanager
+def _chunks_written(command: str) -> Iterator[None]:
+    """Turn Ctrl-C / SIGTERM after the chunk step into `Interrupted` saying so."""
+    try:
+        yield
+    except Interrupted:
+        raise
+    except KeyboardInterrupt:
+        raise Interrupted(f"docs.parquet and chunks.parquet were already replaced (and embeddings.parquet if the "
+                          f"embedding had finished); the index is unchanged and still searched; `rag {command}` "
+                          "finishes the work (texts already embedded are not embedded again)") from None
 
 
 @dataclass
@@ -470,9 +483,11 @@ class Project:
                            context_sentences=context_sentences, parent_size=parent_size,
                            breakpoint_percentile=breakpoint_percentile, model=model, precision=precision,
                            progress=progress)
-            e = self.embed(threads=threads, provider=provider, progress=progress)
-            i = self.index(hnsw_m=hnsw_m, hnsw_ef_construction=hnsw_ef_construction, hnsw_ef=hnsw_ef,
-                           bm25_k1=bm25_k1, bm25_b=bm25_b, bm25_method=bm25_method, keep=keep, progress=progress)
+            with _chunks_written("build SRC..."):
+                e = self.embed(threads=threads, provider=provider, progress=progress)
+                i = self.index(hnsw_m=hnsw_m, hnsw_ef_construction=hnsw_ef_construction, hnsw_ef=hnsw_ef,
+                               bm25_k1=bm25_k1, bm25_b=bm25_b, bm25_method=bm25_method, keep=keep,
+                               progress=progress)
             self._save(("sources", {"paths": sources, "format": format}))
         return {"chunk": c, "embed": e, "index": i}
 
@@ -488,7 +503,7 @@ class Project:
         Raises BadInput when no sources are remembered (run `build` first)."""
         from rag_cli.chunking.setup import chunk_settings
         from rag_cli.stages.embed import embed_chunks
-        from rag_cli.stages.update import update_chunks, update_index
+        from rag_cli.stages.update import add_pending, pending_counts, update_chunks, update_index
 
         config, _ = self._with("index", {"keep": keep})
         src = config.sources
@@ -500,11 +515,14 @@ class Project:
             settings = chunk_settings(config.chunk, config.model, src.format)
             rechunk = None if previous == settings else (
                 "the chunk settings changed" if previous else "no earlier chunk settings recorded")
+            pending = pending_counts(self)
             c = update_chunks(self, list(src.paths), fmt=src.format, params=config.chunk, model=config.model,
                               full=rechunk is not None, progress=progress)
-            e = embed_chunks(self, self._embedder(config), progress)
-            i = update_index(self, config.index, threads=config.model.threads, keep=config.index.keep,
-                             progress=progress)
+            c = add_pending(c, pending)
+            with _chunks_written("update"):
+                e = embed_chunks(self, self._embedder(config), progress)
+                i = update_index(self, config.index, threads=config.model.threads, keep=config.index.keep,
+                                 progress=progress)
             out = {"chunk": c, "embed": e, "index": i, "full_rechunk": rechunk}
             self.record("update", chunk={k: v for k, v in c.items() if k not in ("skipped", "seconds")},
                         n_embedded=e["n_embedded"], index={k: v for k, v in i.items() if k != "seconds"},

@@ -288,6 +288,37 @@ def test_status_reports_damaged_project_tables(tmp_path, scifact_docs, tiny_bi_e
     assert res.exit_code == 2 and str(p.chunks_path) in res.stderr
 
 
+def test_update_interrupted_after_chunking_says_so_and_the_rerun_counts_its_changes(tmp_path, scifact_docs,
+                                                                                   tiny_bi_encoder, monkeypatch):
+    from typer.testing import CliRunner
+
+    import rag_cli.stages.embed
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:100])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    time.sleep(0.01)
+    write_corpus(src, state_b(scifact_docs))
+    embed = rag_cli.stages.embed.embed_chunks
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rag_cli.stages.embed, "embed_chunks", killed)
+    res = CliRunner().invoke(app, ["update", "-p", str(p.root)])
+    assert res.exit_code == 130
+    assert "interrupted; docs.parquet and chunks.parquet were already replaced" in " ".join(res.stderr.split())
+    assert "previous files are intact" not in res.stderr
+    assert current_generation(p.index_dir).name == "gen-000001"
+    assert {s["stage"] for s in p.status()["stale"]} == {"embed", "index"}
+    monkeypatch.setattr(rag_cli.stages.embed, "embed_chunks", embed)
+    c = p.update()["chunk"]
+    assert (c["docs_added"], c["docs_changed"], c["docs_removed"], c["docs_unchanged"]) == (2, 3, 2, 95)
+    c = p.update()["chunk"]  # the index now holds them: nothing pending
+    assert (c["docs_added"], c["docs_changed"], c["docs_removed"], c["docs_unchanged"]) == (0, 0, 0, 100)
+
+
 def test_old_flat_index_is_read_and_migrated(tmp_path, scifact_docs, tiny_bi_encoder):
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:10])

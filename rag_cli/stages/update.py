@@ -114,6 +114,38 @@ def update_chunks(project: "Project", sources: list[str], *, fmt: str, params: C
     return {**counts, "seconds": time.perf_counter() - t0}
 
 
+#: The counts of `update_chunks` that add up over runs.
+_ADDING = ("docs_added", "docs_changed", "docs_removed", "chunks_added", "chunks_removed")
+
+
+def pending_counts(project: "Project") -> dict | None:
+    """The document and chunk counts of an update whose chunks never reached
+    an index (it was interrupted after `update_chunks` wrote chunks.parquet):
+    the `update` counts of manifest.json's chunk entry when the index entry
+    was built from another chunks.parquet; else None."""
+    from rag_cli.hashing import sha256_file
+
+    manifest = project.manifest()
+    counts = manifest.get("chunk", {}).get("update")
+    if not counts or not project.chunks_path.exists():
+        return None
+    built = manifest.get("index", {}).get("inputs", {}).get("chunks.parquet")
+    return None if built == sha256_file(project.chunks_path) else counts
+
+
+def add_pending(counts: dict, pending: dict | None) -> dict:
+    """`counts` of this `update_chunks` run plus those of an interrupted run
+    before it (`pending_counts`), so the summary covers every change since the
+    last index: added, changed and removed sum; unchanged drops by the
+    documents that run added or changed."""
+    if not pending:
+        return counts
+    out = {**counts, **{k: counts[k] + pending.get(k, 0) for k in _ADDING}}
+    out["docs_unchanged"] = max(0, counts["docs_unchanged"] - pending.get("docs_added", 0)
+                                - pending.get("docs_changed", 0))
+    return out
+
+
 def _merge(old: pa.Table | None, new: pa.Table, order: list[str], keep: set[str]) -> tuple[pa.Table, int]:
     """The chunks of the documents `order` (doc_ids, in that order): from
     `old` for the doc_ids in `keep`, from `new` for the others. Returns
