@@ -721,6 +721,15 @@ class Project:
         gen = load_generator(config.ask, s.embedder, s.sparse, config.generator, threads=config.model.threads)
         return config.ask, sconfig.search, s, mask, gen
 
+    def _ask_reranker(self):
+        """(question, [text]) -> (n,) float32 cross-encoder logits with
+        model.reranker, for `ask` to rerank its evidence; None when no
+        reranker is set."""
+        if not self.config.model.reranker:
+            return None
+        ce = self._cross_encoder(self.config)
+        return lambda question, texts: ce.score_pairs([(question, t) for t in texts])
+
     def ask(self, question: str, *, k: int | None = None, mode: str | None = None,
             min_score: float | None = None, min_coverage: float | None = None,
             strong_score: float | None = None, max_sentences: int | None = None,
@@ -742,7 +751,7 @@ class Project:
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
                                                    max_sentences, filter, generator, llm)
         before = s.n_queries_truncated
-        res = ask(s, gen, question, acfg, scfg, mask)
+        res = ask(s, gen, question, acfg, scfg, mask, self._ask_reranker())
         res.n_queries_truncated, res.max_length = s.n_queries_truncated - before, _max_length(s)
         return res
 
@@ -764,7 +773,8 @@ class Project:
         before = s.n_queries_truncated
         self.manifest()  # recorded into after the answers are written: check it first
         path, n, n_refused = answer_queries(self, s, gen, Path(queries), acfg, scfg, mask,
-                                            path=self.answers_path(name or file_stem(queries)), progress=progress)
+                                            path=self.answers_path(name or file_stem(queries)),
+                                            reranker=self._ask_reranker(), progress=progress)
         return {"answers": path, "n": n, "refused": n_refused,
                 "n_queries_truncated": s.n_queries_truncated - before, "max_length": _max_length(s)}
 
@@ -979,9 +989,10 @@ class Project:
         answerer = None
         if answers:
             acfg, scfg, s2, mask, gen = self._ask_setup(None, None, None, None, None, None, None)
+            ask_reranker = self._ask_reranker()
 
             def answerer(text):
-                res = ask(s2, gen, text, acfg, scfg, mask)
+                res = ask(s2, gen, text, acfg, scfg, mask, ask_reranker)
                 gate_refused = res.refused and res.reason != "the generator found no sentence to quote"
                 given = [] if gate_refused else [e.chunk_id for e in res.evidence if e.score >= acfg.min_score]
                 return given, list(res.answer.citations)

@@ -215,9 +215,12 @@ def test_search_table_prints_document_markup_literally(nasty_project):
 
 
 @pytest.mark.e2e
-def test_rerank_table_prints_document_markup_literally(nasty_project, tiny_cross_encoder):
+def test_rerank_table_prints_document_markup_literally(nasty_project, tiny_cross_encoder, tmp_path):
+    import shutil
+
+    root = shutil.copytree(nasty_project.root, tmp_path / "p.rag")  # rag rerank remembers model.reranker
     res = rag("rerank", "Ranking fusion red bell", "--model", tiny_cross_encoder, "--mode", "sparse", "-k", "3",
-              "-p", nasty_project.root)
+              "-p", root)
     assert res.exit_code == 0, res.output
     assert "[/bold]" in res.stdout
     _assert_plain(res.stdout)
@@ -294,3 +297,43 @@ def test_generator_flags_are_checked(nasty_project):
     assert res.exit_code == 2 and "ask.generator" in res.stderr
     res = rag("ask", "BM25?", "--generator", "openai", "--api", "rest", "-p", nasty_project.root)
     assert res.exit_code == 2 and "--api" in res.stderr and "chat, completions" in res.stderr
+
+
+def test_rerank_evidence_keeps_the_best_k_by_the_reranker_and_renumbers():
+    from rag_cli.stages.ask import rerank_evidence
+
+    ev = [Evidence(i + 1, f"d#{i}", "d", f"text {i}", 0.9 - i / 100, title_path=["T"]) for i in range(4)]
+    seen = []
+
+    def reranker(q, texts):
+        seen.append((q, texts))
+        return [0.1, 2.0, -1.0, 2.0]  # ties keep the retrieval order
+
+    out = rerank_evidence("q?", ev, reranker, 3)
+    assert seen[0][0] == "q?" and len(seen[0][1]) == 4 and seen[0][1][1].startswith("T") and \
+        seen[0][1][1].endswith("text 1")  # the heading path and the chunk text, as rag rerank scores them
+    assert [(e.number, e.chunk_id, e.rerank_score) for e in out] == [(1, "d#1", 2.0), (2, "d#3", 2.0), (3, "d#0", 0.1)]
+    assert [e.score for e in out] == [0.89, 0.87, 0.9]  # the cosines travel with their chunks
+
+
+@pytest.mark.e2e
+def test_ask_reranks_its_evidence_with_the_configured_cross_encoder(tmp_path, nasty_project, tiny_cross_encoder):
+    import shutil
+
+    root = tmp_path / "p.rag"
+    shutil.copytree(nasty_project.root, root)
+    question = "What does the ef parameter of HNSW set?"
+    # rag rerank remembers model.reranker; its scores are those ask must order by
+    rr = rag("rerank", question, "--model", tiny_cross_encoder, "--mode", "sparse", "-k", "3", "--json", "-p", root)
+    assert rr.exit_code == 0, rr.output
+    expected = [(h["chunk_id"], h["score"]) for h in json.loads(rr.stdout)["results"]]
+    assert "reranker" in (root / "rag.toml").read_text()
+    res = rag("ask", question, *ANSWERABLE, "-k", "2", "--json", "-p", root)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    got = [(e["n"], e["chunk_id"], e["rerank_score"]) for e in out["evidence"]]
+    assert [(n, c) for n, c, _ in got] == [(1, expected[0][0]), (2, expected[1][0])]
+    assert [s for _, _, s in got] == pytest.approx([expected[0][1], expected[1][1]], abs=1e-5)
+    assert set(out["timings"]) == {"retrieve_ms", "rerank_ms", "generate_ms", "total_ms"}
+    plain_res = json.loads(rag("ask", question, *ANSWERABLE, "-k", "2", "--json", "-p", nasty_project.root).stdout)
+    assert "rerank_ms" not in plain_res["timings"] and "rerank_score" not in plain_res["evidence"][0]

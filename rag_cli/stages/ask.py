@@ -31,6 +31,12 @@ neutralised (`[3]` -> `(3)`, `rag_cli.generate.citations.neutralise`), and
 every marker of the answer is checked against the numbers given: others are
 removed and counted (`Answer.n_citations_removed`).
 
+Reranking: when a `reranker` is given (`model.reranker` is set), the best
+`ask.rerank_candidates` chunks are retrieved, scored by the cross-encoder
+(question, heading path + chunk text), and the best `k` by that score are
+numbered [1]..[k] in its order (`Evidence.rerank_score`); the gate still
+judges their bi-encoder cosines. `timings` then has `rerank_ms`.
+
 The question is normalised once, here (`prepare_query`), as `rag search`
 normalises queries.
 """
@@ -82,6 +88,18 @@ class AskResult:
         return self.answer.refused
 
 
+def rerank_evidence(question: str, evidence: list[Evidence], reranker, k: int) -> list[Evidence]:
+    """The best `k` of `evidence` by `reranker(question, texts)` ((n,) float
+    cross-encoder scores, higher is better; ties keep the retrieval order),
+    renumbered 1..k, each with its `rerank_score`."""
+    if not evidence:
+        return evidence
+    scores = np.asarray(reranker(question, [make_embed_text(e.title_path, e.text) for e in evidence]),
+                        dtype=np.float64)
+    order = np.argsort(-scores, kind="stable")[:k]
+    return [replace(evidence[i], number=n + 1, rerank_score=float(scores[i])) for n, i in enumerate(order)]
+
+
 def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=None,
                  candidates: int = 100, rrf_k: int = 60, fusion: str = "rrf",
                  dense_weight: float = 0.5) -> tuple[list[Evidence], float]:
@@ -108,18 +126,25 @@ def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=N
 
 
 def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: SearchConfig,
-        mask=None) -> AskResult:
+        mask=None, reranker=None) -> AskResult:
     """Answer `question` from the index only, with the `[ask]` config `cfg`
     (k, thresholds) and the retrieval of the `[search]` config (mode,
-    candidates, rrf_k). See the module docstring for refusal.
+    candidates, rrf_k). See the module docstring for refusal; `reranker`:
+    (question, [text]) -> (n,) cross-encoder scores, or None.
 
     Raises BadInput for an empty question.
     """
     asked, question = question, prepare_query(check_query(question))
     t0 = time.perf_counter()
-    evidence, best = evidence_for(searcher, question, k=cfg.k, mode=search.mode, mask=mask,
+    depth = max(cfg.k, cfg.rerank_candidates) if reranker is not None else cfg.k
+    evidence, best = evidence_for(searcher, question, k=depth, mode=search.mode, mask=mask,
                                   candidates=search.candidates, rrf_k=search.rrf_k, fusion=search.fusion,
                                   dense_weight=search.dense_weight)
+    t_rerank = time.perf_counter()
+    if reranker is not None and evidence:
+        evidence = rerank_evidence(question, evidence, reranker, cfg.k)
+        best = max(e.score for e in evidence)
+    rerank_ms = (time.perf_counter() - t_rerank) * 1000.0
     read = [make_embed_text(e.title_path, e.context or e.text) for e in evidence]
     coverage = searcher.sparse.coverage(question, read) if evidence else 0.0
     entity = (question_entity_coverage(question, read, searcher.sparse, cfg.key_idf)
@@ -149,13 +174,16 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
             reason = ("the generator found no sentence to quote" if generator.name == "extractive"
                       else "the generator answered that the sources do not hold the answer")
     t2 = time.perf_counter()
-    timings = {"retrieve_ms": (t1 - t0) * 1000.0, "generate_ms": (t2 - t1) * 1000.0, "total_ms": (t2 - t0) * 1000.0}
+    timings = {"retrieve_ms": (t1 - t0) * 1000.0 - rerank_ms, "generate_ms": (t2 - t1) * 1000.0,
+               "total_ms": (t2 - t0) * 1000.0}
+    if reranker is not None:
+        timings["rerank_ms"] = rerank_ms
     return AskResult(asked, answer, evidence, best, coverage, timings["total_ms"], reason,
                      timings=timings, given=given, entity_coverage=entity)
 
 
 def answer_queries(project: "Project", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,
-                   search: SearchConfig, mask=None, *, path: Path,
+                   search: SearchConfig, mask=None, *, path: Path, reranker=None,
                    progress: Progress | None = None) -> tuple[Path, int, int]:
     """Answer every question of a query file into `path` (answers/NAME.parquet).
     Progress: ("answering", questions done, questions).
@@ -167,7 +195,7 @@ def answer_queries(project: "Project", searcher: Searcher, generator, queries_pa
     rows = []
     queries = read_queries(queries_path)
     for i, (qid, text) in enumerate(queries):
-        res = ask(searcher, generator, text, cfg, search, mask)
+        res = ask(searcher, generator, text, cfg, search, mask, reranker)
         rows.append({"query_id": qid, "question": text, "answer": res.answer.text,
                      "citations": res.answer.citations, "contexts": [e.chunk_id for e in res.evidence],
                      "refused": res.answer.refused, "generator": res.answer.generator,
@@ -175,6 +203,6 @@ def answer_queries(project: "Project", searcher: Searcher, generator, queries_pa
         if progress is not None:
             progress("answering", i + 1, len(queries))
     write_answers(path, rows)
-    project.record(f"ask:{path.name}", params=dict(cfg.__dict__, mode=search.mode),
+    project.record(f"ask:{path.name}", params=dict(cfg.__dict__, mode=search.mode, reranked=reranker is not None),
                    inputs={"queries": str(queries_path)}, outputs=[str(path)], rows=len(rows))
     return path, len(rows), sum(r["refused"] for r in rows)
