@@ -708,12 +708,12 @@ class Project:
 
     # -- ask -----------------------------------------------------------------
     def _ask_setup(self, k, mode, min_score, min_coverage, strong_score, max_sentences, filter,
-                   generator=None, llm=None):
+                   generator=None, llm=None, rewrite=None):
         from rag_cli.generate.factory import load_generator
 
         config, _ = self._with("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage,
                                        "strong_score": strong_score, "max_sentences": max_sentences,
-                                       "generator": generator})
+                                       "generator": generator, "rewrite": rewrite})
         config, _ = config.with_options("generator", llm)
         sconfig, s, mask = self._search_setup(mode, None, None, None, filter, for_ask=True)
         if s.embedder is None:  # sparse retrieval: the evidence is still scored by the bi-encoder
@@ -733,7 +733,8 @@ class Project:
     def ask(self, question: str, *, k: int | None = None, mode: str | None = None,
             min_score: float | None = None, min_coverage: float | None = None,
             strong_score: float | None = None, max_sentences: int | None = None,
-            filter: str | Sequence[str] | None = None, generator: str | None = None, llm: dict | None = None):
+            filter: str | Sequence[str] | None = None, generator: str | None = None, llm: dict | None = None,
+            rewrite: str | None = None):
         """Answer `question` from the indexed sources only, citing the
         evidence as [n], or refuse (see `rag_cli.stages.ask`). Returns an
         `AskResult` (`.answer.text`, `.answer.citations`, `.refused`,
@@ -744,12 +745,14 @@ class Project:
 
         `generator` is ask.generator (extractive | openai | llama-cpp);
         `llm` overrides keys of the `[generator]` section ({key: value}, e.g.
-        {"base_url": "http://127.0.0.1:8080/v1", "timeout": 30.0}).
+        {"base_url": "http://127.0.0.1:8080/v1", "timeout": 30.0}); `rewrite`
+        is ask.rewrite (none | multi-query | hyde; needs an LLM generator,
+        `.rewrites` holds what it wrote).
         """
         from rag_cli.stages.ask import ask
 
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
-                                                   max_sentences, filter, generator, llm)
+                                                   max_sentences, filter, generator, llm, rewrite)
         before = s.n_queries_truncated
         res = ask(s, gen, question, acfg, scfg, mask, self._ask_reranker())
         res.n_queries_truncated, res.max_length = s.n_queries_truncated - before, _max_length(s)
@@ -759,7 +762,7 @@ class Project:
                     min_score: float | None = None, min_coverage: float | None = None,
                     strong_score: float | None = None, max_sentences: int | None = None,
                     filter: str | Sequence[str] | None = None, name: str | None = None,
-                    generator: str | None = None, llm: dict | None = None,
+                    generator: str | None = None, llm: dict | None = None, rewrite: str | None = None,
                     progress: Progress | None = None) -> dict:
         """Answer every question of a query file into answers/NAME.parquet
         (NAME: the file's stem). Returns {"answers": path, "n": answers, "refused": refusals,
@@ -769,7 +772,7 @@ class Project:
 
         check_name(name)
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
-                                                   max_sentences, filter, generator, llm)
+                                                   max_sentences, filter, generator, llm, rewrite)
         before = s.n_queries_truncated
         self.manifest()  # recorded into after the answers are written: check it first
         path, n, n_refused = answer_queries(self, s, gen, Path(queries), acfg, scfg, mask,

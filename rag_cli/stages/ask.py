@@ -31,6 +31,13 @@ neutralised (`[3]` -> `(3)`, `rag_cli.generate.citations.neutralise`), and
 every marker of the answer is checked against the numbers given: others are
 removed and counted (`Answer.n_citations_removed`).
 
+Rewriting (`ask.rewrite`, an LLM generator; `rag_cli.generate.rewrite`):
+the chunks retrieved for each rewrite (a multi-query phrasing, searched as
+a query; a HyDE passage, embedded as a passage) are fused with those of the
+original question by RRF (`search.rrf_k`), the original always among the
+fused lists; the evidence cosines are the original question's. `timings`
+then has `rewrite_ms`, and `AskResult.rewrites` the rewrites.
+
 Reranking: when a `reranker` is given (`model.reranker` is set), the best
 `ask.rerank_candidates` chunks are retrieved, scored by the cross-encoder
 (question, heading path + chunk text), and the best `k` by that score are
@@ -55,6 +62,8 @@ from rag_cli.config import AskConfig, SearchConfig
 from rag_cli.generate.base import Answer, Evidence, refusal
 from rag_cli.generate.citations import check_answer, neutralise
 from rag_cli.generate.gate import entity_rule_applies, question_entity_coverage
+from rag_cli.generate.rewrite import rewrite as write_rewrites
+from rag_cli.index.fusion import rrf
 from rag_cli.index.searcher import Searcher, check_query, prepare_query
 from rag_cli.progress import Progress
 from rag_cli.store.answers import write_answers
@@ -82,6 +91,7 @@ class AskResult:
     timings: dict = field(default_factory=dict)  # retrieve_ms, generate_ms, total_ms (float, milliseconds)
     given: list[Evidence] = field(default_factory=list)  # the evidence given to the generator (as it read it)
     entity_coverage: float = 1.0  # the gate's entity coverage, in [0, 1] (rag_cli.generate.gate)
+    rewrites: list[str] = field(default_factory=list)  # the generator's rewrites of the question (ask.rewrite)
 
     @property
     def refused(self) -> bool:
@@ -102,12 +112,25 @@ def rerank_evidence(question: str, evidence: list[Evidence], reranker, k: int) -
 
 def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=None,
                  candidates: int = 100, rrf_k: int = 60, fusion: str = "rrf",
-                 dense_weight: float = 0.5) -> tuple[list[Evidence], float]:
+                 dense_weight: float = 0.5, rewrites: list[str] = (),
+                 hyde: bool = False) -> tuple[list[Evidence], float]:
     """Top-`k` chunks as numbered evidence, each scored by its bi-encoder cosine
-    with the question; returns (evidence, best cosine) (-1.0 when nothing was found)."""
+    with the question; returns (evidence, best cosine) (-1.0 when nothing was found).
+
+    With `rewrites`, each is searched too (as a passage vector when `hyde`)
+    and the top-`k` lists are fused with the question's by RRF (`rrf_k`)."""
     qv = searcher.encode_queries([question])  # once, for retrieval and the cosines
-    hits = searcher.search([question], mode=mode, k=k, candidates=candidates, rrf_k=rrf_k, mask=mask,
-                           query_vectors=qv, fusion=fusion, dense_weight=dense_weight)[0]
+    opts = dict(mode=mode, k=k, candidates=candidates, rrf_k=rrf_k, mask=mask, fusion=fusion,
+                dense_weight=dense_weight)
+    hits = searcher.search([question], query_vectors=qv, **opts)[0]
+    if rewrites:
+        lists = [hits]
+        for text in rewrites:
+            vec = (searcher.embedder.encode_passages([text]) if hyde and mode != "sparse"
+                   else None if mode == "sparse" else searcher.encode_queries([text]))
+            lists.append(searcher.search([text], query_vectors=vec, **opts)[0])
+        by_row = {h.row: h for hs in reversed(lists) for h in hs}  # the question's own hit wins
+        hits = [by_row[row] for row, _ in rrf([[h.row for h in hs] for hs in lists], k=rrf_k)[:k]]
     if not hits:
         return [], -1.0
     q = qv[0]
@@ -136,10 +159,13 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     """
     asked, question = question, prepare_query(check_query(question))
     t0 = time.perf_counter()
+    rewrites = write_rewrites(generator, question, cfg.rewrite)
+    rewrite_ms = (time.perf_counter() - t0) * 1000.0
     depth = max(cfg.k, cfg.rerank_candidates) if reranker is not None else cfg.k
     evidence, best = evidence_for(searcher, question, k=depth, mode=search.mode, mask=mask,
                                   candidates=search.candidates, rrf_k=search.rrf_k, fusion=search.fusion,
-                                  dense_weight=search.dense_weight)
+                                  dense_weight=search.dense_weight, rewrites=rewrites,
+                                  hyde=cfg.rewrite == "hyde")
     t_rerank = time.perf_counter()
     if reranker is not None and evidence:
         evidence = rerank_evidence(question, evidence, reranker, cfg.k)
@@ -174,12 +200,14 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
             reason = ("the generator found no sentence to quote" if generator.name == "extractive"
                       else "the generator answered that the sources do not hold the answer")
     t2 = time.perf_counter()
-    timings = {"retrieve_ms": (t1 - t0) * 1000.0 - rerank_ms, "generate_ms": (t2 - t1) * 1000.0,
+    timings = {"retrieve_ms": (t1 - t0) * 1000.0 - rerank_ms - rewrite_ms, "generate_ms": (t2 - t1) * 1000.0,
                "total_ms": (t2 - t0) * 1000.0}
     if reranker is not None:
         timings["rerank_ms"] = rerank_ms
+    if cfg.rewrite != "none":
+        timings["rewrite_ms"] = rewrite_ms
     return AskResult(asked, answer, evidence, best, coverage, timings["total_ms"], reason,
-                     timings=timings, given=given, entity_coverage=entity)
+                     timings=timings, given=given, entity_coverage=entity, rewrites=rewrites)
 
 
 def answer_queries(project: "Project", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,
