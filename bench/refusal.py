@@ -18,6 +18,12 @@ From the shared data, for CMRC 2018 trial and for SciFact:
     nice python bench/refusal.py --out bench/results/refusal-gate.json
     nice python bench/refusal.py --work /tmp/refusal --gate off --out bench/results/refusal-before.json
 
+`--generator llama-cpp` asks through the local GGUF (default Gemma 3 270M,
+the llm extra) instead of the extractive generator.
+
+`--limit N` asks only the first N sampled questions in the same corpora
+(the made-unanswerable corpus still lacks every sampled question's passage).
+
 `--work` keeps the projects between runs (they are rebuilt only when
 missing); `--gate off` asks with the gate's entity rule switched off
 (`ask.min_entity_coverage = 0`), the gate of before.
@@ -106,10 +112,10 @@ def build(root: Path, docs: list[dict]) -> Project:
     return p
 
 
-def ask_all(p: Project, questions, options: dict) -> list[dict]:
+def ask_all(p: Project, questions, options: dict, generator: str = "extractive") -> list[dict]:
     from rag_cli.stages.ask import ask
 
-    acfg, scfg, s, mask, gen = p._ask_setup(None, None, None, None, None, None, None)
+    acfg, scfg, s, mask, gen = p._ask_setup(None, None, None, None, None, None, None, generator)
     from dataclasses import replace
 
     acfg = replace(acfg, **options)
@@ -118,14 +124,16 @@ def ask_all(p: Project, questions, options: dict) -> list[dict]:
         res = ask(s, gen, text, acfg, scfg, mask)
         cited_docs = {c.split("#")[0] for c in res.answer.citations}
         given_text = normalize_text(" ".join(e.text for e in res.given))
-        gold_in_evidence = None
+        cited_text = normalize_text(" ".join(e.text for e in res.given if e.chunk_id in res.answer.citations))
+        gold_in_evidence = gold_in_cited = None
         if gold_answers:
             gold_in_evidence = any(normalize_text(a) in given_text for a in gold_answers)
+            gold_in_cited = any(normalize_text(a) in cited_text for a in gold_answers)
         out.append({"id": qid, "question": text, "refused": res.refused, "reason": res.reason,
                     "answer": res.answer.text, "best_score": round(res.best_score, 4),
                     "coverage": round(res.coverage, 4), "entity_coverage": round(res.entity_coverage, 4),
                     "gold_doc_cited": bool(cited_docs & gold_docs),
-                    "gold_answer_in_evidence": gold_in_evidence,
+                    "gold_answer_in_evidence": gold_in_evidence, "gold_answer_in_cited": gold_in_cited,
                     "answer_contains_gold": (any(normalize_text(a) in normalize_text(res.answer.text)
                                                  for a in gold_answers) if gold_answers else None),
                     "n_citations_removed": res.answer.n_citations_removed,
@@ -152,6 +160,8 @@ def summarise(answerable: list[dict], unanswerable: list[dict]) -> dict:
     if answered and answered[0]["answer_contains_gold"] is not None:
         out["gold_answer_in_evidence_answered"] = round(
             sum(bool(r["gold_answer_in_evidence"]) for r in answered) / len(answered), 4)
+        out["gold_answer_in_cited_answered"] = round(
+            sum(bool(r["gold_answer_in_cited"]) for r in answered) / len(answered), 4)
         out["answer_contains_gold_answered"] = round(
             sum(bool(r["answer_contains_gold"]) for r in answered) / len(answered), 4)
     return out
@@ -172,12 +182,13 @@ def machine() -> dict:
             "python": platform.python_version()}
 
 
-def run_set(name: str, sample: dict, work: Path, options: dict, seed: int) -> dict:
+def run_set(name: str, sample: dict, work: Path, options: dict, seed: int, generator: str = "extractive",
+            limit: int | None = None) -> dict:
     full = build(work / name / "full", sample["docs"])
     cut = build(work / name / "cut", [d for d in sample["docs"] if d["_id"] not in sample["removed"]])
-    qs = sample["questions"]
-    answerable = ask_all(full, qs, options)
-    unanswerable = ask_all(cut, qs, options)
+    qs = sample["questions"][:limit]
+    answerable = ask_all(full, qs, options, generator)
+    unanswerable = ask_all(cut, qs, options, generator)
     halves = split(qs, seed)
     report = {"n_docs": len(sample["docs"]), "n_removed": len(sample["removed"])}
     for half in ("tune", "test"):
@@ -197,19 +208,21 @@ def main() -> None:
     ap.add_argument("--sets", default="cmrc,scifact")
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--gate", choices=("on", "off"), default="on")
+    ap.add_argument("--generator", default="extractive", help="extractive | llama-cpp (in-process GGUF) | openai")
+    ap.add_argument("--limit", type=int, help="ask only the first N sampled questions (same corpora)")
     ap.add_argument("--work", type=Path)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     options = {} if args.gate == "on" else {"min_entity_coverage": 0.0}
     result = {"command": "python bench/refusal.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None and k not in ("work", "out")),
-        "generator": "extractive", "ask_options": options, "sets": {}}
+        "generator": args.generator, "ask_options": options, "sets": {}}
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         for name in args.sets.split(","):
             sample = (cmrc_sample(args.questions, args.seed) if name == "cmrc"
                       else scifact_sample(args.scifact_questions, args.scifact_docs, args.seed))
-            result["sets"][name] = run_set(name, sample, work, options, args.seed)
+            result["sets"][name] = run_set(name, sample, work, options, args.seed, args.generator, args.limit)
             print(name, json.dumps({h: result["sets"][name][h] for h in ("tune", "test", "all")}, indent=1))
     result["machine"] = machine()
     result["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()

@@ -703,6 +703,7 @@ def ask(
     temperature: Annotated[Optional[float], typer.Option("--temperature", help="LLM sampling temperature (config: generator.temperature)")] = None,
     max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="LLM answer length at most, tokens (config: generator.max_tokens)")] = None,
     context_tokens: Annotated[Optional[int], typer.Option("--context-tokens", help="LLM token budget of the sources; the lowest-ranked evidence is cut first (config: generator.context_tokens)")] = None,
+    rewrite: Annotated[Optional[str], typer.Option("--rewrite", help="none | multi-query | hyde: the LLM generator rewrites the question, each rewrite's retrieval fused with the question's by RRF (config: ask.rewrite)")] = None,
     filter_: FilterOpt = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Answers name: answers/NAME.parquet (default: the query file's stem)")] = None,
     project: ProjectOpt = None,
@@ -720,7 +721,7 @@ def ask(
            "context_tokens": context_tokens}
     opts = {"k": k, "mode": mode, "min_score": min_score, "min_coverage": min_coverage,
             "strong_score": strong_score, "max_sentences": max_sentences, "filter": filter_,
-            "generator": generator, "llm": llm}
+            "generator": generator, "llm": llm, "rewrite": rewrite}
     if question is not None:
         res = p.ask(question, **opts)
         _report_queries_truncated(res.n_queries_truncated, res.max_length, quiet)
@@ -761,9 +762,11 @@ def _answer_json(res) -> dict:
         "generator": res.answer.generator,
         "latency_ms": round(res.latency_ms, 1),
         "timings": {k: round(v, 1) for k, v in res.timings.items()},
+        **({"rewrites": res.rewrites} if res.rewrites else {}),
         "n_citations_removed": res.answer.n_citations_removed,
         "n_evidence_cut": res.answer.n_evidence_cut,
         "evidence": [{"n": e.number, "chunk_id": e.chunk_id, "doc_id": e.doc_id, "score": round(e.score, 6),
+                      **({"rerank_score": round(e.rerank_score, 6)} if e.rerank_score is not None else {}),
                       "text": e.text, **({"context": e.context} if e.context else {})} for e in res.evidence],
     }
 

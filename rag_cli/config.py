@@ -98,6 +98,8 @@ class AskConfig:
     min_entity_coverage: float = 0.5
     key_idf: float = 0.3
     entity_scope: str = "zh"  # zh | all
+    rewrite: str = "none"  # none | multi-query | hyde (an LLM generator writes them; rag_cli.generate.rewrite)
+    rerank_candidates: int = 20  # with model.reranker: chunks retrieved and reranked, of which the best k are kept
 
 
 @dataclass(frozen=True)
@@ -258,6 +260,8 @@ CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
     ("ask", "key_idf"): (0, 1),
     ("ask", "entity_scope"): ("zh", "all"),
     ("ask", "max_sentences"): (1, None),
+    ("ask", "rerank_candidates"): (1, None),
+    ("ask", "rewrite"): ("none", "multi-query", "hyde"),
     ("index", "keep"): (0, None),
     ("lock", "wait"): (0, None),
     ("ask", "generator"): ("extractive", "openai", "llama-cpp"),

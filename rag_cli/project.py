@@ -726,12 +726,12 @@ class Project:
 
     # -- ask -----------------------------------------------------------------
     def _ask_setup(self, k, mode, min_score, min_coverage, strong_score, max_sentences, filter,
-                   generator=None, llm=None):
+                   generator=None, llm=None, rewrite=None):
         from rag_cli.generate.factory import load_generator
 
         config, _ = self._with("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage,
                                        "strong_score": strong_score, "max_sentences": max_sentences,
-                                       "generator": generator})
+                                       "generator": generator, "rewrite": rewrite})
         config, _ = config.with_options("generator", llm)
         sconfig, s, mask = self._search_setup(mode, None, None, None, filter, for_ask=True)
         if s.embedder is None:  # sparse retrieval: the evidence is still scored by the bi-encoder
@@ -739,10 +739,20 @@ class Project:
         gen = load_generator(config.ask, s.embedder, s.sparse, config.generator, threads=config.model.threads)
         return config.ask, sconfig.search, s, mask, gen
 
+    def _ask_reranker(self):
+        """(question, [text]) -> (n,) float32 cross-encoder logits with
+        model.reranker, for `ask` to rerank its evidence; None when no
+        reranker is set."""
+        if not self.config.model.reranker:
+            return None
+        ce = self._cross_encoder(self.config)
+        return lambda question, texts: ce.score_pairs([(question, t) for t in texts])
+
     def ask(self, question: str, *, k: int | None = None, mode: str | None = None,
             min_score: float | None = None, min_coverage: float | None = None,
             strong_score: float | None = None, max_sentences: int | None = None,
-            filter: str | Sequence[str] | None = None, generator: str | None = None, llm: dict | None = None):
+            filter: str | Sequence[str] | None = None, generator: str | None = None, llm: dict | None = None,
+            rewrite: str | None = None):
         """Answer `question` from the indexed sources only, citing the
         evidence as [n], or refuse (see `rag_cli.stages.ask`). Returns an
         `AskResult` (`.answer.text`, `.answer.citations`, `.refused`,
@@ -753,14 +763,16 @@ class Project:
 
         `generator` is ask.generator (extractive | openai | llama-cpp);
         `llm` overrides keys of the `[generator]` section ({key: value}, e.g.
-        {"base_url": "http://127.0.0.1:8080/v1", "timeout": 30.0}).
+        {"base_url": "http://127.0.0.1:8080/v1", "timeout": 30.0}); `rewrite`
+        is ask.rewrite (none | multi-query | hyde; needs an LLM generator,
+        `.rewrites` holds what it wrote).
         """
         from rag_cli.stages.ask import ask
 
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
-                                                   max_sentences, filter, generator, llm)
+                                                   max_sentences, filter, generator, llm, rewrite)
         before = s.n_queries_truncated
-        res = ask(s, gen, question, acfg, scfg, mask)
+        res = ask(s, gen, question, acfg, scfg, mask, self._ask_reranker())
         res.n_queries_truncated, res.max_length = s.n_queries_truncated - before, _max_length(s)
         return res
 
@@ -768,7 +780,7 @@ class Project:
                     min_score: float | None = None, min_coverage: float | None = None,
                     strong_score: float | None = None, max_sentences: int | None = None,
                     filter: str | Sequence[str] | None = None, name: str | None = None,
-                    generator: str | None = None, llm: dict | None = None,
+                    generator: str | None = None, llm: dict | None = None, rewrite: str | None = None,
                     progress: Progress | None = None) -> dict:
         """Answer every question of a query file into answers/NAME.parquet
         (NAME: the file's stem). Returns {"answers": path, "n": answers, "refused": refusals,
@@ -778,11 +790,12 @@ class Project:
 
         check_name(name)
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
-                                                   max_sentences, filter, generator, llm)
+                                                   max_sentences, filter, generator, llm, rewrite)
         before = s.n_queries_truncated
         self.manifest()  # recorded into after the answers are written: check it first
         path, n, n_refused = answer_queries(self, s, gen, Path(queries), acfg, scfg, mask,
-                                            path=self.answers_path(name or file_stem(queries)), progress=progress)
+                                            path=self.answers_path(name or file_stem(queries)),
+                                            reranker=self._ask_reranker(), progress=progress)
         return {"answers": path, "n": n, "refused": n_refused,
                 "n_queries_truncated": s.n_queries_truncated - before, "max_length": _max_length(s)}
 
@@ -997,9 +1010,10 @@ class Project:
         answerer = None
         if answers:
             acfg, scfg, s2, mask, gen = self._ask_setup(None, None, None, None, None, None, None)
+            ask_reranker = self._ask_reranker()
 
             def answerer(text):
-                res = ask(s2, gen, text, acfg, scfg, mask)
+                res = ask(s2, gen, text, acfg, scfg, mask, ask_reranker)
                 gate_refused = res.refused and res.reason != "the generator found no sentence to quote"
                 given = [] if gate_refused else [e.chunk_id for e in res.evidence if e.score >= acfg.min_score]
                 return given, list(res.answer.citations)

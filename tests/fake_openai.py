@@ -1,6 +1,7 @@
 """A small OpenAI-compatible server for tests: 127.0.0.1, a free port, a thread.
 
 `FakeOpenAI.reply` is the answer text it returns (chat or completions);
+`replies` texts to return first, one per request, before `reply`;
 `status` an HTTP status to return instead (e.g. 500); `delay` seconds to
 wait before answering (to provoke a client timeout). `requests` records
 (path, JSON body) of every request.
@@ -17,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class FakeOpenAI:
     def __init__(self):
         self.reply = "ok [1]"
+        self.replies: list[str] = []
         self.status = 200
         self.delay = 0.0
         self.requests: list[tuple[str, dict]] = []
@@ -35,11 +37,12 @@ class FakeOpenAI:
                     payload = json.dumps({"error": {"message": "fake failure"}}).encode()
                     self.send_response(fake.status)
                 else:
+                    text = fake.replies.pop(0) if fake.replies else fake.reply
                     if self.path.endswith("/chat/completions"):
-                        choice = {"index": 0, "message": {"role": "assistant", "content": fake.reply},
+                        choice = {"index": 0, "message": {"role": "assistant", "content": text},
                                   "finish_reason": "stop"}
                     else:
-                        choice = {"index": 0, "text": fake.reply, "finish_reason": "stop"}
+                        choice = {"index": 0, "text": text, "finish_reason": "stop"}
                     payload = json.dumps({"id": "x", "object": "chat.completion", "choices": [choice]}).encode()
                     self.send_response(200)
                 self.send_header("Content-Type", "application/json")

@@ -215,9 +215,12 @@ def test_search_table_prints_document_markup_literally(nasty_project):
 
 
 @pytest.mark.e2e
-def test_rerank_table_prints_document_markup_literally(nasty_project, tiny_cross_encoder):
+def test_rerank_table_prints_document_markup_literally(nasty_project, tiny_cross_encoder, tmp_path):
+    import shutil
+
+    root = shutil.copytree(nasty_project.root, tmp_path / "p.rag")  # rag rerank remembers model.reranker
     res = rag("rerank", "Ranking fusion red bell", "--model", tiny_cross_encoder, "--mode", "sparse", "-k", "3",
-              "-p", nasty_project.root)
+              "-p", root)
     assert res.exit_code == 0, res.output
     assert "[/bold]" in res.stdout
     _assert_plain(res.stdout)
@@ -294,3 +297,103 @@ def test_generator_flags_are_checked(nasty_project):
     assert res.exit_code == 2 and "ask.generator" in res.stderr
     res = rag("ask", "BM25?", "--generator", "openai", "--api", "rest", "-p", nasty_project.root)
     assert res.exit_code == 2 and "--api" in res.stderr and "chat, completions" in res.stderr
+
+
+def test_rerank_evidence_keeps_the_best_k_by_the_reranker_and_renumbers():
+    from rag_cli.stages.ask import rerank_evidence
+
+    ev = [Evidence(i + 1, f"d#{i}", "d", f"text {i}", 0.9 - i / 100, title_path=["T"]) for i in range(4)]
+    seen = []
+
+    def reranker(q, texts):
+        seen.append((q, texts))
+        return [0.1, 2.0, -1.0, 2.0]  # ties keep the retrieval order
+
+    out = rerank_evidence("q?", ev, reranker, 3)
+    assert seen[0][0] == "q?" and len(seen[0][1]) == 4 and seen[0][1][1].startswith("T") and \
+        seen[0][1][1].endswith("text 1")  # the heading path and the chunk text, as rag rerank scores them
+    assert [(e.number, e.chunk_id, e.rerank_score) for e in out] == [(1, "d#1", 2.0), (2, "d#3", 2.0), (3, "d#0", 0.1)]
+    assert [e.score for e in out] == [0.89, 0.87, 0.9]  # the cosines travel with their chunks
+
+
+@pytest.mark.e2e
+def test_ask_reranks_its_evidence_with_the_configured_cross_encoder(tmp_path, nasty_project, tiny_cross_encoder):
+    import shutil
+
+    root = tmp_path / "p.rag"
+    shutil.copytree(nasty_project.root, root)
+    question = "What does the ef parameter of HNSW set?"
+    # rag rerank remembers model.reranker; its scores are those ask must order by
+    rr = rag("rerank", question, "--model", tiny_cross_encoder, "--mode", "sparse", "-k", "3", "--json", "-p", root)
+    assert rr.exit_code == 0, rr.output
+    expected = [(h["chunk_id"], h["score"]) for h in json.loads(rr.stdout)["results"]]
+    assert "reranker" in (root / "rag.toml").read_text()
+    res = rag("ask", question, *ANSWERABLE, "-k", "2", "--json", "-p", root)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    got = [(e["n"], e["chunk_id"], e["rerank_score"]) for e in out["evidence"]]
+    assert [(n, c) for n, c, _ in got] == [(1, expected[0][0]), (2, expected[1][0])]
+    assert [s for _, _, s in got] == pytest.approx([expected[0][1], expected[1][1]], abs=1e-5)
+    assert set(out["timings"]) == {"retrieve_ms", "rerank_ms", "generate_ms", "total_ms"}
+    plain_res = json.loads(rag("ask", question, *ANSWERABLE, "-k", "2", "--json", "-p", nasty_project.root).stdout)
+    assert "rerank_ms" not in plain_res["timings"] and "rerank_score" not in plain_res["evidence"][0]
+
+
+def test_parse_queries_strips_numbering_and_drops_repeats():
+    from rag_cli.generate.rewrite import parse_queries, rewrite_prompt
+
+    text = "1. BM25 ranking\n- BM25 ranking\n\n2) How does BM25 rank?\n（3）词频\n* inverse document frequency"
+    assert parse_queries(text, "How does BM25 rank?", 3) == ["BM25 ranking", "词频", "inverse document frequency"]
+    assert "3" in rewrite_prompt("multi-query", "How?", 3) and "问题：谁？" in rewrite_prompt("hyde", "谁？")
+
+
+OPENAI = ["--generator", "openai", "--llm-model", "fake"]
+
+
+@pytest.mark.e2e
+def test_multi_query_rewrites_are_fused_with_the_question_by_rrf(nasty_project, fake):
+    question = "What does ef set?"
+    base = json.loads(rag("ask", question, *ANSWERABLE, "-k", "2", *OPENAI, "--base-url", fake.base_url,
+                          "--json", "-p", nasty_project.root).stdout)
+    assert [e["chunk_id"] for e in base["evidence"]] == ["hnsw.md#0"] and "rewrites" not in base
+    fake.requests.clear()
+    fake.replies = ["1. BM25 term frequency\n2. inverse document frequency\n3. " + question]
+    fake.reply = "ef sets the candidate list [2]."
+    res = rag("ask", question, *ANSWERABLE, "-k", "2", *OPENAI, "--base-url", fake.base_url, "--rewrite",
+              "multi-query", "--json", "-p", nasty_project.root)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["rewrites"] == ["BM25 term frequency", "inverse document frequency"]
+    # RRF (k=60): bm25.md first in both rewrites' lists (2/61), hnsw.md first in the question's (1/61)
+    assert [e["chunk_id"] for e in out["evidence"]] == ["bm25.md#0", "hnsw.md#0"]
+    assert out["answer"] == "ef sets the candidate list [2]." and out["citations"] == ["hnsw.md#0"]
+    assert {"rewrite_ms", "retrieve_ms", "generate_ms", "total_ms"} == set(out["timings"])
+    (_, first), (_, second) = fake.requests
+    assert question in first["messages"][0]["content"] and "search queries" in first["messages"][0]["content"]
+    assert "BM25 ranks documents" in second["messages"][1]["content"]  # the fused evidence is in the prompt
+
+
+@pytest.mark.e2e
+def test_hyde_passage_is_searched_and_the_question_kept(nasty_project, fake):
+    question = "What does ef set?"
+    fake.replies = ["BM25 scores documents by term frequency and inverse document frequency."]
+    res = rag("ask", question, *ANSWERABLE, "-k", "2", *OPENAI, "--base-url", fake.base_url, "--rewrite", "hyde",
+              "--json", "-p", nasty_project.root)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["rewrites"] == ["BM25 scores documents by term frequency and inverse document frequency."]
+    assert "Passage:" in fake.requests[0][1]["messages"][0]["content"]
+    assert {e["chunk_id"] for e in out["evidence"]} == {"bm25.md#0", "hnsw.md#0"}
+    # hybrid: the passage is embedded as a passage (the dense path) and still fused with the question
+    fake.replies = ["HNSW ef candidate list."]
+    res = rag("ask", question, "--mode", "hybrid", "--min-score", "-1", "--min-coverage", "0", *OPENAI,
+              "--base-url", fake.base_url, "--rewrite", "hyde", "--json", "-p", nasty_project.root)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["rewrites"] == ["HNSW ef candidate list."]
+
+
+def test_rewrite_needs_an_llm_generator(nasty_project):
+    res = rag("ask", "BM25?", "--rewrite", "hyde", "-p", nasty_project.root)
+    assert res.exit_code == 2 and "--generator openai or llama-cpp" in res.stderr
+    res = rag("ask", "BM25?", "--rewrite", "paraphrase", "-p", nasty_project.root)
+    assert res.exit_code == 2 and "multi-query" in res.stderr

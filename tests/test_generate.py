@@ -3,7 +3,8 @@
 import numpy as np
 
 from rag_cli.generate.base import Evidence, language, refusal
-from rag_cli.generate.extractive import ExtractiveGenerator, split_sentences
+from rag_cli.generate.extractive import (ExtractiveGenerator, answer_type, has_answer_type, split_sentences,
+                                         term_shares)
 
 
 def test_language_and_refusal():
@@ -33,15 +34,17 @@ def _fake_encoders(vocab):
     return (lambda q: vec(q)), (lambda ps: np.stack([vec(p) for p in ps]))
 
 
-def _word_share(question, texts):
-    q = set(question.lower().strip("?").split())
-    t = set(" ".join(texts).lower().split())
-    return len(q & t) / len(q) if q else 0.0
+def _words(text):
+    return [w.strip("?.!,") for w in text.lower().split()]
+
+
+def _idf(terms):
+    return {t: 1.0 for t in terms}
 
 
 def test_extractive_cites_the_best_sentences_with_their_evidence_number():
     eq, ep = _fake_encoders(["hnsw", "ef", "query", "bm25", "stemming"])
-    gen = ExtractiveGenerator(eq, ep, _word_share, max_sentences=2, margin=0.5)
+    gen = ExtractiveGenerator(eq, ep, _words, _idf, max_sentences=2, margin=0.5)
     evidence = [
         Evidence(1, "bm25.md#0", "bm25.md", "BM25 uses stemming of words. It is lexical.", 0.9),
         Evidence(2, "hnsw.txt#3", "hnsw.txt", "The ef parameter sets the HNSW query beam. Unrelated words here.", 0.88),
@@ -55,5 +58,46 @@ def test_extractive_cites_the_best_sentences_with_their_evidence_number():
 
 def test_extractive_with_no_sentences_refuses():
     eq, ep = _fake_encoders(["a"])
-    answer = ExtractiveGenerator(eq, ep, _word_share).generate("q?", [Evidence(1, "d#0", "d", "# only a heading", 0.9)])
+    answer = ExtractiveGenerator(eq, ep, _words, _idf).generate("q?", [Evidence(1, "d#0", "d", "# only a heading", 0.9)])
     assert answer.refused and answer.citations == []
+
+
+def test_term_shares_weigh_the_subject_little_and_the_asked_fact_most():
+    # the subject "wang" is in all three sentences: local idf ln(1 + 3/4); "1973" in one: ln(1 + 3/2)
+    sentences = ["Wang was born in Qinhuangdao.", "In 1973 Wang became a clerk.", "Wang joined the party."]
+    shares = term_shares("What did Wang do in 1973?", sentences, _words, _idf)
+    w_subject, w_year = np.log1p(3 / 4), np.log1p(3 / 2)
+    # "what", "did", "do", "in" count as terms of the fake analyzer; only "in" is in the sentences (1 and 2)
+    w_in = np.log1p(3 / 3)
+    w_other = 3 * np.log1p(3 / 1)
+    total = w_subject + w_year + w_in + w_other
+    np.testing.assert_allclose(shares, [(w_subject + w_in) / total, (w_subject + w_year + w_in) / total,
+                                        w_subject / total], rtol=1e-6)
+    assert term_shares("什么?", ["一句话。"], lambda t: ["什么"], _idf).tolist() == [0.0]
+
+
+def test_answer_type_and_has_answer_type():
+    assert answer_type("纽西兰鸡毛松有多高？") == "number"
+    assert answer_type("第1舰队是何时解散的？") == "date" and answer_type("When was it founded?") == "date"
+    assert answer_type("How many exits does it have?") == "number"
+    assert answer_type("西贡商信银行的总部在哪里？") is None
+    assert has_answer_type("树高可达55米。", "number", "有多高？")
+    assert not has_answer_type("第1舰队为旧大日本帝国海军之一部队。", "date", "第1舰队是何时解散的？")
+    assert has_answer_type("1944年2月25日解散。", "date", "第1舰队是何时解散的？")
+    assert not has_answer_type("It has 4 exits.", None, "Where is it?")
+
+
+def test_extractive_prefers_the_sentence_with_the_asked_fact_over_the_subject_definition():
+    # a flat encoder: every cosine is equal, so the lexical share and the answer type decide
+    eq = lambda q: np.array([1.0, 0.0], dtype=np.float32)  # noqa: E731
+    ep = lambda ps: np.tile(np.array([1.0, 0.0], dtype=np.float32), (len(ps), 1))  # noqa: E731
+    evidence = [Evidence(1, "w#0", "w", "Wang is a politician from Hebei. In October 1973 Wang became a postal clerk. "
+                                         "Wang later led the party office.", 0.9)]
+    gen = ExtractiveGenerator(eq, ep, _words, _idf, max_sentences=1)
+    assert gen.generate("What did Wang become in October 1973?", evidence).text == \
+        "In October 1973 Wang became a postal clerk. [1]"
+    # no term singles a sentence out: the number asked for does
+    evidence = [Evidence(1, "t#0", "t", "The tree is an endemic conifer. The tree grows 55 metres tall.", 0.9)]
+    assert gen.generate("How high?", evidence).text == "The tree grows 55 metres tall. [1]"
+    assert ExtractiveGenerator(eq, ep, _words, _idf, max_sentences=1, type_weight=0.0).generate(
+        "How high?", evidence).text == "The tree is an endemic conifer. [1]"

@@ -41,7 +41,9 @@ class Evidence:
 
     `text` is the retrieved chunk's text; `context` is the text around it
     that the generator should read instead (a sentence window, a parent
-    chunk), or None when the chunk is its own context.
+    chunk), or None when the chunk is its own context. `score` is the
+    bi-encoder cosine with the question; `rerank_score` the cross-encoder
+    logit when `rag ask` reranked the evidence, else None.
     """
 
     number: int
@@ -51,6 +53,7 @@ class Evidence:
     score: float
     title_path: list[str] = field(default_factory=list)
     context: str | None = None
+    rerank_score: float | None = None
 
 
 @dataclass

@@ -2,11 +2,28 @@
 question, each followed by its citation [n]. Needs no LLM and cannot say
 anything the sources do not say.
 
-Sentences are scored by the bi-encoder's cosine between the question (as a
-query) and each sentence (as a passage), plus `lexical_weight` times the
-idf-weighted share of the question's BM25 terms (stemmed words, jieba words)
-that the sentence contains; the best `max_sentences` whose score is within
-`margin` of the best one are kept, best first.
+A sentence's score is
+
+    cos(question, sentence + its next sentence)
+    + lexical_weight * share(question terms in the sentence)
+    + type_weight * [the question asks for a number or date and the sentence has one]
+
+* The cosine is the bi-encoder's (the question as a query, the text as a
+  passage); the window (`context`) gives a short sentence its meaning.
+* The share is over the question's analyzed BM25 terms (jieba words,
+  stemmed English words), question words aside (`QUESTION_WORDS`), each
+  weighted by its index idf times a local idf over the candidate sentences,
+  ln(1 + n / (1 + n_t)) for n sentences of which n_t hold the term. The
+  subject of the question is in most of the evidence sentences, so it
+  weighs little; the terms that single out the asked-for fact ("1973年10月",
+  "总部") weigh most. Without the local factor the definition of the subject
+  ("王家瑞，河北秦皇岛人。") wins over the sentence holding the fact.
+* Answer type: 多少/几/多高/how many... ask for a number, 何时/哪一年/when...
+  for a date (`answer_type`); numbers the question itself contains do not
+  count.
+
+The best `max_sentences` whose score is within `margin` of the best one are
+kept, best first.
 """
 
 from __future__ import annotations
@@ -17,7 +34,8 @@ from collections.abc import Callable
 import numpy as np
 
 from rag_cli.generate.base import Answer, Evidence, language
-from rag_cli.loaders.normalize import CJK
+from rag_cli.generate.gate import QUESTION_WORDS, holds_term
+from rag_cli.loaders.normalize import CJK, normalize_text
 
 # Blocks: paragraphs, and lines that start a list item, heading or table row.
 _BLOCK = re.compile(r"\n\s*\n|\n(?=\s*(?:[-*+>#|]|\d+[.)]\s))")
@@ -49,17 +67,65 @@ def split_sentences(text: str, min_chars: int = 5) -> list[str]:
     return out
 
 
+_NUMBER_Q = re.compile(r"多少|几|多高|多长|多大|多重|多久|多远|多深|多宽|多厚|\bhow (?:many|much|long|old|far|tall|high|large|big)\b",
+                       re.I)
+_DATE_Q = re.compile(r"何时|什么时候|哪一年|哪年|哪一天|哪天|哪个月|\bwhen\b|\bwhat year\b|\bwhich year\b", re.I)
+_NUMBER = re.compile(r"\d|[一二三四五六七八九十百千万亿两]+[个名座条种岁米年次位人所家]")
+_DATE = re.compile(r"\d+\s*[年月日]|世纪|年代|(?<!\d)(?:1[0-9]|20)\d\d(?!\d)")
+
+
+def answer_type(question: str) -> str | None:
+    """'date', 'number' or None: what kind of fact `question` asks for (a date
+    question is checked first: 哪一年 asks for a date, not any number)."""
+    if _DATE_Q.search(question):
+        return "date"
+    if _NUMBER_Q.search(question):
+        return "number"
+    return None
+
+
+def has_answer_type(sentence: str, kind: str | None, question: str) -> bool:
+    """Whether `sentence` holds a fact of `kind` ('date', 'number'; None ->
+    False), not counting the digit runs that `question` contains."""
+    if kind is None:
+        return False
+    asked = set(re.findall(r"\d+", question))
+    rest = re.sub(r"\d+", lambda m: "" if m.group(0) in asked else m.group(0), sentence)
+    return bool((_DATE if kind == "date" else _NUMBER).search(rest))
+
+
+def term_shares(question: str, sentences: list[str], analyze: Callable[[str], list[str]],
+                idf: Callable[[list[str]], dict[str, float]]) -> np.ndarray:
+    """(n,) float32 in [0, 1]: per sentence, the weighted share of the question's
+    terms it holds, each term weighted by idf * ln(1 + n / (1 + n_t)) (see the
+    module docstring); zeros when the question has no terms but question words."""
+    terms = sorted(set(analyze(question)) - QUESTION_WORDS)
+    if not terms or not sentences:
+        return np.zeros(len(sentences), dtype=np.float32)
+    held = np.zeros((len(sentences), len(terms)), dtype=np.float32)
+    for i, s in enumerate(sentences):
+        low = normalize_text(s).lower()
+        words = set(analyze(low))
+        held[i] = [holds_term(t, low, words) for t in terms]
+    idf_of = idf(terms)
+    weights = np.array([idf_of[t] for t in terms], dtype=np.float32)
+    weights *= np.log1p(len(sentences) / (1.0 + held.sum(axis=0)))
+    total = float(weights.sum())
+    return held @ weights / total if total > 0 else np.zeros(len(sentences), dtype=np.float32)
+
+
 class ExtractiveGenerator:
     """Answer with verbatim evidence sentences, each cited.
 
     Args:
         encode_query: str -> (d,) float32 unit vector.
         encode_passages: list[str] -> (n, d) float32 unit vectors.
-        coverage: (question, [sentence]) -> idf-weighted share of the question's
-            terms in the sentence, in [0, 1] (`SparseIndex.coverage`).
+        analyze: text -> its BM25 terms (`rag_cli.index.sparse.analyze`).
+        idf: [term] -> {term: idf} (`SparseIndex.idf`).
         max_sentences: how many sentences at most.
         margin: keep sentences whose score >= best - margin.
-        lexical_weight: weight of the share of question terms in a sentence.
+        lexical_weight: weight of the weighted share of question terms in a sentence.
+        type_weight: bonus of a sentence holding the number or date asked for.
         context: the cosine of a sentence is taken over it and the `context`
             sentences that follow it (a sentence alone is often too short for
             its meaning: "ef is the size of the candidate list ... It is the
@@ -70,15 +136,30 @@ class ExtractiveGenerator:
 
     def __init__(self, encode_query: Callable[[str], np.ndarray],
                  encode_passages: Callable[[list[str]], np.ndarray],
-                 coverage: Callable[[str, list[str]], float],
-                 max_sentences: int = 3, margin: float = 0.03, lexical_weight: float = 0.15, context: int = 1):
+                 analyze: Callable[[str], list[str]], idf: Callable[[list[str]], dict[str, float]],
+                 max_sentences: int = 3, margin: float = 0.03, lexical_weight: float = 0.15,
+                 type_weight: float = 0.05, context: int = 1):
         self.encode_query = encode_query
         self.encode_passages = encode_passages
-        self.coverage = coverage
+        self.analyze = analyze
+        self.idf = idf
         self.max_sentences = max_sentences
         self.margin = margin
         self.lexical_weight = lexical_weight
+        self.type_weight = type_weight
         self.context = context
+
+    def scores(self, question: str, sentences: list[str], windows: list[str]) -> np.ndarray:
+        """(n,) float32: the score of each sentence (module docstring); `windows`
+        are the texts whose cosine is taken (the sentence and its context)."""
+        q = self.encode_query(question)
+        score = self.encode_passages(windows) @ q
+        score = score + self.lexical_weight * term_shares(question, sentences, self.analyze, self.idf)
+        kind = answer_type(question)
+        if kind is not None and self.type_weight:
+            score = score + self.type_weight * np.array(
+                [has_answer_type(s, kind, question) for s in sentences], dtype=np.float32)
+        return score
 
     def generate(self, question: str, evidence: list[Evidence]) -> Answer:
         candidates: list[tuple[str, Evidence]] = []
@@ -93,13 +174,10 @@ class ExtractiveGenerator:
                     windows.append(" ".join(sentences[i:i + 1 + self.context]))
         if not candidates:
             return Answer(text="", citations=[], refused=True, generator=self.name)
-        q = self.encode_query(question)
-        cos = self.encode_passages(windows) @ q
-        cos = cos + self.lexical_weight * np.array(
-            [self.coverage(question, [s]) for s, _ in candidates], dtype=np.float32)
-        order = np.argsort(-cos, kind="stable")
-        best = float(cos[order[0]])
-        chosen = [i for i in order[: self.max_sentences] if cos[i] >= best - self.margin]
+        score = self.scores(question, [s for s, _ in candidates], windows)
+        order = np.argsort(-score, kind="stable")
+        best = float(score[order[0]])
+        chosen = [i for i in order[: self.max_sentences] if score[i] >= best - self.margin]
         joiner = "" if language(question) == "zh" else " "
         parts, citations = [], []
         for i in chosen:

@@ -35,12 +35,13 @@ def load_generator(ask_cfg, embedder, sparse, gen_cfg=None, threads: int = 0):
         return LlamaCppGenerator(gen_cfg.model, temperature=gen_cfg.temperature, max_tokens=gen_cfg.max_tokens,
                                  context_tokens=gen_cfg.context_tokens, threads=threads)
     from rag_cli.generate.extractive import ExtractiveGenerator
+    from rag_cli.index.sparse import analyze
 
     # the sentences are compared with the question's vector: both from the query graph when the
     # model has one (already loaded for the question, and float32-close; `BiEncoder.query_encoder`)
     return ExtractiveGenerator(
         lambda q: embedder.encode_queries([q])[0],
         lambda ps: embedder.query_encoder.encode_passages(ps),
-        sparse.coverage,
+        analyze, sparse.idf,
         max_sentences=ask_cfg.max_sentences,
     )

@@ -56,6 +56,13 @@ def key_terms(idf: dict[str, float], n_docs: int, key_idf: float) -> dict[str, f
     return {t: v for t, v in idf.items() if t not in QUESTION_WORDS and v >= floor}
 
 
+def holds_term(term: str, low: str, terms: set[str]) -> bool:
+    """Whether a text holds an analyzed `term`: a CJK term as a substring of
+    the text's normalised lower-case form `low`, another term as one of the
+    text's analyzed `terms`."""
+    return term in low if has_cjk(term) else term in terms
+
+
 def entity_coverage(key: dict[str, float], texts: Iterable[str],
                     analyze: Callable[[str], list[str]]) -> float:
     """The largest idf-weighted share of the `key` terms ({term: idf}) found in
@@ -68,7 +75,7 @@ def entity_coverage(key: dict[str, float], texts: Iterable[str],
     for text in texts:
         low = normalize_text(text).lower()
         terms = set(analyze(low))
-        found = sum(v for t, v in key.items() if (t in low if has_cjk(t) else t in terms))
+        found = sum(v for t, v in key.items() if holds_term(t, low, terms))
         best = max(best, found / total)
     return best
 

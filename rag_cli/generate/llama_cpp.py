@@ -79,6 +79,13 @@ class LlamaCppGenerator:
         self.llm = Llama(model_path=str(self.path), n_ctx=context_tokens + max_tokens + 512,
                          n_threads=threads or None, verbose=False)
 
+    def complete(self, prompt: str, max_tokens: int) -> str:
+        """The model's continuation of a bare `prompt` (at most `max_tokens`,
+        up to a blank line pair), stripped."""
+        out = self.llm.create_completion(prompt, max_tokens=max_tokens, temperature=self.temperature,
+                                         stop=["\n\n\n"])
+        return (out["choices"][0]["text"] or "").strip()
+
     def generate(self, question: str, evidence: list[Evidence]) -> Answer:
         kept, n_cut = fit_budget(evidence, self.context_tokens)
         out = self.llm.create_completion(completion_prompt(question, kept), max_tokens=self.max_tokens,

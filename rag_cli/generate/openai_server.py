@@ -64,16 +64,29 @@ class OpenAIGenerator:
     def generate(self, question: str, evidence: list[Evidence]) -> Answer:
         kept, n_cut = fit_budget(evidence, self.context_tokens)
         path, body = self.request(question, kept)
-        data = self.post(path, body)
+        text = self._text(self.post(path, body), path)
+        return Answer(text=text, citations=[], refused=not text or is_refusal(text), generator=self.name,
+                      n_evidence_cut=n_cut)
+
+    def complete(self, prompt: str, max_tokens: int) -> str:
+        """The server's reply to a bare `prompt` (a user message for chat, the
+        prompt for completions, at `temperature`), stripped. Raises WorkFailed as `post`."""
+        body: dict = {"temperature": self.temperature, "max_tokens": max_tokens}
+        if self.model:
+            body["model"] = self.model
+        if self.api == "chat":
+            path, body = "/chat/completions", {**body, "messages": [{"role": "user", "content": prompt}]}
+        else:
+            path, body = "/completions", {**body, "prompt": prompt, "stop": ["\n\n\n"]}
+        return self._text(self.post(path, body), path)
+
+    def _text(self, data: dict, path: str) -> str:
         try:
             choice = data["choices"][0]
-            text = (choice["message"]["content"] if self.api == "chat" else choice["text"]) or ""
+            return ((choice["message"]["content"] if self.api == "chat" else choice["text"]) or "").strip()
         except (KeyError, IndexError, TypeError) as exc:
             raise WorkFailed(f"{self.base_url}{path}: the answer is not an OpenAI {self.api} completion "
                              f"(no choices[0].{'message.content' if self.api == 'chat' else 'text'})") from exc
-        text = text.strip()
-        return Answer(text=text, citations=[], refused=not text or is_refusal(text), generator=self.name,
-                      n_evidence_cut=n_cut)
 
     def post(self, path: str, body: dict) -> dict:
         """POST `body` to base_url + `path` with timeouts and bounded retries; the JSON answer.

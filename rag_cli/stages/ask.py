@@ -31,6 +31,19 @@ neutralised (`[3]` -> `(3)`, `rag_cli.generate.citations.neutralise`), and
 every marker of the answer is checked against the numbers given: others are
 removed and counted (`Answer.n_citations_removed`).
 
+Rewriting (`ask.rewrite`, an LLM generator; `rag_cli.generate.rewrite`):
+the chunks retrieved for each rewrite (a multi-query phrasing, searched as
+a query; a HyDE passage, embedded as a passage) are fused with those of the
+original question by RRF (`search.rrf_k`), the original always among the
+fused lists; the evidence cosines are the original question's. `timings`
+then has `rewrite_ms`, and `AskResult.rewrites` the rewrites.
+
+Reranking: when a `reranker` is given (`model.reranker` is set), the best
+`ask.rerank_candidates` chunks are retrieved, scored by the cross-encoder
+(question, heading path + chunk text), and the best `k` by that score are
+numbered [1]..[k] in its order (`Evidence.rerank_score`); the gate still
+judges their bi-encoder cosines. `timings` then has `rerank_ms`.
+
 The question is normalised once, here (`prepare_query`), as `rag search`
 normalises queries.
 """
@@ -49,6 +62,8 @@ from rag_cli.config import AskConfig, SearchConfig
 from rag_cli.generate.base import Answer, Evidence, refusal
 from rag_cli.generate.citations import check_answer, neutralise
 from rag_cli.generate.gate import entity_rule_applies, question_entity_coverage
+from rag_cli.generate.rewrite import rewrite as write_rewrites
+from rag_cli.index.fusion import rrf
 from rag_cli.index.searcher import Searcher, check_query, prepare_query
 from rag_cli.progress import Progress
 from rag_cli.store.answers import write_answers
@@ -76,20 +91,46 @@ class AskResult:
     timings: dict = field(default_factory=dict)  # retrieve_ms, generate_ms, total_ms (float, milliseconds)
     given: list[Evidence] = field(default_factory=list)  # the evidence given to the generator (as it read it)
     entity_coverage: float = 1.0  # the gate's entity coverage, in [0, 1] (rag_cli.generate.gate)
+    rewrites: list[str] = field(default_factory=list)  # the generator's rewrites of the question (ask.rewrite)
 
     @property
     def refused(self) -> bool:
         return self.answer.refused
 
 
+def rerank_evidence(question: str, evidence: list[Evidence], reranker, k: int) -> list[Evidence]:
+    """The best `k` of `evidence` by `reranker(question, texts)` ((n,) float
+    cross-encoder scores, higher is better; ties keep the retrieval order),
+    renumbered 1..k, each with its `rerank_score`."""
+    if not evidence:
+        return evidence
+    scores = np.asarray(reranker(question, [make_embed_text(e.title_path, e.text) for e in evidence]),
+                        dtype=np.float64)
+    order = np.argsort(-scores, kind="stable")[:k]
+    return [replace(evidence[i], number=n + 1, rerank_score=float(scores[i])) for n, i in enumerate(order)]
+
+
 def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=None,
                  candidates: int = 100, rrf_k: int = 60, fusion: str = "rrf",
-                 dense_weight: float = 0.5) -> tuple[list[Evidence], float]:
+                 dense_weight: float = 0.5, rewrites: list[str] = (),
+                 hyde: bool = False) -> tuple[list[Evidence], float]:
     """Top-`k` chunks as numbered evidence, each scored by its bi-encoder cosine
-    with the question; returns (evidence, best cosine) (-1.0 when nothing was found)."""
+    with the question; returns (evidence, best cosine) (-1.0 when nothing was found).
+
+    With `rewrites`, each is searched too (as a passage vector when `hyde`)
+    and the top-`k` lists are fused with the question's by RRF (`rrf_k`)."""
     qv = searcher.encode_queries([question])  # once, for retrieval and the cosines
-    hits = searcher.search([question], mode=mode, k=k, candidates=candidates, rrf_k=rrf_k, mask=mask,
-                           query_vectors=qv, fusion=fusion, dense_weight=dense_weight)[0]
+    opts = dict(mode=mode, k=k, candidates=candidates, rrf_k=rrf_k, mask=mask, fusion=fusion,
+                dense_weight=dense_weight)
+    hits = searcher.search([question], query_vectors=qv, **opts)[0]
+    if rewrites:
+        lists = [hits]
+        for text in rewrites:
+            vec = (searcher.embedder.encode_passages([text]) if hyde and mode != "sparse"
+                   else None if mode == "sparse" else searcher.encode_queries([text]))
+            lists.append(searcher.search([text], query_vectors=vec, **opts)[0])
+        by_row = {h.row: h for hs in reversed(lists) for h in hs}  # the question's own hit wins
+        hits = [by_row[row] for row, _ in rrf([[h.row for h in hs] for hs in lists], k=rrf_k)[:k]]
     if not hits:
         return [], -1.0
     q = qv[0]
@@ -108,18 +149,28 @@ def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=N
 
 
 def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: SearchConfig,
-        mask=None) -> AskResult:
+        mask=None, reranker=None) -> AskResult:
     """Answer `question` from the index only, with the `[ask]` config `cfg`
     (k, thresholds) and the retrieval of the `[search]` config (mode,
-    candidates, rrf_k). See the module docstring for refusal.
+    candidates, rrf_k). See the module docstring for refusal; `reranker`:
+    (question, [text]) -> (n,) cross-encoder scores, or None.
 
     Raises BadInput for an empty question.
     """
     asked, question = question, prepare_query(check_query(question))
     t0 = time.perf_counter()
-    evidence, best = evidence_for(searcher, question, k=cfg.k, mode=search.mode, mask=mask,
+    rewrites = write_rewrites(generator, question, cfg.rewrite)
+    rewrite_ms = (time.perf_counter() - t0) * 1000.0
+    depth = max(cfg.k, cfg.rerank_candidates) if reranker is not None else cfg.k
+    evidence, best = evidence_for(searcher, question, k=depth, mode=search.mode, mask=mask,
                                   candidates=search.candidates, rrf_k=search.rrf_k, fusion=search.fusion,
-                                  dense_weight=search.dense_weight)
+                                  dense_weight=search.dense_weight, rewrites=rewrites,
+                                  hyde=cfg.rewrite == "hyde")
+    t_rerank = time.perf_counter()
+    if reranker is not None and evidence:
+        evidence = rerank_evidence(question, evidence, reranker, cfg.k)
+        best = max(e.score for e in evidence)
+    rerank_ms = (time.perf_counter() - t_rerank) * 1000.0
     read = [make_embed_text(e.title_path, e.context or e.text) for e in evidence]
     coverage = searcher.sparse.coverage(question, read) if evidence else 0.0
     entity = (question_entity_coverage(question, read, searcher.sparse, cfg.key_idf)
@@ -149,13 +200,18 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
             reason = ("the generator found no sentence to quote" if generator.name == "extractive"
                       else "the generator answered that the sources do not hold the answer")
     t2 = time.perf_counter()
-    timings = {"retrieve_ms": (t1 - t0) * 1000.0, "generate_ms": (t2 - t1) * 1000.0, "total_ms": (t2 - t0) * 1000.0}
+    timings = {"retrieve_ms": (t1 - t0) * 1000.0 - rerank_ms - rewrite_ms, "generate_ms": (t2 - t1) * 1000.0,
+               "total_ms": (t2 - t0) * 1000.0}
+    if reranker is not None:
+        timings["rerank_ms"] = rerank_ms
+    if cfg.rewrite != "none":
+        timings["rewrite_ms"] = rewrite_ms
     return AskResult(asked, answer, evidence, best, coverage, timings["total_ms"], reason,
-                     timings=timings, given=given, entity_coverage=entity)
+                     timings=timings, given=given, entity_coverage=entity, rewrites=rewrites)
 
 
 def answer_queries(project: "Project", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,
-                   search: SearchConfig, mask=None, *, path: Path,
+                   search: SearchConfig, mask=None, *, path: Path, reranker=None,
                    progress: Progress | None = None) -> tuple[Path, int, int]:
     """Answer every question of a query file into `path` (answers/NAME.parquet).
     Progress: ("answering", questions done, questions).
@@ -167,7 +223,7 @@ def answer_queries(project: "Project", searcher: Searcher, generator, queries_pa
     rows = []
     queries = read_queries(queries_path)
     for i, (qid, text) in enumerate(queries):
-        res = ask(searcher, generator, text, cfg, search, mask)
+        res = ask(searcher, generator, text, cfg, search, mask, reranker)
         rows.append({"query_id": qid, "question": text, "answer": res.answer.text,
                      "citations": res.answer.citations, "contexts": [e.chunk_id for e in res.evidence],
                      "refused": res.answer.refused, "generator": res.answer.generator,
@@ -175,6 +231,6 @@ def answer_queries(project: "Project", searcher: Searcher, generator, queries_pa
         if progress is not None:
             progress("answering", i + 1, len(queries))
     write_answers(path, rows)
-    project.record(f"ask:{path.name}", params=dict(cfg.__dict__, mode=search.mode),
+    project.record(f"ask:{path.name}", params=dict(cfg.__dict__, mode=search.mode, reranked=reranker is not None),
                    inputs={"queries": str(queries_path)}, outputs=[str(path)], rows=len(rows))
     return path, len(rows), sum(r["refused"] for r in rows)
