@@ -105,6 +105,9 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="bi-encoder (default: the project default)")
     ap.add_argument("--queries", type=int, default=100, help="test queries compared")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "update.json")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="keep the work folder here (src/, a/, b/ and a-before/: project a before the update, "
+                         "for profiling the update again without embedding the corpus twice)")
     args = ap.parse_args()
 
     n_change = max(3, round(args.n * args.change))
@@ -112,7 +115,11 @@ def main() -> None:
     docs = corpus(args.n + n_each)
     base, extra = docs[:args.n], docs[args.n:]
     queries = [json.loads(line)["text"] for line in (DATA / "queries.jsonl").read_text().splitlines()[:args.queries]]
-    work = Path(tempfile.mkdtemp(prefix="rag-bench-update-"))
+    if args.keep:
+        if args.keep.exists():
+            raise SystemExit(f"--keep {args.keep}: the folder exists; name a new one")
+        args.keep.mkdir(parents=True)
+    work = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="rag-bench-update-"))
     try:
         src = work / "src"
         write(src, base)
@@ -127,12 +134,15 @@ def main() -> None:
         for doc_id, _ in deleted:
             (src / f"{doc_id}.txt").unlink()
         write(src, extra)
+        if args.keep:
+            shutil.copytree(work / "a", work / "a-before")
         t_update, upd = rag("update", "-p", work / "a")
         t_build, fresh = rag("build", src, "-p", work / "b", *model)
         sparse_u, recall_u = results(work / "a", queries)
         sparse_b, recall_b = results(work / "b", queries)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     out = {
         "n_docs": args.n, "changed": {"edited": n_each, "deleted": n_each, "added": n_each},
