@@ -13,6 +13,15 @@ scores of the top 10 for the test queries), dense within the recall@10
     python bench/update.py                      # N = 1000, the default model (int8)
     python bench/update.py --n 5183             # the full corpus
     python bench/update.py --n 300 --model DIR  # another bi-encoder folder
+    python bench/update.py --n 5183 --seed-cache OLD_WORK/a   # the first build reuses vectors
+
+When the corpus has fewer than N + N*change/3 documents (--n 5183), the
+added documents are the last N*change/3 of the N, held out of the first
+build (which then has N - N*change/3 documents). --seed-cache copies into
+the first project, before its build, the cached vectors of exactly the
+texts of that first build (none of the edited or added texts), so the
+update still embeds every new text; the fresh build of the changed corpus
+always starts without a cache, as a user's would.
 
 Writes bench/results/update.json (CPU model and flags, commit, load average).
 """
@@ -98,6 +107,31 @@ def results(root: Path, queries: list[str]) -> tuple[list, float]:
     return sparse, float(recall)
 
 
+def seed_cache(seed: Path, root: Path) -> int:
+    """Copy from `seed`'s vector caches into `root`'s the vectors of the
+    texts in `root`'s chunks.parquet (and no others); returns how many."""
+    import pyarrow.parquet as pq
+
+    from rag_cli.hashing import sha256_text
+    from rag_cli.store.chunks import embed_text_column
+    from rag_cli.store.embeddings import VectorCache
+
+    path = root / "chunks.parquet"
+    shas = sorted({sha256_text(t) for t in pq.read_table(path, columns=[embed_text_column(path)]).column(0).to_pylist()})
+    n = 0
+    for folder in sorted((seed / "cache" / "vectors").glob("*")):
+        parts = sorted(folder.glob("part-*.parquet"))
+        if not parts:
+            continue
+        dim = pq.read_schema(parts[0]).field("vector").type.list_size
+        cache = VectorCache(folder, dim)
+        have = [s for s in shas if s in cache]
+        if have:
+            VectorCache(root / "cache" / "vectors" / folder.name, dim).write_part(have, cache.gather(have))
+            n += len(have)
+    return n
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=1000, help="documents (SciFact has 5183)")
@@ -105,19 +139,34 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="bi-encoder (default: the project default)")
     ap.add_argument("--queries", type=int, default=100, help="test queries compared")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "update.json")
+    ap.add_argument("--seed-cache", type=Path, default=None,
+                    help="a project whose vector cache holds the first build's texts (the first build's time is "
+                         "then not that of a cold build; the update and the fresh build are unaffected)")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="keep the work folder here (src/, a/, b/ and a-before/: project a before the update, "
+                         "for profiling the update again without embedding the corpus twice)")
     args = ap.parse_args()
 
     n_change = max(3, round(args.n * args.change))
     n_each = n_change // 3
     docs = corpus(args.n + n_each)
-    base, extra = docs[:args.n], docs[args.n:]
+    held_out = len(docs) < args.n + n_each  # not enough documents left to add: hold the last ones out
+    cut = len(docs) - n_each if held_out else args.n
+    base, extra = docs[:cut], docs[cut:]
     queries = [json.loads(line)["text"] for line in (DATA / "queries.jsonl").read_text().splitlines()[:args.queries]]
-    work = Path(tempfile.mkdtemp(prefix="rag-bench-update-"))
+    if args.keep:
+        if args.keep.exists():
+            raise SystemExit(f"--keep {args.keep}: the folder exists; name a new one")
+        args.keep.mkdir(parents=True)
+    work = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="rag-bench-update-"))
     try:
         src = work / "src"
         write(src, base)
         model = ["--model", args.model] if args.model else []
-        t_first, _ = rag("build", src, "-p", work / "a", *model)
+        if args.seed_cache:
+            rag("chunk", src, "-p", work / "a", *model)
+            seed_cache(args.seed_cache, work / "a")
+        t_first, first = rag("build", src, "-p", work / "a", *model)
         time.sleep(0.01)
         edited = base[: n_each]
         deleted = base[n_each: 2 * n_each]
@@ -127,15 +176,21 @@ def main() -> None:
         for doc_id, _ in deleted:
             (src / f"{doc_id}.txt").unlink()
         write(src, extra)
+        if args.keep:
+            shutil.copytree(work / "a", work / "a-before")
         t_update, upd = rag("update", "-p", work / "a")
         t_build, fresh = rag("build", src, "-p", work / "b", *model)
         sparse_u, recall_u = results(work / "a", queries)
         sparse_b, recall_b = results(work / "b", queries)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     out = {
-        "n_docs": args.n, "changed": {"edited": n_each, "deleted": n_each, "added": n_each},
+        "n_docs": len(base), "n_docs_changed_corpus": len(base) - n_each + len(extra),
+        "added_held_out": held_out, "seeded_first_build": bool(args.seed_cache),
+        "first_build_embedded": first["embed"]["n_embedded"],
+        "changed": {"edited": n_each, "deleted": n_each, "added": len(extra)},
         "model": args.model or "default (multilingual-e5-small int8)", "queries": len(queries),
         "first_build_s": round(t_first, 2),
         "update": {"wall_s": round(t_update, 2), "chunk_s": round(upd["chunk"]["seconds"], 2),
@@ -156,7 +211,7 @@ def main() -> None:
     args.out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     u, b = out["update"], out["fresh_build"]
     print(f"| | wall s | chunk s | embed s | index s | texts embedded |\n|---|---:|---:|---:|---:|---:|\n"
-          f"| `rag update` ({n_change} of {args.n} docs changed) | {u['wall_s']} | {u['chunk_s']} | {u['embed_s']} | "
+          f"| `rag update` ({n_change} of {len(base)} docs changed) | {u['wall_s']} | {u['chunk_s']} | {u['embed_s']} | "
           f"{u['index_s']} | {u['n_embedded']} |\n"
           f"| fresh `rag build` | {b['wall_s']} | {b['chunk_s']} | {b['embed_s']} | {b['index_s']} | {b['n_embedded']} |\n"
           f"\nupdate / build = {out['update_share_of_build']:.1%}; sparse equal: {out['sparse_equal']}; "
