@@ -853,7 +853,7 @@ def eval_(
         if answers is None or gold is None or qrels is not None or run is not None or queries is not None:
             raise BadInput("--answers FILE needs --gold FILE (gold answers), and no --qrels, --run or --queries")
         report, path = p.evaluate_answers(answers, gold, name=name, output=output)
-        return _show_eval(p, report, path, _print_answer_metrics, json_out, quiet, md, plots)
+        return _show_report(p, report, path, _print_answer_metrics, json_out, quiet, md, plots)
     if qrels is None:
         raise BadInput("--qrels FILE is needed (relevance judgements), unless you score answers with --answers/--gold")
     if tune is not None:
@@ -864,7 +864,7 @@ def eval_(
         with _progress(quiet or json_out) as progress:
             report, path = p.tune_fusion(queries, qrels, test_queries=test_queries, test_qrels=test_qrels,
                                          permutations=permutations, name=name, output=output, progress=progress)
-        return _show_eval(p, report, path, _print_tuning, json_out, quiet, md, plots)
+        return _show_report(p, report, path, _print_tuning, json_out, quiet, md, plots)
     if perturb:
         from rag_cli.evaluate.perturb import expand_kinds
 
@@ -877,20 +877,20 @@ def eval_(
         with _progress(quiet or json_out) as progress:
             report, path = p.perturb(qrels, queries, kinds, mode=mode, ks=cutoffs, seed=seed,
                                      permutations=permutations, name=name, output=output, progress=progress)
-        return _show_eval(p, report, path, _print_perturb, json_out, quiet, md, plots)
+        return _show_report(p, report, path, _print_perturb, json_out, quiet, md, plots)
     if compare or runs:
         if not compare:
             raise BadInput(f"unexpected argument(s) {' '.join(map(str, runs))}: run files as arguments need --compare")
         if run is not None or queries is not None:
             raise BadInput("--compare takes the run files as arguments; leave out --run and --queries")
         report, path = p.compare(qrels, runs or [], ks=cutoffs, permutations=permutations, name=name, output=output)
-        return _show_eval(p, report, path, _print_comparison, json_out, quiet, md, plots)
+        return _show_report(p, report, path, _print_comparison, json_out, quiet, md, plots)
     if funnel:
         if queries is None or run is not None:
             raise BadInput("--funnel needs --queries FILE (the funnel searches them now) and no --run")
         with _progress(quiet or json_out) as progress:
             report, path = p.funnel(qrels, queries, name=name, output=output, progress=progress)
-        return _show_eval(p, report, path, _print_funnel, json_out, quiet, md, plots)
+        return _show_report(p, report, path, _print_funnel, json_out, quiet, md, plots)
     with _progress(quiet or json_out) as progress:
         report, path = p.evaluate(qrels, run=run, queries=queries, mode=mode, ks=cutoffs, name=name, output=output,
                                   progress=progress)
@@ -905,7 +905,7 @@ def eval_(
     _eval_extras(p, report, path, md, plots, quiet)
 
 
-def _show_eval(p, report: dict, path: Path | None, printer, json_out: bool, quiet: bool, md: Path | None,
+def _show_report(p, report: dict, path: Path | None, printer, json_out: bool, quiet: bool, md: Path | None,
                plots: Path | None) -> None:
     """Print a report (`printer`, or its JSON), then write its Markdown summary and plots when asked for."""
     if json_out:
