@@ -407,6 +407,16 @@ def test_sigkill_many_trials_per_stage(tmp_path, scifact_docs, tiny_bi_encoder, 
 
 
 def test_searches_during_updates_see_whole_generations(tmp_path, scifact_docs, tiny_bi_encoder, two_states):
+    _searches_during_updates(tmp_path, scifact_docs, tiny_bi_encoder, two_states, n_updates=6)
+
+
+@pytest.mark.slow
+def test_searches_during_50_updates_see_whole_generations(tmp_path, scifact_docs, tiny_bi_encoder, two_states):
+    """The issue's run: a search loop while 50 updates alternate the corpus."""
+    _searches_during_updates(tmp_path, scifact_docs, tiny_bi_encoder, two_states, n_updates=50)
+
+
+def _searches_during_updates(tmp_path, scifact_docs, tiny_bi_encoder, two_states, n_updates: int) -> None:
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:100])
     p = build(tmp_path / "p", src, tiny_bi_encoder)
@@ -426,14 +436,14 @@ def test_searches_during_updates_see_whole_generations(tmp_path, scifact_docs, t
     t = threading.Thread(target=search_loop)
     t.start()
     try:
-        for i in range(6):
+        for i in range(n_updates):
             write_corpus(src, state_b(scifact_docs) if i % 2 == 0 else scifact_docs[:100])
             proc = _rag("update", "-p", p.root, "-q", "--keep", "1")
             assert proc.wait() == 0, proc.stderr.read()
     finally:
         stop.set()
         t.join()
-    assert errors == [] and wrong == [] and n[0] >= 6, (errors[:3], len(wrong), n[0])
+    assert errors == [] and wrong == [] and n[0] >= n_updates, (errors[:3], len(wrong), n[0])
 
 
 def test_two_updates_started_together_one_runs_the_other_exits_1_naming_it(tmp_path, scifact_docs, tiny_bi_encoder,
