@@ -1199,7 +1199,7 @@ def models_verify(name: NameArg, precision: PrecisionOpt = "int8", json_out: Jso
 def models_quantize(
     directory: Annotated[Path, typer.Argument(help="A model folder with a float32 model.onnx or onnx/model.onnx")],
     out: Annotated[Optional[Path], typer.Option("--out", help="Write a complete int8 model folder here (default: add model_quantized.onnx to DIRECTORY)")] = None,
-    calibrate: Annotated[bool, typer.Option("--calibrate", help="Fused graphs: each FFN's outlier channels in float32, the rest of the FFN int8 (the default model's recipe; about a tenth faster; see README)")] = False,
+    calibrate: Annotated[bool, typer.Option("--calibrate", help="Fused graphs: each FFN's outlier channels in float32, the rest of the FFN int8 (the default model's recipe; docs/models.md)")] = False,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ):

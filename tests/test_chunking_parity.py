@@ -6,7 +6,7 @@ With LangChain's separators `["\\n\\n", "\\n", " ", ""]` and its
 `keep_separator="start"` here) our chunk texts equal LangChain's
 `split_text` on real texts (50 SciFact abstracts and the 15 others with runs
 of spaces, 20 CMRC 2018 passages, the sample corpus). The differences that
-remain on purpose are each shown by a test below with exact outputs (README:
+remain on purpose are each shown by a test below with exact outputs (docs/chunking.md:
 "Chunking: guarantees and LangChain parity"):
 
 1. default separators: ours add sentence ends (incl. `。！？；`) and commas

@@ -18,7 +18,7 @@ inside the previous one (it would repeat only overlap).
 With `separators=["\\n\\n", "\\n", " ", ""]` and `keep_separator="start"` the
 chunk texts are those of LangChain's splitter with `length_function=len`
 (checked by tests/test_chunking_parity.py); the differences are listed in the
-README ("Chunking: guarantees and LangChain parity").
+docs/chunking.md ("Chunking: guarantees and LangChain parity").
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ each int8 graph (`model_int8_query.onnx`, `model_quantized_query.onnx`): the
 float32 graph with only its embedding tables in int8
 (`rag_cli.models.convert.quantize.quantize_query_graph`). Queries are few
 and short, so they get float32 accuracy at little cost, and the int8 loss on
-the passage side alone is small (README "int8 and retrieval quality").
+the passage side alone is small (docs/performance.md "int8 and retrieval quality").
 
 `rag_model.json` keys (all optional): `kind` (`embedder` | `cross-encoder`),
 `pooling` (`mean` | `cls`), `normalize` (bool), `query_prefix`,

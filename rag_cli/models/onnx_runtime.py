@@ -10,7 +10,7 @@ Threads: on the CPU, `threads` batches run at once, each on one onnxruntime
 thread (one session, shared weights; `InferenceSession.run` is thread-safe
 and releases the GIL), rather than one batch at a time split over `threads`
 intra-op threads: small per-batch GEMMs parallelise poorly, and padding,
-pooling and the caller's work overlap the next batches (README "Embedding
+pooling and the caller's work overlap the next batches (docs/performance.md "Embedding
 speed" has the measurements).
 """
 
