@@ -237,3 +237,21 @@ def tiny_cross_encoder(tmp_path_factory) -> Path:
     from tiny_models import make_cross_encoder
 
     return make_cross_encoder(tmp_path_factory.mktemp("models") / "tiny-ce")
+
+
+@pytest.fixture(scope="session")
+def make_sample_project(tiny_bi_encoder):
+    """A function (folder, **chunk options) -> Project: sample_corpus/docs chunked
+    with those options, embedded with the tiny bi-encoder and indexed, through the API."""
+    from rag_cli import Project
+
+    docs = Path(__file__).resolve().parents[1] / "sample_corpus" / "docs"
+
+    def make(folder: Path, **chunk) -> "Project":
+        p = Project.create(folder, model={"embedder": str(tiny_bi_encoder)}, chunk=chunk)
+        p.chunk([docs])
+        p.embed()
+        p.index()
+        return p
+
+    return make

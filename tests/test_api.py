@@ -29,14 +29,9 @@ def rag_json(*args):
 
 
 @pytest.fixture(scope="module")
-def tiny_project(tmp_path_factory, tiny_bi_encoder) -> Project:
+def tiny_project(tmp_path_factory, make_sample_project) -> Project:
     """sample_corpus chunked (characters), embedded with the tiny bi-encoder and indexed, through the API."""
-    p = Project.create(tmp_path_factory.mktemp("api") / "p.rag", model={"embedder": str(tiny_bi_encoder)},
-                       chunk={"unit": "chars", "size": 400, "overlap": 40})
-    p.chunk([SAMPLE_DOCS])
-    p.embed()
-    p.index()
-    return p
+    return make_sample_project(tmp_path_factory.mktemp("api") / "p.rag", unit="chars", size=400, overlap=40)
 
 
 def test_create_writes_the_config_and_refuses_an_existing_project(tmp_path, tiny_bi_encoder):

@@ -27,14 +27,9 @@ def rag(*args):
 
 
 @pytest.fixture(scope="module")
-def small_chunks(tmp_path_factory, tiny_bi_encoder) -> Project:
+def small_chunks(tmp_path_factory, make_sample_project) -> Project:
     """sample_corpus in small chunks (many per document), tiny bi-encoder."""
-    p = Project.create(tmp_path_factory.mktemp("depth") / "p.rag", model={"embedder": str(tiny_bi_encoder)},
-                       chunk={"unit": "chars", "size": 200, "overlap": 0})
-    p.chunk([SAMPLE_DOCS])
-    p.embed()
-    p.index()
-    return p
+    return make_sample_project(tmp_path_factory.mktemp("depth") / "p.rag", unit="chars", size=200, overlap=0)
 
 
 def _docs_per_query(rows):
