@@ -50,12 +50,54 @@ def machine() -> dict:
     return {"cpu": cpu, "avx512": "avx512f" in flags, "avx2": "avx2" in flags, "python": platform.python_version()}
 
 
+DEPTHS = (100, 200, 500, 1000)
+
+
+def depth_grid(p) -> dict:
+    """The tuner's grid (`fusion_grid`) at every candidate depth of DEPTHS,
+    each setting scored on train and on test (nDCG@10): the candidate lists
+    are computed once at the largest depth and cut. Says which setting train
+    picks, what it scores on test, and the range of test scores of the
+    settings within 0.002 of the best train score (the noise of the choice)."""
+    from rag_cli.evaluate.datasets import read_qrels, read_queries
+    from rag_cli.evaluate.report import evaluate_run
+    from rag_cli.evaluate.tuning import candidate_lists, fused_run, fusion_grid
+
+    s = p._searcher(p.config, with_embedder=True)
+    splits = {}
+    for split, qfile in (("train", "queries-train.jsonl"), ("test", "queries.jsonl")):
+        qrels = read_qrels(DATA / "qrels" / f"{split}.tsv")
+        queries = [(q, t) for q, t in read_queries(DATA / qfile) if q in qrels]
+        splits[split] = (queries, qrels, candidate_lists(s, queries, max(DEPTHS)))
+    grid = []
+    for depth in DEPTHS:
+        for setting in fusion_grid():
+            row = {"candidates": depth, **setting}
+            for split, (queries, qrels, lists) in splits.items():
+                cut = [((d[0][:depth], d[1][:depth]), (sp[0][:depth], sp[1][:depth])) for d, sp in lists]
+                run = fused_run(s, queries, cut, setting)
+                row[split] = evaluate_run(run, qrels, [10], ["ndcg"], [])["metrics"]["ndcg@10"]
+            grid.append(row)
+            print(json.dumps(row), flush=True)
+    best = max(grid, key=lambda g: g["train"])
+    near = [g["test"] for g in grid if g["train"] >= best["train"] - 0.002]
+    per_depth = {}
+    for depth in DEPTHS:
+        b = max((g for g in grid if g["candidates"] == depth), key=lambda g: g["train"])
+        per_depth[str(depth)] = {k: b[k] for k in b}
+    return {"metric": "ndcg@10", "depths": list(DEPTHS), "best_by_train": best, "best_by_train_per_depth": per_depth,
+            "near_best": {"n": len(near), "test_min": min(near), "test_max": max(near)},
+            "best_test_in_grid": max(g["test"] for g in grid), "grid": grid}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--make-corpus", type=Path)
     ap.add_argument("--docs", type=int, default=1200)
     ap.add_argument("--project", type=Path)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--depth-grid", action="store_true",
+                    help="only add a grid over the candidate depth too (train and test scores of every setting) to --out")
     ap.add_argument("--dense-case", action="store_true",
                     help="only add the upper-case loss of dense-only retrieval, with and without the fold, to --out")
     args = ap.parse_args()
@@ -67,6 +109,14 @@ def main() -> None:
 
     p = Project.open(args.project)
     test_q, test_qrels = DATA / "queries.jsonl", DATA / "qrels" / "test.tsv"
+    if args.depth_grid:
+        result = json.loads(args.out.read_text(encoding="utf-8"))
+        result["depth_grid"] = {**depth_grid(p), "machine": machine(),
+                                "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                                         text=True, cwd=Path(__file__).parent).stdout.strip()}
+        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        print(json.dumps({k: v for k, v in result["depth_grid"].items() if k != "grid"}, indent=2))
+        return
     if args.dense_case:
         result = json.loads(args.out.read_text(encoding="utf-8"))
         fold = searcher_mod.fold_shouting
