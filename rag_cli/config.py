@@ -304,6 +304,10 @@ def check_flag(flag: str, value: Any, limits: tuple) -> None:
         raise BadInput(f"{flag} {value}: {problem}")
 
 
+#: How a setting's type is named in an error ("should be an integer like 10").
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list"}
+
+
 def check_setting(section: str, key: str, value: Any, source: str | None = None) -> None:
     """Check one config value's type (that of its default; an int is fine
     for a float) and range (CONFIG_LIMITS).
@@ -316,7 +320,8 @@ def check_setting(section: str, key: str, value: Any, source: str | None = None)
     where = f"{source}: [{section}] {key} = {value!r}" if source else f"{flag} {value!r} (config {section}.{key})"
     want = (int, float) if isinstance(default, float) else type(default)
     if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, want):
-        raise BadInput(f"{where} should be a {type(default).__name__} like {default!r}")
+        raise BadInput(f"{where} should be {_TYPE_NAMES.get(type(default), type(default).__name__)} "
+                       f"like {default!r}")
     if isinstance(default, list) and not all(isinstance(v, str) for v in value):
         raise BadInput(f"{where} should be a list of strings")
     problem = limit_problem(value, CONFIG_LIMITS.get((section, key), (None, None)))

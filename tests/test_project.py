@@ -72,7 +72,7 @@ def test_options_are_checked_before_anything_is_written(tmp_path):
         p.index(bm25_b=1.5)
     with pytest.raises(BadInput, match=r"--precision 'fp16' \(config model.precision\): must be one of int8, fp32"):
         p.chunk(["nowhere"], precision="fp16")
-    with pytest.raises(BadInput, match=r"-k 2.5 \(config search.k\) should be a int"):
+    with pytest.raises(BadInput, match=r"-k 2.5 \(config search.k\) should be an integer like 10"):
         p.search("x", k=2.5)
     with pytest.raises(BadInput, match="nowhere"):  # a missing source, found inside the lock
         p.chunk(["nowhere"], unit="chars")
