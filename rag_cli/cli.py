@@ -461,7 +461,7 @@ def _rolled_back(out: dict, json_out: bool, quiet: bool) -> None:
 @app.command()
 @handle_errors
 def status(
-    verify: Annotated[bool, typer.Option("--verify", help="Hash every file of every index generation against its files.json; exit 2 if one is damaged")] = False,
+    verify: Annotated[bool, typer.Option("--verify", help="Also hash every file of every index generation against its files.json (without it: sizes only); exit 2 if one is damaged")] = False,
     project: ProjectOpt = None,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only the stale and damaged lines (nothing when up to date).")] = False,
@@ -474,7 +474,7 @@ def status(
     failed += [d for d in st["damaged"] if d not in failed]
     if json_out:
         _emit_json(st)
-        if verify and failed:
+        if failed:
             raise typer.Exit(2)
         return
     lines = [] if quiet else _status_lines(st)
@@ -493,7 +493,7 @@ def status(
         out.print(line, highlight=False, markup=False)
     for problem in failed if verify else ():
         _error(problem)
-    if verify and failed:
+    if failed:
         raise typer.Exit(2)
 
 

@@ -257,7 +257,7 @@ def test_status_reports_a_damaged_current_generation(tmp_path, scifact_docs, tin
         fh.truncate(100)
     run = CliRunner().invoke
     res = run(app, ["status", "-p", str(p.root)])
-    assert res.exit_code == 0 and "up to date" not in res.stdout
+    assert res.exit_code == 2 and "up to date" not in res.stdout
     assert "* gen-000002" in res.stdout and f"damaged: {f}" in res.stdout.replace("\n", "")
     res = run(app, ["status", "--verify", "-p", str(p.root)])
     assert res.exit_code == 2 and "verified 1 of 2 generations" in res.stdout
@@ -282,7 +282,7 @@ def test_status_reports_damaged_project_tables(tmp_path, scifact_docs, tiny_bi_e
     assert st["chunks"] is None and len(st["damaged"]) == 1
     assert st["damaged"][0].startswith(f"{p.chunks_path} cannot be read as Parquet")
     res = CliRunner().invoke(app, ["status", "-p", str(p.root)])
-    assert res.exit_code == 0 and "no chunks" in res.stdout and "None" not in res.stdout
+    assert res.exit_code == 2 and "no chunks" in res.stdout and "None" not in res.stdout
     assert f"damaged: {p.chunks_path} cannot be read" in res.stdout and "up to date" not in res.stdout
     res = CliRunner().invoke(app, ["status", "--verify", "-p", str(p.root)])
     assert res.exit_code == 2 and str(p.chunks_path) in res.stderr
