@@ -225,11 +225,14 @@ def faithfulness(complete: Complete, question: str, answer: str, context: str) -
     """RAGAS faithfulness of one answer. Returns {"score": float in [0, 1] or
     None, "statements": [str], "verdicts": [0/1] or None, "error": None |
     "statements" | "verdicts" (what could not be parsed)}."""
-    statements = parse_statements(complete(STATEMENTS_PROMPT.format(question=question, answer=answer), 256))
+    from rag_cli.generate.prompt import estimate_tokens
+
+    budget = min(512, 2 * estimate_tokens(answer) + 48)  # the statements restate the answer
+    statements = parse_statements(complete(STATEMENTS_PROMPT.format(question=question, answer=answer), budget))
     if not statements:
         return {"score": None, "statements": [], "verdicts": None, "error": "statements"}
     numbered = "\n".join(f"{i}. {s}" for i, s in enumerate(statements, 1))
-    reply = complete(VERDICTS_PROMPT.format(context=context, statements=numbered), 8 * len(statements) + 32)
+    reply = complete(VERDICTS_PROMPT.format(context=context, statements=numbered), 6 * len(statements) + 16)
     verdicts = parse_verdicts(reply, len(statements))
     if verdicts is None:
         return {"score": None, "statements": statements, "verdicts": None, "error": "verdicts"}
@@ -250,7 +253,7 @@ def answer_relevancy(complete: Complete, encode: Encode, question: str, answer: 
     [-1, 1] or None, "questions": [str], "noncommittal": [0/1],
     "n_unparsed": generations without a question, "error": None |
     "questions" (none parsed)}."""
-    parsed = [parse_question(complete(QUESTION_PROMPT.format(answer=answer), 96)) for _ in range(n_questions)]
+    parsed = [parse_question(complete(QUESTION_PROMPT.format(answer=answer), 64)) for _ in range(n_questions)]
     good = [p for p in parsed if p is not None]
     out = {"questions": [q for q, _ in good], "noncommittal": [n for _, n in good],
            "n_unparsed": len(parsed) - len(good)}
