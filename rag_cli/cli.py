@@ -826,6 +826,13 @@ def eval_(
     funnel: Annotated[bool, typer.Option("--funnel", help="With --queries: per query, the layer where the gold first goes missing, and ANN recall (needs the project index)")] = False,
     answers: Annotated[Optional[Path], typer.Option("--answers", help="Score answers/NAME.parquet (from `rag ask --queries`) against --gold: EM, F1, has-answer, citation precision/recall, refusals, latency")] = None,
     gold: Annotated[Optional[Path], typer.Option("--gold", help="Gold answers for --answers: JSONL {\"_id\": query id, \"answers\": [...]}")] = None,
+    judge: Annotated[bool, typer.Option("--judge", help="With --answers: also RAGAS faithfulness and answer relevancy, judged by an LLM (--gold then optional)")] = False,
+    judge_generator: Annotated[Optional[str], typer.Option("--judge-generator", help="--judge: openai | llama-cpp, set up by [generator] (default: ask.generator)")] = None,
+    judge_repeats: Annotated[int, typer.Option("--judge-repeats", help="--judge: times the whole judging is repeated (mean ± sd over them)")] = 3,
+    judge_temperature: Annotated[float, typer.Option("--judge-temperature", help="--judge: sampling temperature, repeat r seeded r (0: identical repeats)")] = 0.3,
+    judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="--judge with openai: the server's API root (config: generator.base_url)")] = None,
+    judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="--judge: openai model name, or llama-cpp .gguf path (config: generator.model)")] = None,
+    judge_api: Annotated[Optional[str], typer.Option("--judge-api", help="--judge with openai: chat | completions (config: generator.api)")] = None,
     tune: Annotated[Optional[str], typer.Option("--tune", help="fusion: grid-search the hybrid fusion on --queries/--qrels (the train split) for nDCG@10 and write the winner to rag.toml")] = None,
     test_queries: Annotated[Optional[Path], typer.Option("--test-queries", help="--tune: the test split's queries, scored apart from the tuning")] = None,
     test_qrels: Annotated[Optional[Path], typer.Option("--test-qrels", help="--tune: the test split's qrels")] = None,
@@ -849,10 +856,16 @@ def eval_(
     if not cutoffs or min(cutoffs) < 1:
         raise BadInput(f"--ks {ks!r}: cutoffs must be integers >= 1")
     p = Project.open(project)
-    if answers is not None or gold is not None:
-        if answers is None or gold is None or qrels is not None or run is not None or queries is not None:
-            raise BadInput("--answers FILE needs --gold FILE (gold answers), and no --qrels, --run or --queries")
-        report, path = p.evaluate_answers(answers, gold, name=name, output=output)
+    if answers is not None or gold is not None or judge:
+        if answers is None or (gold is None and not judge) or qrels is not None or run is not None \
+                or queries is not None:
+            raise BadInput("--answers FILE needs --gold FILE (gold answers) and/or --judge, and no --qrels, --run "
+                           "or --queries")
+        llm = {"base_url": judge_base_url, "model": judge_model, "api": judge_api}
+        with _progress(quiet or json_out) as progress:
+            report, path = p.evaluate_answers(answers, gold, judge=judge, judge_generator=judge_generator,
+                                              judge_repeats=judge_repeats, judge_temperature=judge_temperature,
+                                              llm=llm, name=name, output=output, progress=progress)
         return _show_report(p, report, path, _print_answer_metrics, json_out, quiet, md, plots)
     if qrels is None:
         raise BadInput("--qrels FILE is needed (relevance judgements), unless you score answers with --answers/--gold")
@@ -981,22 +994,54 @@ def _print_comparison(report: dict, path: Path | None, quiet: bool) -> None:
 def _print_answer_metrics(report: dict, path: Path, quiet: bool) -> None:
     from rich.table import Table
 
-    c = report["counts"]
-    table = Table(title=f"answers: {c['n_questions']} questions with gold answers ({c['n_refused']} refused)")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for m, v in report["metrics"].items():
-        table.add_row(m, "n/a" if v is None else (f"{v:.1f}" if m.endswith("_ms") else f"{v:.4f}"))
-    _stdout().print(table)
+    if "counts" in report:
+        c = report["counts"]
+        table = Table(title=f"answers: {c['n_questions']} questions with gold answers ({c['n_refused']} refused)")
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        for m, v in report["metrics"].items():
+            table.add_row(m, "n/a" if v is None else (f"{v:.1f}" if m.endswith("_ms") else f"{v:.4f}"))
+        _stdout().print(table)
+    if "judge" in report:
+        _print_judge(report["judge"], quiet)
     if quiet:
         return
-    if report["missing_answers"]:
+    if report.get("missing_answers"):
         _warn(f"{len(report['missing_answers'])} question(s) of the gold file have no answer row: "
               + _ids(report["missing_answers"]))
-    if report["no_gold"]:
+    if report.get("no_gold"):
         _warn(f"{len(report['no_gold'])} answer row(s) have no gold answer and were not scored: "
               + _ids(report["no_gold"]))
     _note(f"written: {path}")
+
+
+def _print_judge(judge: dict, quiet: bool) -> None:
+    """The judge's table (mean ± sd over repeats) and, on stderr, what could not be parsed."""
+    from rich.table import Table
+
+    from rag_cli.evaluate.markdown import judge_model_line
+    from rag_cli.safe_text import plain_text
+
+    c = judge["counts"]
+    table = Table(title=plain_text(f"LLM judge: {c['n_judged']} answers judged ({c['n_refused']} refused, not "
+                                   f"judged), {c['n_repeats']} repeat(s); {judge_model_line(judge['model'])}"))
+    for col in ("metric", "mean", "sd", "repeats"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for m, r in judge["metrics"].items():
+        table.add_row(m, "n/a" if r["mean"] is None else f"{r['mean']:.4f}",
+                      "n/a" if r["sd"] is None else f"{r['sd']:.4f}",
+                      " ".join("n/a" if v is None else f"{v:.4f}" for v in r["repeats"]))
+    _stdout().print(table)
+    if quiet:
+        return
+    bad = {k: sum(v) for k, v in c["unparsed"].items() if sum(v)}
+    if bad or sum(c["question_generations_unparsed"]):
+        _warn("judge outputs that could not be parsed (all repeats): "
+              + ", ".join(f"{k} {v}" for k, v in bad.items())
+              + f"; question generations {sum(c['question_generations_unparsed'])}")
+    if c["missing_contexts"]:
+        _warn(f"{len(c['missing_contexts'])} evidence chunk(s) are not in chunks.parquet and were left out of "
+              "the judge's context: " + _ids(c["missing_contexts"]))
 
 
 def _print_tuning(report: dict, path: Path, quiet: bool) -> None:

@@ -859,21 +859,73 @@ class Project:
         report = compare([Path(r) for r in runs], Path(qrels), cutoffs, path, permutations=permutations, seed=seed)
         return report, path
 
-    def evaluate_answers(self, answers: str | os.PathLike, gold: str | os.PathLike, *, name: str | None = None,
-                         output: str | os.PathLike | None = None) -> tuple[dict, Path]:
+    def evaluate_answers(self, answers: str | os.PathLike, gold: str | os.PathLike | None = None, *,
+                         judge: bool = False, judge_generator: str | None = None, judge_repeats: int = 3,
+                         judge_temperature: float = 0.3, judge_questions: int = 3, llm: dict | None = None,
+                         name: str | None = None, output: str | os.PathLike | None = None,
+                         progress: Progress | None = None) -> tuple[dict, Path]:
         """Exact match, F1, has-answer, citation precision/recall, refusal
         rate and latency p50/p95 of `answers` (answers/NAME.parquet of
         `ask_queries`) against `gold` (answers.jsonl), reading the cited
         chunks' texts from the project's chunks (see
         `rag_cli.evaluate.answers`). Writes `output`, else eval/NAME.json
-        (NAME: answers-ANSWERS). Returns (report, path)."""
+        (NAME: answers-ANSWERS). Returns (report, path).
+
+        With `judge`: also RAGAS faithfulness and answer relevancy (see
+        `rag_cli.evaluate.judge`) under the report's "judge" key, judged by
+        `judge_generator` (openai | llama-cpp; None: ask.generator) set up by
+        the [generator] config with `llm` overrides, `judge_repeats` times,
+        repeat r sampled at `judge_temperature` with seed r (at 0 the repeats
+        are identical on a deterministic server), `judge_questions`
+        questions per answer for relevancy; the judge's model is named in
+        the report. `gold` may then be None (only the judge's metrics).
+        Raises BadInput for neither gold nor judge, an extractive judge, or
+        bad files or flags."""
         from rag_cli.stages.evaluation import evaluate_answers
 
         check_name(name)
+        if gold is None and not judge:
+            raise BadInput("--answers FILE needs --gold FILE (gold answers) or --judge (an LLM judge), or both")
         self.require_exists()
         self.require(self.chunks_path, "chunk")
         path = Path(output) if output else self.eval_path(name or f"answers-{file_stem(answers)}")
-        return evaluate_answers(Path(answers), Path(gold), self.chunks_path, path), path
+        if not judge:
+            return evaluate_answers(Path(answers), Path(gold), self.chunks_path, path), path
+        check_flag("--judge-repeats", judge_repeats, (1, 100))
+        check_flag("--judge-questions", judge_questions, (1, 20))
+        check_flag("--judge-temperature", judge_temperature, (0, 2))
+        report = evaluate_answers(Path(answers), Path(gold) if gold is not None else None, self.chunks_path, None)
+        report["judge"] = self._judge(Path(answers), judge_generator, judge_repeats, judge_temperature,
+                                      judge_questions, llm, progress)
+        from rag_cli.store.eval_reports import write_report
+
+        write_report(path, report)
+        return report, path
+
+    def _judge(self, answers: Path, generator: str | None, repeats: int, temperature: float, n_questions: int,
+               llm: dict | None, progress: Progress | None) -> dict:
+        """The "judge" part of `evaluate_answers`: the LLM from the config, the bi-encoder, the stage."""
+        from rag_cli.generate.factory import describe_generator, load_generator
+        from rag_cli.stages.evaluation import judge_answers
+
+        config, _ = self._with("ask", {"generator": generator})
+        config, _ = config.with_options("generator", llm)
+        if config.ask.generator == "extractive":
+            raise BadInput("--judge needs an LLM: give --judge-generator openai or llama-cpp "
+                           "(or set ask.generator), with the [generator] settings of that model")
+        gen = load_generator(config.ask, None, None, config.generator, threads=config.model.threads)
+        embedder = self._embedder(config)
+        completes = [lambda prompt, max_tokens, seed=seed: gen.complete(prompt, max_tokens, temperature=temperature,
+                                                                        seed=seed)
+                     for seed in range(repeats)]
+        out = judge_answers(answers, self.chunks_path, completes, embedder.encode_queries,
+                            n_questions=n_questions, context_tokens=config.generator.context_tokens,
+                            progress=progress)
+        settings = {**describe_generator(gen), "temperature": temperature, "seeds": list(range(repeats)),
+                    "repeats": repeats, "questions_per_answer": n_questions,
+                    "context": "contexts (every evidence chunk given to the generator; small-to-big: its context)",
+                    "context_tokens": config.generator.context_tokens, "encoder": config.model.embedder}
+        return {"model": settings, **out}
 
     def tune_fusion(self, queries: str | os.PathLike, qrels: str | os.PathLike, *,
                     test_queries: str | os.PathLike | None = None, test_qrels: str | os.PathLike | None = None,

@@ -103,3 +103,28 @@ def test_rag_ask_with_the_local_llama_cpp_generator(nasty_project, gguf):  # noq
     assert out["generator"] == "llama-cpp"
     _check_reply(out, 2)
     print(f"\nllama-cpp: {out['answer']!r} timings={out['timings']}")
+
+
+def test_rag_eval_judge_through_the_llama_cpp_server(nasty_project, llama_server, tmp_path):  # noqa: F811
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"_id": "q1", "text": "How does BM25 rank documents?"}\n'
+                       '{"_id": "q2", "text": "What does the ef parameter set?"}\n', encoding="utf-8")
+    asked = rag("ask", "--queries", queries, *ANSWERABLE, "-k", "2", "--name", "judged", "-p", nasty_project.root)
+    assert asked.exit_code == 0, asked.output
+    res = rag("eval", "--answers", nasty_project.root / "answers" / "judged.parquet", "--judge",
+              "--judge-generator", "openai", "--judge-base-url", llama_server, "--judge-api", "completions",
+              "--judge-repeats", "2", "--json", "-p", nasty_project.root)
+    assert res.exit_code == 0, res.output
+    judge = json.loads(res.stdout)["judge"]
+    assert judge["model"]["base_url"] == llama_server and judge["model"]["seeds"] == [0, 1]
+    assert judge["counts"]["n_judged"] + judge["counts"]["n_refused"] == 2 and judge["counts"]["n_repeats"] == 2
+    assert set(judge["metrics"]) == {"faithfulness", "answer_relevancy"}
+    for name, r in judge["metrics"].items():
+        assert len(r["repeats"]) == 2 and set(r) == {"mean", "sd", "repeats"}
+        low = 0.0 if name == "faithfulness" else -1.0  # a cosine; the tiny test bi-encoder's can be negative
+        for v in [r["mean"], *r["repeats"]]:
+            assert v is None or low <= v <= 1.0
+        assert r["sd"] is None or r["sd"] >= 0.0
+    for q in judge["per_query"].values():
+        assert all(v is None or 0.0 <= v <= 1.0 for v in q["faithfulness"])
+    print(f"\njudge: {judge['metrics']} unparsed={judge['counts']['unparsed']}")

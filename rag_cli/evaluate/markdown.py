@@ -55,12 +55,37 @@ def _funnel(report: dict) -> list[str]:
     return lines
 
 
+def judge_model_line(model: dict) -> str:
+    """The judge's model in one line: base_url + model (openai) or the GGUF file and its sha256 prefix."""
+    if model.get("generator") == "openai":
+        who = f"openai {model['base_url']} model {model['model']} ({model['api']})"
+    elif model.get("generator") == "llama-cpp":
+        who = f"llama-cpp {model['model']} sha256 {model['sha256']}"
+    else:
+        who = str(model.get("generator"))
+    return f"judge {who}, temperature {model.get('temperature')}, seeds {model.get('seeds')}"
+
+
+def _judge(judge: dict) -> list[str]:
+    c = judge["counts"]
+    unparsed = ", ".join(f"{k} {sum(v)}" for k, v in c["unparsed"].items())
+    lines = ["## LLM judge (RAGAS faithfulness and answer relevancy)", "",
+             f"{judge_model_line(judge['model'])}. {c['n_judged']} answers judged, {c['n_refused']} refused "
+             f"(not judged), {c['n_repeats']} repeat(s); mean ± sd over the repeats. Unparsed judge outputs: "
+             f"{unparsed}; question generations {sum(c['question_generations_unparsed'])}.", ""]
+    return lines + _table(["metric", "mean", "sd", "repeats"],
+                          [[m, r["mean"], r["sd"], " ".join(_f(v) for v in r["repeats"])]
+                           for m, r in judge["metrics"].items()])
+
+
 def _answers(report: dict) -> list[str]:
-    c = report["counts"]
-    lines = [f"# Answers: {report.get('answers', '')}", "",
-             f"{c['n_questions']} questions with gold answers, {c['n_refused']} refused.", ""]
-    return lines + _table(["metric", "value"], [[m, _f(v, 1 if m.endswith("_ms") else 4)]
-                                                for m, v in report["metrics"].items()])
+    lines = [f"# Answers: {report.get('answers', '')}", ""]
+    if "counts" in report:
+        c = report["counts"]
+        lines += [f"{c['n_questions']} questions with gold answers, {c['n_refused']} refused.", ""]
+        lines += _table(["metric", "value"], [[m, _f(v, 1 if m.endswith("_ms") else 4)]
+                                              for m, v in report["metrics"].items()])
+    return lines + (_judge(report["judge"]) if "judge" in report else [])
 
 
 def _tuning(report: dict) -> list[str]:
@@ -103,7 +128,7 @@ def to_markdown(report: dict) -> str:
         lines = _perturb(report)
     elif "ann" in report:
         lines = _funnel(report)
-    elif "answers" in report and "counts" in report:
+    elif "answers" in report and ("counts" in report or "judge" in report):
         lines = _answers(report)
     else:
         lines = _metrics(report)

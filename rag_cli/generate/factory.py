@@ -45,3 +45,22 @@ def load_generator(ask_cfg, embedder, sparse, gen_cfg=None, threads: int = 0):
         analyze, sparse.idf,
         max_sentences=ask_cfg.max_sentences,
     )
+
+
+def describe_generator(gen) -> dict:
+    """Which model a generator is, for reports: {"generator": name, "model":
+    ...}, with "base_url" and "api" for `openai`, and the GGUF "file" name and
+    the first 12 hex digits of its "sha256" for `llama-cpp`."""
+    if gen.name == "openai":
+        return {"generator": "openai", "base_url": gen.base_url, "model": gen.model or "(the server's)",
+                "api": gen.api}
+    if gen.name == "llama-cpp":
+        import hashlib
+
+        h = hashlib.sha256()
+        with open(gen.path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return {"generator": "llama-cpp", "model": gen.path.name, "file": str(gen.path),
+                "sha256": h.hexdigest()[:12]}
+    return {"generator": gen.name}

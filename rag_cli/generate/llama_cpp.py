@@ -79,11 +79,14 @@ class LlamaCppGenerator:
         self.llm = Llama(model_path=str(self.path), n_ctx=context_tokens + max_tokens + 512,
                          n_threads=threads or None, verbose=False)
 
-    def complete(self, prompt: str, max_tokens: int) -> str:
+    def complete(self, prompt: str, max_tokens: int, *, temperature: float | None = None,
+                 seed: int | None = None) -> str:
         """The model's continuation of a bare `prompt` (at most `max_tokens`,
-        up to a blank line pair), stripped."""
-        out = self.llm.create_completion(prompt, max_tokens=max_tokens, temperature=self.temperature,
-                                         stop=["\n\n\n"])
+        up to a blank line pair), stripped; sampled at `temperature` (None: the
+        generator's) with the sampler's `seed` when given."""
+        out = self.llm.create_completion(prompt, max_tokens=max_tokens,
+                                         temperature=self.temperature if temperature is None else temperature,
+                                         seed=seed, stop=["\n\n\n"])
         return (out["choices"][0]["text"] or "").strip()
 
     def generate(self, question: str, evidence: list[Evidence]) -> Answer:

@@ -68,10 +68,16 @@ class OpenAIGenerator:
         return Answer(text=text, citations=[], refused=not text or is_refusal(text), generator=self.name,
                       n_evidence_cut=n_cut)
 
-    def complete(self, prompt: str, max_tokens: int) -> str:
+    def complete(self, prompt: str, max_tokens: int, *, temperature: float | None = None,
+                 seed: int | None = None) -> str:
         """The server's reply to a bare `prompt` (a user message for chat, the
-        prompt for completions, at `temperature`), stripped. Raises WorkFailed as `post`."""
-        body: dict = {"temperature": self.temperature, "max_tokens": max_tokens}
+        prompt for completions), stripped; sampled at `temperature` (None: the
+        generator's), with `seed` sent when given (OpenAI and llama.cpp's server
+        honour it). Raises WorkFailed as `post`."""
+        body: dict = {"temperature": self.temperature if temperature is None else temperature,
+                      "max_tokens": max_tokens}
+        if seed is not None:
+            body["seed"] = seed
         if self.model:
             body["model"] = self.model
         if self.api == "chat":

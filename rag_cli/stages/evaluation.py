@@ -50,12 +50,21 @@ def compare(run_paths: list[Path], qrels_path: Path, ks: list[int], path: Path |
     return report
 
 
-def evaluate_answers(answers_path: Path, gold_path: Path, chunks_path: Path, path: Path | None) -> dict:
+def evaluate_answers(answers_path: Path, gold_path: Path | None, chunks_path: Path, path: Path | None) -> dict:
     """Score answers/NAME.parquet against gold answers (`answers.jsonl`, see
     `rag_cli.evaluate.datasets.read_gold_answers`) with the chunk texts of
     `chunks_path` (see `rag_cli.evaluate.answers.answer_metrics`); write the
-    report to `path` unless None. Returns the report.
+    report to `path` unless None. Returns the report ({"answers": path} only
+    when `gold_path` is None).
     Raises BadInput for a missing or malformed answers, gold or chunks file."""
+    if gold_path is None:
+        from rag_cli.store.answers import read_answers
+
+        read_answers(answers_path)  # checked here: a bad file fails before a judge loads
+        report = {"answers": str(answers_path)}
+        if path is not None:
+            write_report(path, report)
+        return report
     from rag_cli.evaluate.answers import answer_metrics
     from rag_cli.evaluate.datasets import read_gold_answers
     from rag_cli.store.answers import read_answers
@@ -71,3 +80,29 @@ def evaluate_answers(answers_path: Path, gold_path: Path, chunks_path: Path, pat
     if path is not None:
         write_report(path, report)
     return report
+
+
+def judge_answers(answers_path: Path, chunks_path: Path, completes: list, encode, *, n_questions: int = 3,
+                  context_tokens: int = 2048, progress=None) -> dict:
+    """Faithfulness and answer relevancy of answers/NAME.parquet (see
+    `rag_cli.evaluate.judge.judge_answers`), each repeat with one of
+    `completes`, against the text the generator read of each evidence chunk
+    (the chunk's `context` when chunks.parquet has one, else its `text`).
+    Returns the judge's report. Raises BadInput for a missing or malformed
+    answers or chunks file."""
+    from rag_cli.evaluate.judge import judge_answers as judge
+    from rag_cli.store.answers import read_answers
+    from rag_cli.store.chunks import read_chunks
+    from rag_cli.store.parquet import open_parquet, rerun
+
+    rows = read_answers(answers_path).to_pylist()
+    with open_parquet(chunks_path, rerun("chunk"), required=["chunk_id", "text"]) as pf:
+        has_context = "context" in pf.schema_arrow.names
+    columns = ["chunk_id", "text", *(["context"] if has_context else [])]
+    table = read_chunks(chunks_path, columns=columns, required=["chunk_id", "text"])
+    wanted = {c for r in rows if not r["refused"] for c in (r.get("contexts") or [])}
+    contexts = table.column("context").to_pylist() if has_context else [None] * table.num_rows
+    texts = {c: ctx or t for c, t, ctx in zip(table.column("chunk_id").to_pylist(), table.column("text").to_pylist(),
+                                               contexts) if c in wanted}
+    return judge(rows, texts, completes, encode, n_questions=n_questions, context_tokens=context_tokens,
+                 progress=progress)
