@@ -704,6 +704,8 @@ def ask(
     max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="LLM answer length at most, tokens (config: generator.max_tokens)")] = None,
     context_tokens: Annotated[Optional[int], typer.Option("--context-tokens", help="LLM token budget of the sources; the lowest-ranked evidence is cut first (config: generator.context_tokens)")] = None,
     rewrite: Annotated[Optional[str], typer.Option("--rewrite", help="none | multi-query | hyde: the LLM generator rewrites the question, each rewrite's retrieval fused with the question's by RRF (config: ask.rewrite)")] = None,
+    gate: Annotated[Optional[str], typer.Option("--gate", help="on | off: off refuses nothing itself (the generator may) and still records the gate's signals, for `rag eval --tune refusal` (config: ask.gate)")] = None,
+    min_rerank_score: Annotated[Optional[float], typer.Option("--min-rerank-score", help="With model.reranker: refuse below this best cross-encoder logit; 0 = off (config: ask.min_rerank_score)")] = None,
     filter_: FilterOpt = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Answers name: answers/NAME.parquet (default: the query file's stem)")] = None,
     project: ProjectOpt = None,
@@ -721,7 +723,8 @@ def ask(
            "context_tokens": context_tokens}
     opts = {"k": k, "mode": mode, "min_score": min_score, "min_coverage": min_coverage,
             "strong_score": strong_score, "max_sentences": max_sentences, "filter": filter_,
-            "generator": generator, "llm": llm, "rewrite": rewrite}
+            "generator": generator, "llm": llm, "rewrite": rewrite, "gate": gate,
+            "min_rerank_score": min_rerank_score}
     if question is not None:
         res = p.ask(question, **opts)
         _report_queries_truncated(res.n_queries_truncated, res.max_length, quiet)

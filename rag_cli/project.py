@@ -726,12 +726,13 @@ class Project:
 
     # -- ask -----------------------------------------------------------------
     def _ask_setup(self, k, mode, min_score, min_coverage, strong_score, max_sentences, filter,
-                   generator=None, llm=None, rewrite=None):
+                   generator=None, llm=None, rewrite=None, gate=None, min_rerank_score=None):
         from rag_cli.generate.factory import load_generator
 
         config, _ = self._with("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage,
                                        "strong_score": strong_score, "max_sentences": max_sentences,
-                                       "generator": generator, "rewrite": rewrite})
+                                       "generator": generator, "rewrite": rewrite, "gate": gate,
+                                       "min_rerank_score": min_rerank_score})
         config, _ = config.with_options("generator", llm)
         sconfig, s, mask = self._search_setup(mode, None, None, None, filter, for_ask=True)
         if s.embedder is None:  # sparse retrieval: the evidence is still scored by the bi-encoder
@@ -752,7 +753,7 @@ class Project:
             min_score: float | None = None, min_coverage: float | None = None,
             strong_score: float | None = None, max_sentences: int | None = None,
             filter: str | Sequence[str] | None = None, generator: str | None = None, llm: dict | None = None,
-            rewrite: str | None = None):
+            rewrite: str | None = None, gate: str | None = None, min_rerank_score: float | None = None):
         """Answer `question` from the indexed sources only, citing the
         evidence as [n], or refuse (see `rag_cli.stages.ask`). Returns an
         `AskResult` (`.answer.text`, `.answer.citations`, `.refused`,
@@ -765,12 +766,15 @@ class Project:
         `llm` overrides keys of the `[generator]` section ({key: value}, e.g.
         {"base_url": "http://127.0.0.1:8080/v1", "timeout": 30.0}); `rewrite`
         is ask.rewrite (none | multi-query | hyde; needs an LLM generator,
-        `.rewrites` holds what it wrote).
+        `.rewrites` holds what it wrote). `gate` is ask.gate (on | off: no
+        rule refuses, the gate's signals are still measured) and
+        `min_rerank_score` ask.min_rerank_score.
         """
         from rag_cli.stages.ask import ask
 
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
-                                                   max_sentences, filter, generator, llm, rewrite)
+                                                   max_sentences, filter, generator, llm, rewrite, gate,
+                                                   min_rerank_score)
         before = s.n_queries_truncated
         res = ask(s, gen, question, acfg, scfg, mask, self._ask_reranker())
         res.n_queries_truncated, res.max_length = s.n_queries_truncated - before, _max_length(s)
@@ -781,16 +785,19 @@ class Project:
                     strong_score: float | None = None, max_sentences: int | None = None,
                     filter: str | Sequence[str] | None = None, name: str | None = None,
                     generator: str | None = None, llm: dict | None = None, rewrite: str | None = None,
+                    gate: str | None = None, min_rerank_score: float | None = None,
                     progress: Progress | None = None) -> dict:
         """Answer every question of a query file into answers/NAME.parquet
-        (NAME: the file's stem). Returns {"answers": path, "n": answers, "refused": refusals,
+        (NAME: the file's stem), with the gate's signals per question (see
+        `rag_cli.store.answers`). Returns {"answers": path, "n": answers, "refused": refusals,
         "n_queries_truncated": questions cut to the bi-encoder's "max_length"}.
-        `generator` and `llm` as for `ask`."""
+        `generator`, `llm`, `gate` and `min_rerank_score` as for `ask`."""
         from rag_cli.stages.ask import answer_queries
 
         check_name(name)
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
-                                                   max_sentences, filter, generator, llm, rewrite)
+                                                   max_sentences, filter, generator, llm, rewrite, gate,
+                                                   min_rerank_score)
         before = s.n_queries_truncated
         self.manifest()  # recorded into after the answers are written: check it first
         path, n, n_refused = answer_queries(self, s, gen, Path(queries), acfg, scfg, mask,
