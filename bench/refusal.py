@@ -2,11 +2,13 @@
 
 From the shared data, for CMRC 2018 trial and for SciFact:
 
-* sample `--questions` questions (CMRC: whole passages at a time, so every
-  question of a removed passage is made unanswerable; SciFact: test claims
-  with their cited abstracts, in a subset of `--scifact-docs` documents);
-* build two corpora: the full one and a copy without the sampled questions'
-  gold documents; index both with the default pipeline (`Project.create`,
+* sample `--questions` questions and write the corpus copy without their
+  gold documents with `rag_cli.evaluate.unanswerable` (what `rag eval
+  --make-unanswerable` does; whole documents at a time, so every question
+  of a removed CMRC passage is made unanswerable; SciFact: test claims in a
+  subset of `--scifact-docs` documents: their cited abstracts, then the
+  first others);
+* index the full corpus and the copy with the default pipeline (`Project.create`,
   chunk, embed, index; the default model);
 * ask every sampled question in both with the configured generator
   (default: extractive) and report, on the tune and test halves (split by
@@ -40,11 +42,11 @@ import random
 import statistics
 import subprocess
 import tempfile
-from collections import defaultdict
 from pathlib import Path
 
 from rag_cli import Project
-from rag_cli.evaluate.datasets import read_qrels
+from rag_cli.evaluate.datasets import read_qrels, read_queries
+from rag_cli.evaluate.unanswerable import sample_unanswerable, write_unanswerable
 from rag_cli.loaders.normalize import normalize_text
 
 DATA = Path(os.environ.get("RAG_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -62,49 +64,47 @@ def _write(path: Path, docs: list[dict]) -> Path:
     return path
 
 
-def cmrc_sample(n_questions: int, seed: int) -> dict:
-    """Whole passages, shuffled, until `n_questions` questions; the corpus is all 256 passages."""
+def _questions(src: Path, qids: list[str], qrels: dict, with_answers: bool) -> list[tuple]:
+    queries = dict(read_queries(src / "queries.jsonl"))
+    answers = {a["_id"]: a["answers"] for a in _jsonl(src / "answers.jsonl")} if with_answers else {}
+    return [(q, queries[q], {d for d, g in qrels[q].items() if g > 0}, answers.get(q)) for q in qids]
+
+
+def cmrc_sample(n_questions: int, seed: int, work: Path) -> dict:
+    """`rag_cli.evaluate.unanswerable` on the 256 passages: whole passages until `n_questions` questions."""
     src = DATA / "cmrc2018-trial"
-    docs = _jsonl(src / "corpus.jsonl")
-    queries = {q["_id"]: q["text"] for q in _jsonl(src / "queries.jsonl")}
-    answers = {a["_id"]: a["answers"] for a in _jsonl(src / "answers.jsonl")}
+    out = write_unanswerable(src / "corpus.jsonl", src / "queries.jsonl", src / "qrels" / "test.tsv",
+                             n_questions, work / "cmrc" / "variant", seed=seed)
     qrels = read_qrels(src / "qrels" / "test.tsv")
-    by_doc = defaultdict(list)
-    for qid, rel in qrels.items():
-        by_doc[next(iter(rel))].append(qid)
-    order = sorted(by_doc)
-    random.Random(seed).shuffle(order)
-    picked, qids = [], []
-    for d in order:
-        if len(qids) >= n_questions:
-            break
-        picked.append(d)
-        qids.extend(sorted(by_doc[d]))
-    return {"docs": docs, "questions": [(q, queries[q], set(qrels[q]), answers.get(q)) for q in qids],
-            "removed": set(picked)}
+    return {"docs": _jsonl(src / "corpus.jsonl"), "questions": _questions(src, out["questions"], qrels, True),
+            "removed": set(out["removed_docs"]), "variant": work / "cmrc" / "variant"}
 
 
-def scifact_sample(n_questions: int, n_docs: int, seed: int) -> dict:
-    """Test claims with their cited abstracts; the corpus is those abstracts, the
-    abstracts of the other test claims, then the first others, up to `n_docs`."""
+def scifact_sample(n_questions: int, n_docs: int, seed: int, work: Path) -> dict:
+    """Test claims sampled by `sample_unanswerable`; the corpus is their cited
+    abstracts, then the first others, up to `n_docs`; the variant is written
+    by `write_unanswerable` from that corpus (the same sample: it depends on
+    the qrels and the seed only)."""
     src = DATA / "scifact"
-    queries = {q["_id"]: q["text"] for q in _jsonl(src / "queries.jsonl")}
     qrels = read_qrels(src / "qrels" / "test.tsv")
-    qids = sorted(qrels)
-    random.Random(seed).shuffle(qids)
-    qids = qids[:n_questions]
-    gold = {d for q in qids for d in qrels[q]}
+    queries = dict(read_queries(src / "queries.jsonl"))
+    _, gold = sample_unanswerable(qrels, n_questions, seed, set(queries))
+    gold = set(gold)
     keep = []
     for doc in _jsonl(src / "corpus.jsonl.gz"):
         if doc["_id"] in gold or len(keep) < n_docs - len(gold):
             keep.append(doc)
-    return {"docs": keep, "questions": [(q, queries[q], set(qrels[q]), None) for q in qids], "removed": gold}
+    corpus = _write(work / "scifact" / "subset.jsonl", keep)
+    out = write_unanswerable(corpus, src / "queries.jsonl", src / "qrels" / "test.tsv", n_questions,
+                             work / "scifact" / "variant", seed=seed)
+    return {"docs": keep, "questions": _questions(src, out["questions"], qrels, False),
+            "removed": set(out["removed_docs"]), "variant": work / "scifact" / "variant"}
 
 
-def build(root: Path, docs: list[dict]) -> Project:
+def build(root: Path, docs: list[dict] | Path) -> Project:
     if (root / "p" / "rag.toml").exists() and (root / "p" / "index").exists():
         return Project.open(root / "p")
-    corpus = _write(root / "corpus.jsonl", docs)
+    corpus = docs if isinstance(docs, Path) else _write(root / "corpus.jsonl", docs)
     p = Project.create(root / "p")
     p.chunk([corpus], format="beir")
     p.embed()
@@ -185,7 +185,7 @@ def machine() -> dict:
 def run_set(name: str, sample: dict, work: Path, options: dict, seed: int, generator: str = "extractive",
             limit: int | None = None) -> dict:
     full = build(work / name / "full", sample["docs"])
-    cut = build(work / name / "cut", [d for d in sample["docs"] if d["_id"] not in sample["removed"]])
+    cut = build(work / name / "cut", sample["variant"] / "corpus.jsonl")
     qs = sample["questions"][:limit]
     answerable = ask_all(full, qs, options, generator)
     unanswerable = ask_all(cut, qs, options, generator)
@@ -220,8 +220,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         for name in args.sets.split(","):
-            sample = (cmrc_sample(args.questions, args.seed) if name == "cmrc"
-                      else scifact_sample(args.scifact_questions, args.scifact_docs, args.seed))
+            sample = (cmrc_sample(args.questions, args.seed, work) if name == "cmrc"
+                      else scifact_sample(args.scifact_questions, args.scifact_docs, args.seed, work))
             result["sets"][name] = run_set(name, sample, work, options, args.seed, args.generator, args.limit)
             print(name, json.dumps({h: result["sets"][name][h] for h in ("tune", "test", "all")}, indent=1))
     result["machine"] = machine()

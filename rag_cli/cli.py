@@ -833,7 +833,9 @@ def eval_(
     test_queries: Annotated[Optional[Path], typer.Option("--test-queries", help="--tune: the test split's queries, scored apart from the tuning")] = None,
     test_qrels: Annotated[Optional[Path], typer.Option("--test-qrels", help="--tune: the test split's qrels")] = None,
     perturb: Annotated[Optional[list[str]], typer.Option("--perturb", help="With --queries: re-run the queries changed (case = upper and lower, upper, lower, typo, punct) and report the loss")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed of --perturb typo and of the randomisation tests")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of --perturb typo, of the randomisation tests and of --make-unanswerable")] = 0,
+    make_unanswerable: Annotated[Optional[int], typer.Option("--make-unanswerable", help="N: write the made-unanswerable variant of --corpus into -o DIR: the gold documents (--qrels) of N questions of --queries removed (corpus.jsonl, queries.jsonl, removed.json; --seed)")] = None,
+    corpus: Annotated[Optional[Path], typer.Option("--corpus", help="--make-unanswerable: the corpus, BEIR JSONL (.gz too)")] = None,
     md: Annotated[Optional[Path], typer.Option("--md", help="Also write a Markdown summary of the report to this file")] = None,
     plots: Annotated[Optional[Path], typer.Option("--plots", help="Also draw PNG plots of the report into this folder (needs matplotlib: the plot extra)")] = None,
     project: ProjectOpt = None,
@@ -851,6 +853,18 @@ def eval_(
         raise BadInput(f"--ks {ks!r}: expected comma-separated integers such as 1,5,10,20,100") from None
     if not cutoffs or min(cutoffs) < 1:
         raise BadInput(f"--ks {ks!r}: cutoffs must be integers >= 1")
+    if make_unanswerable is not None or corpus is not None:
+        if None in (make_unanswerable, corpus, queries, qrels, output) or run is not None or answers is not None:
+            raise BadInput("--make-unanswerable N needs --corpus FILE, --queries FILE, --qrels FILE and -o DIR "
+                           "(and no --run or --answers)")
+        out = Project.make_unanswerable(make_unanswerable, corpus=corpus, queries=queries, qrels=qrels,
+                                        output=output, seed=seed)
+        if json_out:
+            _emit_json(out)
+        elif not quiet:
+            _note(f"{out['n_questions']} questions made unanswerable: {len(out['removed_docs'])} documents removed, "
+                  f"{out['n_docs_kept']} kept -> {output}")
+        return
     p = Project.open(project)
     if answers is not None or gold is not None:
         if answers is None or gold is None or qrels is not None or run is not None or queries is not None:

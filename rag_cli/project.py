@@ -882,6 +882,18 @@ class Project:
         path = Path(output) if output else self.eval_path(name or f"answers-{file_stem(answers)}")
         return evaluate_answers(Path(answers), Path(gold), self.chunks_path, path), path
 
+    @staticmethod
+    def make_unanswerable(n: int, *, corpus: str | os.PathLike, queries: str | os.PathLike,
+                          qrels: str | os.PathLike, output: str | os.PathLike, seed: int = 0) -> dict:
+        """Write the made-unanswerable variant of `corpus` (BEIR JSONL): the
+        gold documents of at least `n` questions of `queries` (judged in
+        `qrels`) removed, into the folder `output` (corpus.jsonl,
+        queries.jsonl of those questions, removed.json); no project needed.
+        Returns the removed.json dict (see `rag_cli.evaluate.unanswerable`)."""
+        from rag_cli.evaluate.unanswerable import write_unanswerable
+
+        return write_unanswerable(corpus, queries, qrels, n, output, seed=seed)
+
     def tune_fusion(self, queries: str | os.PathLike, qrels: str | os.PathLike, *,
                     test_queries: str | os.PathLike | None = None, test_qrels: str | os.PathLike | None = None,
                     candidates: int | None = None, permutations: int = 10000, name: str | None = None,

@@ -90,3 +90,42 @@ def test_old_answers_files_are_still_scored(project, tmp_path):
               "-o", tmp_path / "r.json", "-p", project.root)
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["metrics"]["em"] == 1.0
+
+
+def test_sample_unanswerable_removes_whole_documents_until_n_questions():
+    from rag_cli.evaluate.unanswerable import sample_unanswerable
+
+    qrels = {"a": {"d1": 1}, "b": {"d1": 1}, "c": {"d2": 1, "d3": 1}, "d": {"d3": 1}, "e": {"d4": 0}}
+    for seed in range(5):
+        picked, removed = sample_unanswerable(qrels, 2, seed)
+        assert len(picked) >= 2 and "e" not in picked and "d4" not in removed
+        for q in picked:  # every relevant document of a picked question is removed
+            assert set(qrels[q]) <= set(removed)
+        if "d1" in removed:
+            assert {"a", "b"} <= set(picked)  # both questions of a removed passage
+    assert sample_unanswerable(qrels, 10, 0)[0] and len(sample_unanswerable(qrels, 10, 0)[1]) == 3
+
+
+@pytest.mark.e2e
+def test_make_unanswerable_on_cmrc(cmrc_dir, tmp_path):
+    out = tmp_path / "variant"
+    res = rag("eval", "--make-unanswerable", 10, "--corpus", cmrc_dir / "corpus.jsonl", "--queries",
+              cmrc_dir / "queries.jsonl", "--qrels", cmrc_dir / "qrels" / "test.tsv", "-o", out, "--seed", 3,
+              "--json")
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary == json.loads((out / "removed.json").read_text())
+    kept = [json.loads(line)["_id"] for line in (out / "corpus.jsonl").read_text().splitlines()]
+    n_all = sum(1 for line in (cmrc_dir / "corpus.jsonl").read_text().splitlines() if line.strip())
+    assert len(kept) == n_all - len(summary["removed_docs"]) and not set(kept) & set(summary["removed_docs"])
+    qs = [json.loads(line) for line in (out / "queries.jsonl").read_text().splitlines()]
+    assert [q["_id"] for q in qs] == summary["questions"] and len(qs) >= 10
+    from rag_cli.evaluate.datasets import read_qrels
+
+    qrels = read_qrels(cmrc_dir / "qrels" / "test.tsv")
+    assert all(set(qrels[q["_id"]]) <= set(summary["removed_docs"]) for q in qs)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "keep.txt").write_text("x")
+    bad = rag("eval", "--make-unanswerable", 10, "--corpus", cmrc_dir / "corpus.jsonl", "--queries",
+              cmrc_dir / "queries.jsonl", "--qrels", cmrc_dir / "qrels" / "test.tsv", "-o", tmp_path / "other")
+    assert bad.exit_code == 2 and (tmp_path / "other" / "keep.txt").exists()
