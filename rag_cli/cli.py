@@ -829,7 +829,11 @@ def eval_(
     funnel: Annotated[bool, typer.Option("--funnel", help="With --queries: per query, the layer where the gold first goes missing, and ANN recall (needs the project index)")] = False,
     answers: Annotated[Optional[Path], typer.Option("--answers", help="Score answers/NAME.parquet (from `rag ask --queries`) against --gold: EM, F1, has-answer, citation precision/recall, refusals, latency")] = None,
     gold: Annotated[Optional[Path], typer.Option("--gold", help="Gold answers for --answers: JSONL {\"_id\": query id, \"answers\": [...]}")] = None,
-    tune: Annotated[Optional[str], typer.Option("--tune", help="fusion: grid-search the hybrid fusion on --queries/--qrels (the train split) for nDCG@10 and write the winner to rag.toml")] = None,
+    tune: Annotated[Optional[str], typer.Option("--tune", help="fusion: grid-search the hybrid fusion on --queries/--qrels (the train split) for nDCG@10 and write the winner to rag.toml; refusal: grid-search the refusal gate's thresholds on --answers/--unanswerable (recorded with `rag ask --gate off`) and write them to rag.toml [ask]")] = None,
+    unanswerable: Annotated[Optional[Path], typer.Option("--unanswerable", help="Answers to made-unanswerable questions (see --make-unanswerable): with --answers/--gold, adds refusal and false-answer rates on them and the false-refusal rate on --answers; with --tune refusal, the train split's")] = None,
+    max_false_refusal: Annotated[float, typer.Option("--max-false-refusal", help="--tune refusal: the largest false-refusal rate allowed on the answerable questions")] = 0.05,
+    test_answers: Annotated[Optional[Path], typer.Option("--test-answers", help="--tune refusal: the test split's answerable answers (recorded with --gate off)")] = None,
+    test_unanswerable: Annotated[Optional[Path], typer.Option("--test-unanswerable", help="--tune refusal: the test split's made-unanswerable answers")] = None,
     test_queries: Annotated[Optional[Path], typer.Option("--test-queries", help="--tune: the test split's queries, scored apart from the tuning")] = None,
     test_qrels: Annotated[Optional[Path], typer.Option("--test-qrels", help="--tune: the test split's qrels")] = None,
     perturb: Annotated[Optional[list[str]], typer.Option("--perturb", help="With --queries: re-run the queries changed (case = upper and lower, upper, lower, typo, punct) and report the loss")] = None,
@@ -866,16 +870,24 @@ def eval_(
                   f"{out['n_docs_kept']} kept -> {output}")
         return
     p = Project.open(project)
+    if tune == "refusal":
+        if answers is None or unanswerable is None or gold is not None or qrels is not None or run is not None:
+            raise BadInput("--tune refusal needs --answers FILE and --unanswerable FILE (answers recorded with "
+                           "`rag ask --queries ... --gate off`), and no --gold, --qrels or --run")
+        report, path = p.tune_refusal(answers, unanswerable, max_false_refusal=max_false_refusal,
+                                      test_answers=test_answers, test_unanswerable=test_unanswerable, name=name,
+                                      output=output)
+        return _show_report(p, report, path, _print_refusal_tuning, json_out, quiet, md, plots)
     if answers is not None or gold is not None:
         if answers is None or gold is None or qrels is not None or run is not None or queries is not None:
             raise BadInput("--answers FILE needs --gold FILE (gold answers), and no --qrels, --run or --queries")
-        report, path = p.evaluate_answers(answers, gold, name=name, output=output)
+        report, path = p.evaluate_answers(answers, gold, name=name, output=output, unanswerable=unanswerable)
         return _show_report(p, report, path, _print_answer_metrics, json_out, quiet, md, plots)
     if qrels is None:
         raise BadInput("--qrels FILE is needed (relevance judgements), unless you score answers with --answers/--gold")
     if tune is not None:
         if tune != "fusion":
-            raise BadInput(f"--tune {tune!r}: only 'fusion' can be tuned")
+            raise BadInput(f"--tune {tune!r}: 'fusion' or 'refusal' can be tuned")
         if queries is None or run is not None:
             raise BadInput("--tune fusion needs --queries FILE and --qrels FILE (the train split) and no --run")
         with _progress(quiet or json_out) as progress:
@@ -1004,6 +1016,10 @@ def _print_answer_metrics(report: dict, path: Path, quiet: bool) -> None:
     table.add_column("value", justify="right")
     for m, v in report["metrics"].items():
         table.add_row(m, "n/a" if v is None else (f"{v:.1f}" if m.endswith("_ms") else f"{v:.4f}"))
+    for m in ("refusal_unanswerable", "false_answer_rate", "false_refusal_rate"):
+        if "refusal" in report:
+            v = report["refusal"][m]
+            table.add_row(m, "n/a" if v is None else f"{v:.4f}")
     _stdout().print(table)
     if quiet:
         return
@@ -1034,6 +1050,27 @@ def _print_tuning(report: dict, path: Path, quiet: bool) -> None:
     _stdout().print(table)
     if not quiet:
         _note(f"written: {report['written_to']} (search.fusion) and {path}")
+
+
+def _print_refusal_tuning(report: dict, path: Path, quiet: bool) -> None:
+    from rich.table import Table
+
+    setting = ", ".join(f"{k} {v:g}" for k, v in report["best"].items())
+    table = Table(title=f"refusal gate tuned on train for false refusals <= {report['max_false_refusal']:g}"
+                        f"{'' if report['target_met'] else ' (target not met)'}: {setting}")
+    for col in ("split", "setting", "refused unanswerable", "false answers", "false refusals"):
+        table.add_column(col, justify="left" if col in ("split", "setting") else "right")
+    for split in ("train", "test"):
+        for which in ("current", "tuned"):
+            if report[split] is None:
+                continue
+            r = report[split][which]
+            table.add_row(f"{split} ({r['n_answerable']}+{r['n_unanswerable']})", which,
+                          *("n/a" if r[m] is None else f"{r[m]:.4f}"
+                            for m in ("refusal_unanswerable", "false_answer_rate", "false_refusal_rate")))
+    _stdout().print(table)
+    if not quiet:
+        _note(f"written: {report['written_to']} ([ask] thresholds) and {path}")
 
 
 def _print_perturb(report: dict, path: Path, quiet: bool) -> None:

@@ -867,12 +867,17 @@ class Project:
         return report, path
 
     def evaluate_answers(self, answers: str | os.PathLike, gold: str | os.PathLike, *, name: str | None = None,
-                         output: str | os.PathLike | None = None) -> tuple[dict, Path]:
+                         output: str | os.PathLike | None = None,
+                         unanswerable: str | os.PathLike | None = None) -> tuple[dict, Path]:
         """Exact match, F1, has-answer, citation precision/recall, refusal
         rate and latency p50/p95 of `answers` (answers/NAME.parquet of
         `ask_queries`) against `gold` (answers.jsonl), reading the cited
         chunks' texts from the project's chunks (see
-        `rag_cli.evaluate.answers`). Writes `output`, else eval/NAME.json
+        `rag_cli.evaluate.answers`). With `unanswerable` (answers to
+        made-unanswerable questions, asked in a project of the variant
+        corpus), the report's "refusal" has `refusal_rates`: refusal on
+        made-unanswerable, false-answer rate, and the false-refusal rate on
+        every question of `answers`. Writes `output`, else eval/NAME.json
         (NAME: answers-ANSWERS). Returns (report, path)."""
         from rag_cli.stages.evaluation import evaluate_answers
 
@@ -880,7 +885,52 @@ class Project:
         self.require_exists()
         self.require(self.chunks_path, "chunk")
         path = Path(output) if output else self.eval_path(name or f"answers-{file_stem(answers)}")
-        return evaluate_answers(Path(answers), Path(gold), self.chunks_path, path), path
+        return evaluate_answers(Path(answers), Path(gold), self.chunks_path, path,
+                                unanswerable=Path(unanswerable) if unanswerable is not None else None), path
+
+    def tune_refusal(self, answers: str | os.PathLike, unanswerable: str | os.PathLike, *,
+                     max_false_refusal: float = 0.05, test_answers: str | os.PathLike | None = None,
+                     test_unanswerable: str | os.PathLike | None = None, name: str | None = None,
+                     output: str | os.PathLike | None = None) -> tuple[dict, Path]:
+        """Grid-search the refusal gate's thresholds (ask.min_score,
+        min_coverage, min_entity_coverage, strong_score, min_rerank_score) on
+        answers recorded with the gate off (`ask_queries(..., gate="off")`):
+        `answers` to answerable questions, `unanswerable` to made-unanswerable
+        ones; the most refusals of the latter with false refusals on the
+        former at most `max_false_refusal` (see
+        `rag_cli.evaluate.gate_tuning`). Writes the winner to rag.toml [ask],
+        scores the current and the tuned setting on the test pair when given.
+        Writes `output`, else eval/NAME.json (NAME: tune-refusal-ANSWERS).
+        Returns (report, path). Raises BadInput for files not recorded that way."""
+        from rag_cli.evaluate.gate_tuning import TUNED, check_recorded, tune_refusal
+        from rag_cli.store.answers import read_answers
+        from rag_cli.store.eval_reports import write_report
+
+        check_name(name)
+        check_flag("--max-false-refusal", max_false_refusal, (0, 1))
+        if (test_answers is None) != (test_unanswerable is None):
+            raise BadInput("--test-answers and --test-unanswerable go together: give both (the test split) or neither")
+        self.require_exists()
+        path = Path(output) if output else self.eval_path(name or f"tune-refusal-{file_stem(answers)}")
+
+        def pair(a, u):
+            rows = []
+            for f, flag in ((a, "--answers" if a is answers else "--test-answers"),
+                            (u, "--unanswerable" if u is unanswerable else "--test-unanswerable")):
+                rows.append(read_answers(Path(f)).to_pylist())
+                check_recorded(rows[-1], f"{flag} {f}")
+            return tuple(rows)
+
+        train = pair(answers, unanswerable)
+        test = pair(test_answers, test_unanswerable) if test_answers is not None else None
+        report = tune_refusal(train, test, self.config.ask, max_false_refusal=max_false_refusal)
+        with self._writing("eval --tune"):
+            self._save(("ask", {k: report["best"][k] for k in TUNED}))
+        report = {"answers": str(answers), "unanswerable": str(unanswerable),
+                  "test_answers": str(test_answers or ""), "test_unanswerable": str(test_unanswerable or ""),
+                  "written_to": str(self.config_path), **report}
+        write_report(path, report)
+        return report, path
 
     @staticmethod
     def make_unanswerable(n: int, *, corpus: str | os.PathLike, queries: str | os.PathLike,

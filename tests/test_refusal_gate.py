@@ -129,3 +129,125 @@ def test_make_unanswerable_on_cmrc(cmrc_dir, tmp_path):
     bad = rag("eval", "--make-unanswerable", 10, "--corpus", cmrc_dir / "corpus.jsonl", "--queries",
               cmrc_dir / "queries.jsonl", "--qrels", cmrc_dir / "qrels" / "test.tsv", "-o", tmp_path / "other")
     assert bad.exit_code == 2 and (tmp_path / "other" / "keep.txt").exists()
+
+
+def _set_ask(root: Path, **options) -> None:
+    p = Project.open(root)
+    p.config.with_options("ask", options)[0].save(p.config_path)
+
+
+def _refused(root: Path, queries: Path, name: str) -> list[bool]:
+    res = rag("ask", "--queries", queries, "--name", name, "-q", "-p", root)
+    assert res.exit_code == 0, res.output
+    return pq.read_table(root / "answers" / f"{name}.parquet").column("refused").to_pylist()
+
+
+@pytest.mark.e2e
+def test_simulated_decision_equals_the_real_ask_decision(tmp_path, project, queries):
+    import shutil
+
+    from rag_cli.evaluate.gate_tuning import simulate
+
+    root = tmp_path / "p.rag"
+    shutil.copytree(project.root, root)
+    res = rag("ask", "--queries", queries, "--name", "rec", "--gate", "off", "-q", "-p", root)
+    assert res.exit_code == 0, res.output
+    recorded = pq.read_table(root / "answers" / "rec.parquet").to_pylist()
+    best = sorted(r["best_score"] for r in recorded)
+    cov = sorted(r["coverage"] for r in recorded)
+    ent = sorted(r["entity_coverage"] for r in recorded)
+    settings = [{}, {"min_score": best[2]}, {"min_score": -1.0, "min_coverage": cov[2], "strong_score": 1.0},
+                {"min_score": -1.0, "min_coverage": 0.0, "min_entity_coverage": ent[3] if ent[3] > 0 else 0.5,
+                 "entity_scope": "all", "strong_score": best[3]},
+                {"min_score": best[1], "min_coverage": cov[3], "strong_score": best[4]}]
+    seen = set()
+    for i, setting in enumerate(settings):
+        _set_ask(root, **{**AskConfig().__dict__, **setting})
+        expected = simulate(recorded, Project.open(root).config.ask)
+        assert _refused(root, queries, f"s{i}") == expected, setting
+        seen.add(tuple(expected))
+    assert len(seen) >= 3  # the settings refuse different questions: the check can fail
+
+
+@pytest.mark.e2e
+def test_tune_refusal_writes_the_best_setting_and_ask_follows_it(tmp_path, project, queries):
+    import shutil
+
+    from rag_cli.evaluate.gate_tuning import simulate
+
+    root = tmp_path / "p.rag"
+    shutil.copytree(project.root, root)
+    lines = queries.read_text().splitlines()
+    (tmp_path / "a.jsonl").write_text("\n".join(lines[:3]) + "\n")  # "answerable"
+    (tmp_path / "u.jsonl").write_text("\n".join(lines[3:]) + "\n")  # "unanswerable"
+    for n in ("a", "u"):
+        res = rag("ask", "--queries", tmp_path / f"{n}.jsonl", "--gate", "off", "-q", "-p", root)
+        assert res.exit_code == 0, res.output
+    a, u = root / "answers" / "a.parquet", root / "answers" / "u.parquet"
+    res = rag("eval", "--tune", "refusal", "--answers", a, "--unanswerable", u, "--max-false-refusal", 0.34,
+              "--test-answers", a, "--test-unanswerable", u, "--json", "--md", tmp_path / "t.md", "-p", root)
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["target_met"] and report["train"]["tuned"]["false_refusal_rate"] <= 0.34
+    assert report["train"]["tuned"]["refusal_unanswerable"] >= report["train"]["current"]["refusal_unanswerable"]
+    assert report["train"]["tuned"] == report["test"]["tuned"]
+    cfg = Project.open(root).config.ask
+    assert {k: getattr(cfg, k) for k in report["best"]} == report["best"]
+    rows_a, rows_u = pq.read_table(a).to_pylist(), pq.read_table(u).to_pylist()
+    assert _refused(root, tmp_path / "a.jsonl", "a-on") == simulate(rows_a, cfg)
+    assert _refused(root, tmp_path / "u.jsonl", "u-on") == simulate(rows_u, cfg)
+    assert sum(simulate(rows_u, cfg)) == report["train"]["tuned"]["n_refused_unanswerable"]
+    assert "Refusal gate tuned on train" in (tmp_path / "t.md").read_text()
+    # answers recorded with the gate on cannot be tuned on when the gate refused first
+    on = rag("ask", "--queries", tmp_path / "u.jsonl", "--name", "u-strict", "--min-score", 0.9999, "-q", "-p", root)
+    assert on.exit_code == 0, on.output
+    bad = rag("eval", "--tune", "refusal", "--answers", a, "--unanswerable", root / "answers" / "u-strict.parquet",
+              "-p", root)
+    assert bad.exit_code == 2 and "--gate off" in bad.output
+
+
+@pytest.mark.e2e
+def test_eval_reports_refusal_on_made_unanswerable(tmp_path, project, queries):
+    import shutil
+
+    root = tmp_path / "p.rag"
+    shutil.copytree(project.root, root)
+    res = rag("ask", "--queries", queries, "--name", "all", "-q", "-p", root)
+    refused = pq.read_table(root / "answers" / "all.parquet").column("refused").to_pylist()
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text("".join(json.dumps({"_id": q, "answers": ["x"]}) + "\n" for q, _ in QUESTIONS))
+    res = rag("eval", "--answers", root / "answers" / "all.parquet", "--gold", gold, "--unanswerable",
+              root / "answers" / "all.parquet", "--json", "--md", tmp_path / "r.md", "-p", root)
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.stdout)["refusal"]
+    assert r["refusal_unanswerable"] == pytest.approx(sum(refused) / 5)
+    assert r["false_answer_rate"] == pytest.approx(1 - sum(refused) / 5)
+    assert r["false_refusal_rate"] == pytest.approx(sum(refused) / 5)
+    assert "false_answer_rate" in (tmp_path / "r.md").read_text()
+    table = rag("eval", "--answers", root / "answers" / "all.parquet", "--gold", gold, "--unanswerable",
+                root / "answers" / "all.parquet", "-p", root)
+    assert table.exit_code == 0 and "refusal_unanswerable" in table.output
+
+
+@pytest.mark.e2e
+def test_cross_encoder_gate(tmp_path, project, queries, tiny_cross_encoder):
+    import shutil
+
+    root = tmp_path / "p.rag"
+    shutil.copytree(project.root, root)
+    p = Project.open(root)
+    p.config.with_options("model", {"reranker": str(tiny_cross_encoder)})[0].save(p.config_path)
+    res = rag("ask", "--queries", queries, "--name", "off", "--gate", "off", "-q", "-p", root)
+    assert res.exit_code == 0, res.output
+    scores = pq.read_table(root / "answers" / "off.parquet").column("rerank_score").to_pylist()
+    assert all(s is not None for s in scores)
+    cut = sorted(scores)[2]
+    res = rag("ask", "--queries", queries, "--name", "ce", "--min-rerank-score", cut, "--min-score", -1,
+              "--min-coverage", 0, "-q", "-p", root)
+    assert res.exit_code == 0, res.output
+    rows = pq.read_table(root / "answers" / "ce.parquet").to_pylist()
+    for r, s in zip(rows, scores):
+        assert (s < cut) == ("min_rerank_score" in r["reason"]), (s, cut, r["reason"])
+        assert r["rerank_score"] == pytest.approx(s, abs=1e-5)
+    one = rag("ask", QUESTIONS[0][1], "--min-rerank-score", max(scores) + 1, "--json", "-p", root)
+    assert one.exit_code == 0 and "min_rerank_score" in json.loads(one.stdout)["reason"]
