@@ -26,6 +26,13 @@ the llm extra) instead of the extractive generator.
 `--limit N` asks only the first N sampled questions in the same corpora
 (the made-unanswerable corpus still lacks every sampled question's passage).
 
+`--tune` records the answers of each half with the gate off in both
+projects and runs `rag eval --tune refusal` (`Project.tune_refusal`) on the
+tune half for `--max-false-refusal` (default 0.05), scoring the default and
+the tuned setting on both halves:
+
+    nice python bench/refusal.py --tune --work /tmp/refusal-gate --out bench/results/refusal-tune.json
+
 `--work` keeps the projects between runs (they are rebuilt only when
 missing); `--gate off` asks with the gate's entity rule switched off
 (`ask.min_entity_coverage = 0`), the gate of before.
@@ -45,6 +52,7 @@ import tempfile
 from pathlib import Path
 
 from rag_cli import Project
+from rag_cli.config import AskConfig
 from rag_cli.evaluate.datasets import read_qrels, read_queries
 from rag_cli.evaluate.unanswerable import sample_unanswerable, write_unanswerable
 from rag_cli.loaders.normalize import normalize_text
@@ -200,6 +208,30 @@ def run_set(name: str, sample: dict, work: Path, options: dict, seed: int, gener
     return report
 
 
+def tune_set(name: str, sample: dict, work: Path, seed: int, max_false_refusal: float,
+             generator: str = "extractive") -> dict:
+    """Record the answers with the gate off (`Project.ask_queries(gate="off")`)
+    in both projects, per half, then `Project.tune_refusal` on the tune half,
+    scored on the test half: the current (default) and the tuned setting."""
+    full = build(work / name / "full", sample["docs"])
+    cut = build(work / name / "cut", sample["variant"] / "corpus.jsonl")
+    full.config.with_options("ask", AskConfig().__dict__)[0].save(full.config_path)  # "current" = the defaults
+    halves = split(sample["questions"], seed)
+    files = {}
+    for half in ("tune", "test"):
+        qfile = _write(work / name / f"queries-{half}.jsonl",
+                       [{"_id": q, "text": t} for q, t, _, _ in sample["questions"] if halves[q] == half])
+        for kind, p in (("answerable", full), ("unanswerable", cut)):
+            files[half, kind] = p.ask_queries(qfile, gate="off", generator=generator,
+                                              name=f"{half}-{kind}-gate-off")["answers"]
+    report, _ = full.tune_refusal(files["tune", "answerable"], files["tune", "unanswerable"],
+                                  max_false_refusal=max_false_refusal, test_answers=files["test", "answerable"],
+                                  test_unanswerable=files["test", "unanswerable"])
+    drop = ("answers", "unanswerable", "test_answers", "test_unanswerable", "written_to")
+    return {"n_docs": len(sample["docs"]), "n_removed": len(sample["removed"]),
+            "n_questions": len(sample["questions"]), **{k: v for k, v in report.items() if k not in drop}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--questions", type=int, default=200)
@@ -212,6 +244,9 @@ def main() -> None:
     ap.add_argument("--limit", type=int, help="ask only the first N sampled questions (same corpora)")
     ap.add_argument("--work", type=Path)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--tune", action="store_true",
+                    help="record with the gate off and tune the gate on the tune half (rag eval --tune refusal)")
+    ap.add_argument("--max-false-refusal", type=float, default=0.05)
     args = ap.parse_args()
     options = {} if args.gate == "on" else {"min_entity_coverage": 0.0}
     result = {"command": "python bench/refusal.py " + " ".join(
@@ -222,6 +257,11 @@ def main() -> None:
         for name in args.sets.split(","):
             sample = (cmrc_sample(args.questions, args.seed, work) if name == "cmrc"
                       else scifact_sample(args.scifact_questions, args.scifact_docs, args.seed, work))
+            if args.tune:
+                result["sets"][name] = tune_set(name, sample, work, args.seed, args.max_false_refusal,
+                                                args.generator)
+                print(name, json.dumps({h: result["sets"][name][h] for h in ("best", "train", "test")}, indent=1))
+                continue
             result["sets"][name] = run_set(name, sample, work, options, args.seed, args.generator, args.limit)
             print(name, json.dumps({h: result["sets"][name][h] for h in ("tune", "test", "all")}, indent=1))
     result["machine"] = machine()
