@@ -33,7 +33,7 @@ the tuned setting on both halves:
 
     nice python bench/refusal.py --tune --work /tmp/refusal-gate --out bench/results/refusal-tune.json
 
-`--work` keeps the projects between runs (they are rebuilt only when
+`--work` keeps the projects (and the answers recorded by `--tune`) between runs (they are rebuilt only when
 missing); `--gate off` asks with the gate's entity rule switched off
 (`ask.min_entity_coverage = 0`), the gate of before.
 """
@@ -222,8 +222,10 @@ def tune_set(name: str, sample: dict, work: Path, seed: int, max_false_refusal: 
         qfile = _write(work / name / f"queries-{half}.jsonl",
                        [{"_id": q, "text": t} for q, t, _, _ in sample["questions"] if halves[q] == half])
         for kind, p in (("answerable", full), ("unanswerable", cut)):
-            files[half, kind] = p.ask_queries(qfile, gate="off", generator=generator,
-                                              name=f"{half}-{kind}-gate-off")["answers"]
+            name_ = f"{half}-{kind}-gate-off-{generator}"
+            files[half, kind] = p.answers_path(name_)
+            if not files[half, kind].exists():  # kept in --work, as the projects are
+                p.ask_queries(qfile, gate="off", generator=generator, name=name_)
     report, _ = full.tune_refusal(files["tune", "answerable"], files["tune", "unanswerable"],
                                   max_false_refusal=max_false_refusal, test_answers=files["test", "answerable"],
                                   test_unanswerable=files["test", "unanswerable"])

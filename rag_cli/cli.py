@@ -1055,7 +1055,7 @@ def _print_tuning(report: dict, path: Path, quiet: bool) -> None:
 def _print_refusal_tuning(report: dict, path: Path, quiet: bool) -> None:
     from rich.table import Table
 
-    setting = ", ".join(f"{k} {v:g}" for k, v in report["best"].items())
+    setting = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in report["best"].items())
     table = Table(title=f"refusal gate tuned on train for false refusals <= {report['max_false_refusal']:g}"
                         f"{'' if report['target_met'] else ' (target not met)'}: {setting}")
     for col in ("split", "setting", "refused unanswerable", "false answers", "false refusals"):

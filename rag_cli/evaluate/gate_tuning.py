@@ -12,11 +12,13 @@ generator refused (`simulate`).
 Grid (`gate_grid`): min_score, min_coverage, min_entity_coverage and
 strong_score, plus min_rerank_score when the rows have cross-encoder scores;
 cosine thresholds from quantiles of the recorded best cosines (per model),
-shares on fixed steps, each with its current value. The chosen setting
+shares on fixed steps, each with its current value; and the entity rule's
+scope (entity_scope "zh" or "all": the entity coverage is recorded for
+every question). The chosen setting
 refuses the most made-unanswerable questions with a false-refusal rate on
 the answerable ones at most `max_false_refusal`; ties go to the setting
 closest to the current one (sum over the thresholds of |value - current|
-over the span of that threshold's grid). When no setting meets the target,
+over the span of that threshold's grid, plus 1 for another entity_scope). When no setting meets the target,
 the one with the fewest false refusals (then the most refusals) is chosen
 and `target_met` is false.
 
@@ -43,7 +45,7 @@ from rag_cli.loaders.normalize import has_cjk
 
 SIGNAL_COLUMNS = ("question", "contexts", "best_score", "coverage", "entity_coverage", "rerank_score",
                   "generator_refused")
-TUNED = ("min_score", "min_coverage", "min_entity_coverage", "strong_score", "min_rerank_score")
+TUNED = ("min_score", "min_coverage", "min_entity_coverage", "strong_score", "min_rerank_score", "entity_scope")
 
 
 def check_recorded(rows: Sequence[Mapping], source: str) -> None:
@@ -103,6 +105,7 @@ def gate_grid(answerable: Sequence[Mapping], unanswerable: Sequence[Mapping], cf
         "strong_score": _values(cfg.strong_score, [1.0, *np.quantile(best, [0.5, 0.75, 0.9, 0.97])]
                                 if best.size else [1.0]),
         "min_rerank_score": [float(cfg.min_rerank_score)],
+        "entity_scope": [cfg.entity_scope] + [v for v in ("zh", "all") if v != cfg.entity_scope],
     }
     rr = np.array([r["rerank_score"] for r in answerable if r["rerank_score"] is not None], dtype=float)
     if rr.size:
@@ -123,7 +126,7 @@ def tune_refusal(train: tuple[Sequence[Mapping], Sequence[Mapping]],
     cfg = replace(cfg, gate="on")
     grid = gate_grid(*train, cfg)
     current = {k: getattr(cfg, k) for k in TUNED}
-    span = {k: (max(v) - min(v)) or 1.0 for k, v in grid.items()}
+    span = {k: (max(v) - min(v)) or 1.0 for k, v in grid.items() if k != "entity_scope"}
     best_key, best_setting = None, None
     n = 0
     prepared = [_prepared(rows) for rows in train]
@@ -135,7 +138,8 @@ def tune_refusal(train: tuple[Sequence[Mapping], Sequence[Mapping]],
         fr = r["false_refusal_rate"] or 0.0
         refused = r["refusal_unanswerable"] or 0.0
         met = fr <= max_false_refusal + 1e-12
-        distance = sum(abs(setting[k] - current[k]) / span[k] for k in TUNED)
+        distance = sum(abs(setting[k] - current[k]) / span[k] for k in span) + (setting["entity_scope"]
+                                                                                  != current["entity_scope"])
         key = (met, refused if met else -fr, refused, -distance)
         if best_key is None or key > best_key:
             best_key, best_setting = key, setting

@@ -70,7 +70,7 @@ def _answers(report: dict) -> list[str]:
 
 
 def _refusal_tuning(report: dict) -> list[str]:
-    best = ", ".join(f"{k} = {v:g}" for k, v in report["best"].items())
+    best = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}" for k, v in report["best"].items())
     lines = [f"# Refusal gate tuned on train: {best}", "",
              f"The most refusals of made-unanswerable questions with false refusals on answerable ones at most "
              f"{report['max_false_refusal']:g} (target {'met' if report['target_met'] else 'not met'}), over "
@@ -85,7 +85,7 @@ def _refusal_tuning(report: dict) -> list[str]:
                              r["refusal_unanswerable"], r["false_answer_rate"], r["false_refusal_rate"]])
     lines += _table(["split", "setting", "refused unanswerable", "false answers", "false refusals"], rows)
     return lines + _table(["threshold", "current", "tuned"],
-                          [[k, _f(float(report["current"][k])), _f(float(v))] for k, v in report["best"].items()])
+                          [[k, _f(report["current"][k]), _f(v)] for k, v in report["best"].items()])
 
 
 def _tuning(report: dict) -> list[str]:
