@@ -29,7 +29,8 @@ the llm extra) instead of the extractive generator.
 `--tune` records the answers of each half with the gate off in both
 projects and runs `rag eval --tune refusal` (`Project.tune_refusal`) on the
 tune half for `--max-false-refusal` (default 0.05), scoring the default and
-the tuned setting on both halves:
+the tuned setting on both halves; `--check-real` then asks the test half
+with the tuned setting and counts the decisions equal to the simulated ones:
 
     nice python bench/refusal.py --tune --work /tmp/refusal-gate --out bench/results/refusal-tune.json
 
@@ -208,8 +209,27 @@ def run_set(name: str, sample: dict, work: Path, options: dict, seed: int, gener
     return report
 
 
+def check_real(full: Project, cut: Project, qfile: Path, files: dict, generator: str) -> dict:
+    """Ask the test half for real with the tuned setting (copied into the
+    made-unanswerable project) and count the decisions equal to the simulated ones."""
+    from rag_cli.evaluate.gate_tuning import TUNED, simulate
+    from rag_cli.store.answers import read_answers
+
+    best = {k: getattr(full.config.ask, k) for k in TUNED}
+    cut.config.with_options("ask", best)[0].save(cut.config_path)
+    out = {}
+    for kind, p in (("answerable", full), ("unanswerable", cut)):
+        real = read_answers(p.ask_queries(qfile, generator=generator, name=f"test-{kind}-tuned")["answers"])
+        sim = simulate(read_answers(files["test", kind]).to_pylist(), p.config.ask)
+        refused = real.column("refused").to_pylist()
+        out[kind] = {"n": len(refused), "real_refused": sum(refused), "simulated_refused": sum(sim),
+                     "same_decisions": sum(a == b for a, b in zip(refused, sim))}
+    cut.config.with_options("ask", AskConfig().__dict__)[0].save(cut.config_path)
+    return out
+
+
 def tune_set(name: str, sample: dict, work: Path, seed: int, max_false_refusal: float,
-             generator: str = "extractive") -> dict:
+             generator: str = "extractive", check: bool = False) -> dict:
     """Record the answers with the gate off (`Project.ask_queries(gate="off")`)
     in both projects, per half, then `Project.tune_refusal` on the tune half,
     scored on the test half: the current (default) and the tuned setting."""
@@ -230,8 +250,11 @@ def tune_set(name: str, sample: dict, work: Path, seed: int, max_false_refusal: 
                                   max_false_refusal=max_false_refusal, test_answers=files["test", "answerable"],
                                   test_unanswerable=files["test", "unanswerable"])
     drop = ("answers", "unanswerable", "test_answers", "test_unanswerable", "written_to")
-    return {"n_docs": len(sample["docs"]), "n_removed": len(sample["removed"]),
-            "n_questions": len(sample["questions"]), **{k: v for k, v in report.items() if k not in drop}}
+    out = {"n_docs": len(sample["docs"]), "n_removed": len(sample["removed"]),
+           "n_questions": len(sample["questions"]), **{k: v for k, v in report.items() if k not in drop}}
+    if check:
+        out["check_real_ask_test"] = check_real(full, cut, work / name / "queries-test.jsonl", files, generator)
+    return out
 
 
 def main() -> None:
@@ -249,10 +272,13 @@ def main() -> None:
     ap.add_argument("--tune", action="store_true",
                     help="record with the gate off and tune the gate on the tune half (rag eval --tune refusal)")
     ap.add_argument("--max-false-refusal", type=float, default=0.05)
+    ap.add_argument("--check-real", action="store_true",
+                    help="--tune: also ask the test half with the tuned setting and compare with the simulation")
     args = ap.parse_args()
     options = {} if args.gate == "on" else {"min_entity_coverage": 0.0}
     result = {"command": "python bench/refusal.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None and k not in ("work", "out")),
+        f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items()
+        if v is not None and v is not False and k not in ("work", "out")),
         "generator": args.generator, "ask_options": options, "sets": {}}
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
@@ -261,7 +287,7 @@ def main() -> None:
                       else scifact_sample(args.scifact_questions, args.scifact_docs, args.seed, work))
             if args.tune:
                 result["sets"][name] = tune_set(name, sample, work, args.seed, args.max_false_refusal,
-                                                args.generator)
+                                                args.generator, args.check_real)
                 print(name, json.dumps({h: result["sets"][name][h] for h in ("best", "train", "test")}, indent=1))
                 continue
             result["sets"][name] = run_set(name, sample, work, options, args.seed, args.generator, args.limit)
