@@ -2,11 +2,13 @@
 
 From the shared data, for CMRC 2018 trial and for SciFact:
 
-* sample `--questions` questions (CMRC: whole passages at a time, so every
-  question of a removed passage is made unanswerable; SciFact: test claims
-  with their cited abstracts, in a subset of `--scifact-docs` documents);
-* build two corpora: the full one and a copy without the sampled questions'
-  gold documents; index both with the default pipeline (`Project.create`,
+* sample `--questions` questions and write the corpus copy without their
+  gold documents with `rag_cli.evaluate.unanswerable` (what `rag eval
+  --make-unanswerable` does; whole documents at a time, so every question
+  of a removed CMRC passage is made unanswerable; SciFact: test claims in a
+  subset of `--scifact-docs` documents: their cited abstracts, then the
+  first others);
+* index the full corpus and the copy with the default pipeline (`Project.create`,
   chunk, embed, index; the default model);
 * ask every sampled question in both with the configured generator
   (default: extractive) and report, on the tune and test halves (split by
@@ -24,7 +26,15 @@ the llm extra) instead of the extractive generator.
 `--limit N` asks only the first N sampled questions in the same corpora
 (the made-unanswerable corpus still lacks every sampled question's passage).
 
-`--work` keeps the projects between runs (they are rebuilt only when
+`--tune` records the answers of each half with the gate off in both
+projects and runs `rag eval --tune refusal` (`Project.tune_refusal`) on the
+tune half for `--max-false-refusal` (default 0.05), scoring the default and
+the tuned setting on both halves; `--check-real` then asks the test half
+with the tuned setting and counts the decisions equal to the simulated ones:
+
+    nice python bench/refusal.py --tune --work /tmp/refusal-gate --out bench/results/refusal-tune.json
+
+`--work` keeps the projects (and the answers recorded by `--tune`) between runs (they are rebuilt only when
 missing); `--gate off` asks with the gate's entity rule switched off
 (`ask.min_entity_coverage = 0`), the gate of before.
 """
@@ -40,11 +50,12 @@ import random
 import statistics
 import subprocess
 import tempfile
-from collections import defaultdict
 from pathlib import Path
 
 from rag_cli import Project
-from rag_cli.evaluate.datasets import read_qrels
+from rag_cli.config import AskConfig
+from rag_cli.evaluate.datasets import read_qrels, read_queries
+from rag_cli.evaluate.unanswerable import sample_unanswerable, write_unanswerable
 from rag_cli.loaders.normalize import normalize_text
 
 DATA = Path(os.environ.get("RAG_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -62,49 +73,47 @@ def _write(path: Path, docs: list[dict]) -> Path:
     return path
 
 
-def cmrc_sample(n_questions: int, seed: int) -> dict:
-    """Whole passages, shuffled, until `n_questions` questions; the corpus is all 256 passages."""
+def _questions(src: Path, qids: list[str], qrels: dict, with_answers: bool) -> list[tuple]:
+    queries = dict(read_queries(src / "queries.jsonl"))
+    answers = {a["_id"]: a["answers"] for a in _jsonl(src / "answers.jsonl")} if with_answers else {}
+    return [(q, queries[q], {d for d, g in qrels[q].items() if g > 0}, answers.get(q)) for q in qids]
+
+
+def cmrc_sample(n_questions: int, seed: int, work: Path) -> dict:
+    """`rag_cli.evaluate.unanswerable` on the 256 passages: whole passages until `n_questions` questions."""
     src = DATA / "cmrc2018-trial"
-    docs = _jsonl(src / "corpus.jsonl")
-    queries = {q["_id"]: q["text"] for q in _jsonl(src / "queries.jsonl")}
-    answers = {a["_id"]: a["answers"] for a in _jsonl(src / "answers.jsonl")}
+    out = write_unanswerable(src / "corpus.jsonl", src / "queries.jsonl", src / "qrels" / "test.tsv",
+                             n_questions, work / "cmrc" / "variant", seed=seed)
     qrels = read_qrels(src / "qrels" / "test.tsv")
-    by_doc = defaultdict(list)
-    for qid, rel in qrels.items():
-        by_doc[next(iter(rel))].append(qid)
-    order = sorted(by_doc)
-    random.Random(seed).shuffle(order)
-    picked, qids = [], []
-    for d in order:
-        if len(qids) >= n_questions:
-            break
-        picked.append(d)
-        qids.extend(sorted(by_doc[d]))
-    return {"docs": docs, "questions": [(q, queries[q], set(qrels[q]), answers.get(q)) for q in qids],
-            "removed": set(picked)}
+    return {"docs": _jsonl(src / "corpus.jsonl"), "questions": _questions(src, out["questions"], qrels, True),
+            "removed": set(out["removed_docs"]), "variant": work / "cmrc" / "variant"}
 
 
-def scifact_sample(n_questions: int, n_docs: int, seed: int) -> dict:
-    """Test claims with their cited abstracts; the corpus is those abstracts, the
-    abstracts of the other test claims, then the first others, up to `n_docs`."""
+def scifact_sample(n_questions: int, n_docs: int, seed: int, work: Path) -> dict:
+    """Test claims sampled by `sample_unanswerable`; the corpus is their cited
+    abstracts, then the first others, up to `n_docs`; the variant is written
+    by `write_unanswerable` from that corpus (the same sample: it depends on
+    the qrels and the seed only)."""
     src = DATA / "scifact"
-    queries = {q["_id"]: q["text"] for q in _jsonl(src / "queries.jsonl")}
     qrels = read_qrels(src / "qrels" / "test.tsv")
-    qids = sorted(qrels)
-    random.Random(seed).shuffle(qids)
-    qids = qids[:n_questions]
-    gold = {d for q in qids for d in qrels[q]}
+    queries = dict(read_queries(src / "queries.jsonl"))
+    _, gold = sample_unanswerable(qrels, n_questions, seed, set(queries))
+    gold = set(gold)
     keep = []
     for doc in _jsonl(src / "corpus.jsonl.gz"):
         if doc["_id"] in gold or len(keep) < n_docs - len(gold):
             keep.append(doc)
-    return {"docs": keep, "questions": [(q, queries[q], set(qrels[q]), None) for q in qids], "removed": gold}
+    corpus = _write(work / "scifact" / "subset.jsonl", keep)
+    out = write_unanswerable(corpus, src / "queries.jsonl", src / "qrels" / "test.tsv", n_questions,
+                             work / "scifact" / "variant", seed=seed)
+    return {"docs": keep, "questions": _questions(src, out["questions"], qrels, False),
+            "removed": set(out["removed_docs"]), "variant": work / "scifact" / "variant"}
 
 
-def build(root: Path, docs: list[dict]) -> Project:
+def build(root: Path, docs: list[dict] | Path) -> Project:
     if (root / "p" / "rag.toml").exists() and (root / "p" / "index").exists():
         return Project.open(root / "p")
-    corpus = _write(root / "corpus.jsonl", docs)
+    corpus = docs if isinstance(docs, Path) else _write(root / "corpus.jsonl", docs)
     p = Project.create(root / "p")
     p.chunk([corpus], format="beir")
     p.embed()
@@ -185,7 +194,7 @@ def machine() -> dict:
 def run_set(name: str, sample: dict, work: Path, options: dict, seed: int, generator: str = "extractive",
             limit: int | None = None) -> dict:
     full = build(work / name / "full", sample["docs"])
-    cut = build(work / name / "cut", [d for d in sample["docs"] if d["_id"] not in sample["removed"]])
+    cut = build(work / name / "cut", sample["variant"] / "corpus.jsonl")
     qs = sample["questions"][:limit]
     answerable = ask_all(full, qs, options, generator)
     unanswerable = ask_all(cut, qs, options, generator)
@@ -200,6 +209,54 @@ def run_set(name: str, sample: dict, work: Path, options: dict, seed: int, gener
     return report
 
 
+def check_real(full: Project, cut: Project, qfile: Path, files: dict, generator: str) -> dict:
+    """Ask the test half for real with the tuned setting (copied into the
+    made-unanswerable project) and count the decisions equal to the simulated ones."""
+    from rag_cli.evaluate.gate_tuning import TUNED, simulate
+    from rag_cli.store.answers import read_answers
+
+    best = {k: getattr(full.config.ask, k) for k in TUNED}
+    cut.config.with_options("ask", best)[0].save(cut.config_path)
+    out = {}
+    for kind, p in (("answerable", full), ("unanswerable", cut)):
+        real = read_answers(p.ask_queries(qfile, generator=generator, name=f"test-{kind}-tuned")["answers"])
+        sim = simulate(read_answers(files["test", kind]).to_pylist(), p.config.ask)
+        refused = real.column("refused").to_pylist()
+        out[kind] = {"n": len(refused), "real_refused": sum(refused), "simulated_refused": sum(sim),
+                     "same_decisions": sum(a == b for a, b in zip(refused, sim))}
+    cut.config.with_options("ask", AskConfig().__dict__)[0].save(cut.config_path)
+    return out
+
+
+def tune_set(name: str, sample: dict, work: Path, seed: int, max_false_refusal: float,
+             generator: str = "extractive", check: bool = False) -> dict:
+    """Record the answers with the gate off (`Project.ask_queries(gate="off")`)
+    in both projects, per half, then `Project.tune_refusal` on the tune half,
+    scored on the test half: the current (default) and the tuned setting."""
+    full = build(work / name / "full", sample["docs"])
+    cut = build(work / name / "cut", sample["variant"] / "corpus.jsonl")
+    full.config.with_options("ask", AskConfig().__dict__)[0].save(full.config_path)  # "current" = the defaults
+    halves = split(sample["questions"], seed)
+    files = {}
+    for half in ("tune", "test"):
+        qfile = _write(work / name / f"queries-{half}.jsonl",
+                       [{"_id": q, "text": t} for q, t, _, _ in sample["questions"] if halves[q] == half])
+        for kind, p in (("answerable", full), ("unanswerable", cut)):
+            name_ = f"{half}-{kind}-gate-off-{generator}"
+            files[half, kind] = p.answers_path(name_)
+            if not files[half, kind].exists():  # kept in --work, as the projects are
+                p.ask_queries(qfile, gate="off", generator=generator, name=name_)
+    report, _ = full.tune_refusal(files["tune", "answerable"], files["tune", "unanswerable"],
+                                  max_false_refusal=max_false_refusal, test_answers=files["test", "answerable"],
+                                  test_unanswerable=files["test", "unanswerable"])
+    drop = ("answers", "unanswerable", "test_answers", "test_unanswerable", "written_to")
+    out = {"n_docs": len(sample["docs"]), "n_removed": len(sample["removed"]),
+           "n_questions": len(sample["questions"]), **{k: v for k, v in report.items() if k not in drop}}
+    if check:
+        out["check_real_ask_test"] = check_real(full, cut, work / name / "queries-test.jsonl", files, generator)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--questions", type=int, default=200)
@@ -212,16 +269,27 @@ def main() -> None:
     ap.add_argument("--limit", type=int, help="ask only the first N sampled questions (same corpora)")
     ap.add_argument("--work", type=Path)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--tune", action="store_true",
+                    help="record with the gate off and tune the gate on the tune half (rag eval --tune refusal)")
+    ap.add_argument("--max-false-refusal", type=float, default=0.05)
+    ap.add_argument("--check-real", action="store_true",
+                    help="--tune: also ask the test half with the tuned setting and compare with the simulation")
     args = ap.parse_args()
     options = {} if args.gate == "on" else {"min_entity_coverage": 0.0}
     result = {"command": "python bench/refusal.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None and k not in ("work", "out")),
+        f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items()
+        if v is not None and v is not False and k not in ("work", "out")),
         "generator": args.generator, "ask_options": options, "sets": {}}
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         for name in args.sets.split(","):
-            sample = (cmrc_sample(args.questions, args.seed) if name == "cmrc"
-                      else scifact_sample(args.scifact_questions, args.scifact_docs, args.seed))
+            sample = (cmrc_sample(args.questions, args.seed, work) if name == "cmrc"
+                      else scifact_sample(args.scifact_questions, args.scifact_docs, args.seed, work))
+            if args.tune:
+                result["sets"][name] = tune_set(name, sample, work, args.seed, args.max_false_refusal,
+                                                args.generator, args.check_real)
+                print(name, json.dumps({h: result["sets"][name][h] for h in ("best", "train", "test")}, indent=1))
+                continue
             result["sets"][name] = run_set(name, sample, work, options, args.seed, args.generator, args.limit)
             print(name, json.dumps({h: result["sets"][name][h] for h in ("tune", "test", "all")}, indent=1))
     result["machine"] = machine()

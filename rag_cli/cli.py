@@ -704,6 +704,8 @@ def ask(
     max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="LLM answer length at most, tokens (config: generator.max_tokens)")] = None,
     context_tokens: Annotated[Optional[int], typer.Option("--context-tokens", help="LLM token budget of the sources; the lowest-ranked evidence is cut first (config: generator.context_tokens)")] = None,
     rewrite: Annotated[Optional[str], typer.Option("--rewrite", help="none | multi-query | hyde: the LLM generator rewrites the question, each rewrite's retrieval fused with the question's by RRF (config: ask.rewrite)")] = None,
+    gate: Annotated[Optional[str], typer.Option("--gate", help="on | off: off refuses nothing itself (the generator may) and still records the gate's signals, for `rag eval --tune refusal` (config: ask.gate)")] = None,
+    min_rerank_score: Annotated[Optional[float], typer.Option("--min-rerank-score", help="With model.reranker: refuse below this best cross-encoder logit; 0 = off (config: ask.min_rerank_score)")] = None,
     filter_: FilterOpt = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Answers name: answers/NAME.parquet (default: the query file's stem)")] = None,
     project: ProjectOpt = None,
@@ -721,7 +723,8 @@ def ask(
            "context_tokens": context_tokens}
     opts = {"k": k, "mode": mode, "min_score": min_score, "min_coverage": min_coverage,
             "strong_score": strong_score, "max_sentences": max_sentences, "filter": filter_,
-            "generator": generator, "llm": llm, "rewrite": rewrite}
+            "generator": generator, "llm": llm, "rewrite": rewrite, "gate": gate,
+            "min_rerank_score": min_rerank_score}
     if question is not None:
         res = p.ask(question, **opts)
         _report_queries_truncated(res.n_queries_truncated, res.max_length, quiet)
@@ -833,11 +836,17 @@ def eval_(
     judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="--judge with openai: the server's API root (config: generator.base_url)")] = None,
     judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="--judge: openai model name, or llama-cpp .gguf path (config: generator.model)")] = None,
     judge_api: Annotated[Optional[str], typer.Option("--judge-api", help="--judge with openai: chat | completions (config: generator.api)")] = None,
-    tune: Annotated[Optional[str], typer.Option("--tune", help="fusion: grid-search the hybrid fusion on --queries/--qrels (the train split) for nDCG@10 and write the winner to rag.toml")] = None,
+    tune: Annotated[Optional[str], typer.Option("--tune", help="fusion: grid-search the hybrid fusion on --queries/--qrels (the train split) for nDCG@10 and write the winner to rag.toml; refusal: grid-search the refusal gate's thresholds on --answers/--unanswerable (recorded with `rag ask --gate off`) and write them to rag.toml [ask]")] = None,
+    unanswerable: Annotated[Optional[Path], typer.Option("--unanswerable", help="Answers to made-unanswerable questions (see --make-unanswerable): with --answers/--gold, adds refusal and false-answer rates on them and the false-refusal rate on --answers; with --tune refusal, the train split's")] = None,
+    max_false_refusal: Annotated[float, typer.Option("--max-false-refusal", help="--tune refusal: the largest false-refusal rate allowed on the answerable questions")] = 0.05,
+    test_answers: Annotated[Optional[Path], typer.Option("--test-answers", help="--tune refusal: the test split's answerable answers (recorded with --gate off)")] = None,
+    test_unanswerable: Annotated[Optional[Path], typer.Option("--test-unanswerable", help="--tune refusal: the test split's made-unanswerable answers")] = None,
     test_queries: Annotated[Optional[Path], typer.Option("--test-queries", help="--tune: the test split's queries, scored apart from the tuning")] = None,
     test_qrels: Annotated[Optional[Path], typer.Option("--test-qrels", help="--tune: the test split's qrels")] = None,
     perturb: Annotated[Optional[list[str]], typer.Option("--perturb", help="With --queries: re-run the queries changed (case = upper and lower, upper, lower, typo, punct) and report the loss")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed of --perturb typo and of the randomisation tests")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of --perturb typo, of the randomisation tests and of --make-unanswerable")] = 0,
+    make_unanswerable: Annotated[Optional[int], typer.Option("--make-unanswerable", help="N: write the made-unanswerable variant of --corpus into -o DIR: the gold documents (--qrels) of N questions of --queries removed (corpus.jsonl, queries.jsonl, removed.json; --seed)")] = None,
+    corpus: Annotated[Optional[Path], typer.Option("--corpus", help="--make-unanswerable: the corpus, BEIR JSONL (.gz too)")] = None,
     md: Annotated[Optional[Path], typer.Option("--md", help="Also write a Markdown summary of the report to this file")] = None,
     plots: Annotated[Optional[Path], typer.Option("--plots", help="Also draw PNG plots of the report into this folder (needs matplotlib: the plot extra)")] = None,
     project: ProjectOpt = None,
@@ -855,7 +864,27 @@ def eval_(
         raise BadInput(f"--ks {ks!r}: expected comma-separated integers such as 1,5,10,20,100") from None
     if not cutoffs or min(cutoffs) < 1:
         raise BadInput(f"--ks {ks!r}: cutoffs must be integers >= 1")
+    if make_unanswerable is not None or corpus is not None:
+        if None in (make_unanswerable, corpus, queries, qrels, output) or run is not None or answers is not None:
+            raise BadInput("--make-unanswerable N needs --corpus FILE, --queries FILE, --qrels FILE and -o DIR "
+                           "(and no --run or --answers)")
+        out = Project.make_unanswerable(make_unanswerable, corpus=corpus, queries=queries, qrels=qrels,
+                                        output=output, seed=seed)
+        if json_out:
+            _emit_json(out)
+        elif not quiet:
+            _note(f"{out['n_questions']} questions made unanswerable: {len(out['removed_docs'])} documents removed, "
+                  f"{out['n_docs_kept']} kept -> {output}")
+        return
     p = Project.open(project)
+    if tune == "refusal":
+        if answers is None or unanswerable is None or gold is not None or qrels is not None or run is not None:
+            raise BadInput("--tune refusal needs --answers FILE and --unanswerable FILE (answers recorded with "
+                           "`rag ask --queries ... --gate off`), and no --gold, --qrels or --run")
+        report, path = p.tune_refusal(answers, unanswerable, max_false_refusal=max_false_refusal,
+                                      test_answers=test_answers, test_unanswerable=test_unanswerable, name=name,
+                                      output=output)
+        return _show_report(p, report, path, _print_refusal_tuning, json_out, quiet, md, plots)
     if answers is not None or gold is not None or judge:
         if answers is None or (gold is None and not judge) or qrels is not None or run is not None \
                 or queries is not None:
@@ -865,13 +894,14 @@ def eval_(
         with _progress(quiet or json_out) as progress:
             report, path = p.evaluate_answers(answers, gold, judge=judge, judge_generator=judge_generator,
                                               judge_repeats=judge_repeats, judge_temperature=judge_temperature,
-                                              llm=llm, name=name, output=output, progress=progress)
+                                              llm=llm, name=name, output=output, unanswerable=unanswerable,
+                                              progress=progress)
         return _show_report(p, report, path, _print_answer_metrics, json_out, quiet, md, plots)
     if qrels is None:
         raise BadInput("--qrels FILE is needed (relevance judgements), unless you score answers with --answers/--gold")
     if tune is not None:
         if tune != "fusion":
-            raise BadInput(f"--tune {tune!r}: only 'fusion' can be tuned")
+            raise BadInput(f"--tune {tune!r}: 'fusion' or 'refusal' can be tuned")
         if queries is None or run is not None:
             raise BadInput("--tune fusion needs --queries FILE and --qrels FILE (the train split) and no --run")
         with _progress(quiet or json_out) as progress:
@@ -1001,6 +1031,10 @@ def _print_answer_metrics(report: dict, path: Path, quiet: bool) -> None:
         table.add_column("value", justify="right")
         for m, v in report["metrics"].items():
             table.add_row(m, "n/a" if v is None else (f"{v:.1f}" if m.endswith("_ms") else f"{v:.4f}"))
+        for m in ("refusal_unanswerable", "false_answer_rate", "false_refusal_rate"):
+            if "refusal" in report:
+                v = report["refusal"][m]
+                table.add_row(m, "n/a" if v is None else f"{v:.4f}")
         _stdout().print(table)
     if "judge" in report:
         _print_judge(report["judge"], quiet)
@@ -1062,6 +1096,27 @@ def _print_tuning(report: dict, path: Path, quiet: bool) -> None:
     _stdout().print(table)
     if not quiet:
         _note(f"written: {report['written_to']} (search.fusion) and {path}")
+
+
+def _print_refusal_tuning(report: dict, path: Path, quiet: bool) -> None:
+    from rich.table import Table
+
+    setting = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in report["best"].items())
+    table = Table(title=f"refusal gate tuned on train for false refusals <= {report['max_false_refusal']:g}"
+                        f"{'' if report['target_met'] else ' (target not met)'}: {setting}")
+    for col in ("split", "setting", "refused unanswerable", "false answers", "false refusals"):
+        table.add_column(col, justify="left" if col in ("split", "setting") else "right")
+    for split in ("train", "test"):
+        for which in ("current", "tuned"):
+            if report[split] is None:
+                continue
+            r = report[split][which]
+            table.add_row(f"{split} ({r['n_answerable']}+{r['n_unanswerable']})", which,
+                          *("n/a" if r[m] is None else f"{r[m]:.4f}"
+                            for m in ("refusal_unanswerable", "false_answer_rate", "false_refusal_rate")))
+    _stdout().print(table)
+    if not quiet:
+        _note(f"written: {report['written_to']} ([ask] thresholds) and {path}")
 
 
 def _print_perturb(report: dict, path: Path, quiet: bool) -> None:

@@ -87,6 +87,12 @@ class AskConfig:
     `entity_scope` says which questions it judges: "zh" those with CJK
     characters (where it was tuned; on English claims it refused many
     answerable ones, docs/answers.md), "all" every question.
+
+    Cross-encoder rule: with `model.reranker` set, refuse when the best
+    cross-encoder score (a raw logit, per model) is below `min_rerank_score`;
+    0 switches it off. `gate` "off" switches every rule off (the generator
+    still reads the evidence and may refuse); `rag eval --tune refusal`
+    searches the thresholds on answers recorded that way.
     """
 
     k: int = 5
@@ -100,6 +106,8 @@ class AskConfig:
     entity_scope: str = "zh"  # zh | all
     rewrite: str = "none"  # none | multi-query | hyde (an LLM generator writes them; rag_cli.generate.rewrite)
     rerank_candidates: int = 20  # with model.reranker: chunks retrieved and reranked, of which the best k are kept
+    min_rerank_score: float = 0.0  # with model.reranker: refuse below this best cross-encoder logit; 0 = off (per model)
+    gate: str = "on"  # on | off: off answers every question (recording the gate's signals for `rag eval --tune refusal`)
 
 
 @dataclass(frozen=True)
@@ -262,6 +270,7 @@ CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
     ("ask", "max_sentences"): (1, None),
     ("ask", "rerank_candidates"): (1, None),
     ("ask", "rewrite"): ("none", "multi-query", "hyde"),
+    ("ask", "gate"): ("on", "off"),
     ("index", "keep"): (0, None),
     ("lock", "wait"): (0, None),
     ("ask", "generator"): ("extractive", "openai", "llama-cpp"),

@@ -726,12 +726,13 @@ class Project:
 
     # -- ask -----------------------------------------------------------------
     def _ask_setup(self, k, mode, min_score, min_coverage, strong_score, max_sentences, filter,
-                   generator=None, llm=None, rewrite=None):
+                   generator=None, llm=None, rewrite=None, gate=None, min_rerank_score=None):
         from rag_cli.generate.factory import load_generator
 
         config, _ = self._with("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage,
                                        "strong_score": strong_score, "max_sentences": max_sentences,
-                                       "generator": generator, "rewrite": rewrite})
+                                       "generator": generator, "rewrite": rewrite, "gate": gate,
+                                       "min_rerank_score": min_rerank_score})
         config, _ = config.with_options("generator", llm)
         sconfig, s, mask = self._search_setup(mode, None, None, None, filter, for_ask=True)
         if s.embedder is None:  # sparse retrieval: the evidence is still scored by the bi-encoder
@@ -752,7 +753,7 @@ class Project:
             min_score: float | None = None, min_coverage: float | None = None,
             strong_score: float | None = None, max_sentences: int | None = None,
             filter: str | Sequence[str] | None = None, generator: str | None = None, llm: dict | None = None,
-            rewrite: str | None = None):
+            rewrite: str | None = None, gate: str | None = None, min_rerank_score: float | None = None):
         """Answer `question` from the indexed sources only, citing the
         evidence as [n], or refuse (see `rag_cli.stages.ask`). Returns an
         `AskResult` (`.answer.text`, `.answer.citations`, `.refused`,
@@ -765,12 +766,15 @@ class Project:
         `llm` overrides keys of the `[generator]` section ({key: value}, e.g.
         {"base_url": "http://127.0.0.1:8080/v1", "timeout": 30.0}); `rewrite`
         is ask.rewrite (none | multi-query | hyde; needs an LLM generator,
-        `.rewrites` holds what it wrote).
+        `.rewrites` holds what it wrote). `gate` is ask.gate (on | off: no
+        rule refuses, the gate's signals are still measured) and
+        `min_rerank_score` ask.min_rerank_score.
         """
         from rag_cli.stages.ask import ask
 
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
-                                                   max_sentences, filter, generator, llm, rewrite)
+                                                   max_sentences, filter, generator, llm, rewrite, gate,
+                                                   min_rerank_score)
         before = s.n_queries_truncated
         res = ask(s, gen, question, acfg, scfg, mask, self._ask_reranker())
         res.n_queries_truncated, res.max_length = s.n_queries_truncated - before, _max_length(s)
@@ -781,16 +785,19 @@ class Project:
                     strong_score: float | None = None, max_sentences: int | None = None,
                     filter: str | Sequence[str] | None = None, name: str | None = None,
                     generator: str | None = None, llm: dict | None = None, rewrite: str | None = None,
+                    gate: str | None = None, min_rerank_score: float | None = None,
                     progress: Progress | None = None) -> dict:
         """Answer every question of a query file into answers/NAME.parquet
-        (NAME: the file's stem). Returns {"answers": path, "n": answers, "refused": refusals,
+        (NAME: the file's stem), with the gate's signals per question (see
+        `rag_cli.store.answers`). Returns {"answers": path, "n": answers, "refused": refusals,
         "n_queries_truncated": questions cut to the bi-encoder's "max_length"}.
-        `generator` and `llm` as for `ask`."""
+        `generator`, `llm`, `gate` and `min_rerank_score` as for `ask`."""
         from rag_cli.stages.ask import answer_queries
 
         check_name(name)
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
-                                                   max_sentences, filter, generator, llm, rewrite)
+                                                   max_sentences, filter, generator, llm, rewrite, gate,
+                                                   min_rerank_score)
         before = s.n_queries_truncated
         self.manifest()  # recorded into after the answers are written: check it first
         path, n, n_refused = answer_queries(self, s, gen, Path(queries), acfg, scfg, mask,
@@ -863,12 +870,17 @@ class Project:
                          judge: bool = False, judge_generator: str | None = None, judge_repeats: int = 3,
                          judge_temperature: float = 0.3, judge_questions: int = 3, llm: dict | None = None,
                          name: str | None = None, output: str | os.PathLike | None = None,
+                         unanswerable: str | os.PathLike | None = None,
                          progress: Progress | None = None) -> tuple[dict, Path]:
         """Exact match, F1, has-answer, citation precision/recall, refusal
         rate and latency p50/p95 of `answers` (answers/NAME.parquet of
         `ask_queries`) against `gold` (answers.jsonl), reading the cited
         chunks' texts from the project's chunks (see
-        `rag_cli.evaluate.answers`). Writes `output`, else eval/NAME.json
+        `rag_cli.evaluate.answers`). With `unanswerable` (answers to
+        made-unanswerable questions, asked in a project of the variant
+        corpus), the report's "refusal" has `refusal_rates`: refusal on
+        made-unanswerable, false-answer rate, and the false-refusal rate on
+        every question of `answers`. Writes `output`, else eval/NAME.json
         (NAME: answers-ANSWERS). Returns (report, path).
 
         With `judge`: also RAGAS faithfulness and answer relevancy (see
@@ -889,12 +901,14 @@ class Project:
         self.require_exists()
         self.require(self.chunks_path, "chunk")
         path = Path(output) if output else self.eval_path(name or f"answers-{file_stem(answers)}")
+        cut = Path(unanswerable) if unanswerable is not None else None
         if not judge:
-            return evaluate_answers(Path(answers), Path(gold), self.chunks_path, path), path
+            return evaluate_answers(Path(answers), Path(gold), self.chunks_path, path, unanswerable=cut), path
         check_flag("--judge-repeats", judge_repeats, (1, 100))
         check_flag("--judge-questions", judge_questions, (1, 20))
         check_flag("--judge-temperature", judge_temperature, (0, 2))
-        report = evaluate_answers(Path(answers), Path(gold) if gold is not None else None, self.chunks_path, None)
+        report = evaluate_answers(Path(answers), Path(gold) if gold is not None else None, self.chunks_path, None,
+                                  unanswerable=cut)
         report["judge"] = self._judge(Path(answers), judge_generator, judge_repeats, judge_temperature,
                                       judge_questions, llm, progress)
         from rag_cli.store.eval_reports import write_report
@@ -926,6 +940,62 @@ class Project:
                     "context": "contexts (every evidence chunk given to the generator; small-to-big: its context)",
                     "context_tokens": config.generator.context_tokens, "encoder": config.model.embedder}
         return {"model": settings, **out}
+
+    def tune_refusal(self, answers: str | os.PathLike, unanswerable: str | os.PathLike, *,
+                     max_false_refusal: float = 0.05, test_answers: str | os.PathLike | None = None,
+                     test_unanswerable: str | os.PathLike | None = None, name: str | None = None,
+                     output: str | os.PathLike | None = None) -> tuple[dict, Path]:
+        """Grid-search the refusal gate's thresholds (ask.min_score,
+        min_coverage, min_entity_coverage, strong_score, min_rerank_score) on
+        answers recorded with the gate off (`ask_queries(..., gate="off")`):
+        `answers` to answerable questions, `unanswerable` to made-unanswerable
+        ones; the most refusals of the latter with false refusals on the
+        former at most `max_false_refusal` (see
+        `rag_cli.evaluate.gate_tuning`). Writes the winner to rag.toml [ask],
+        scores the current and the tuned setting on the test pair when given.
+        Writes `output`, else eval/NAME.json (NAME: tune-refusal-ANSWERS).
+        Returns (report, path). Raises BadInput for files not recorded that way."""
+        from rag_cli.evaluate.gate_tuning import TUNED, check_recorded, tune_refusal
+        from rag_cli.store.answers import read_answers
+        from rag_cli.store.eval_reports import write_report
+
+        check_name(name)
+        check_flag("--max-false-refusal", max_false_refusal, (0, 1))
+        if (test_answers is None) != (test_unanswerable is None):
+            raise BadInput("--test-answers and --test-unanswerable go together: give both (the test split) or neither")
+        self.require_exists()
+        path = Path(output) if output else self.eval_path(name or f"tune-refusal-{file_stem(answers)}")
+
+        def pair(a, u):
+            rows = []
+            for f, flag in ((a, "--answers" if a is answers else "--test-answers"),
+                            (u, "--unanswerable" if u is unanswerable else "--test-unanswerable")):
+                rows.append(read_answers(Path(f)).to_pylist())
+                check_recorded(rows[-1], f"{flag} {f}")
+            return tuple(rows)
+
+        train = pair(answers, unanswerable)
+        test = pair(test_answers, test_unanswerable) if test_answers is not None else None
+        report = tune_refusal(train, test, self.config.ask, max_false_refusal=max_false_refusal)
+        with self._writing("eval --tune"):
+            self._save(("ask", {k: report["best"][k] for k in TUNED}))
+        report = {"answers": str(answers), "unanswerable": str(unanswerable),
+                  "test_answers": str(test_answers or ""), "test_unanswerable": str(test_unanswerable or ""),
+                  "written_to": str(self.config_path), **report}
+        write_report(path, report)
+        return report, path
+
+    @staticmethod
+    def make_unanswerable(n: int, *, corpus: str | os.PathLike, queries: str | os.PathLike,
+                          qrels: str | os.PathLike, output: str | os.PathLike, seed: int = 0) -> dict:
+        """Write the made-unanswerable variant of `corpus` (BEIR JSONL): the
+        gold documents of at least `n` questions of `queries` (judged in
+        `qrels`) removed, into the folder `output` (corpus.jsonl,
+        queries.jsonl of those questions, removed.json); no project needed.
+        Returns the removed.json dict (see `rag_cli.evaluate.unanswerable`)."""
+        from rag_cli.evaluate.unanswerable import write_unanswerable
+
+        return write_unanswerable(corpus, queries, qrels, n, output, seed=seed)
 
     def tune_fusion(self, queries: str | os.PathLike, qrels: str | os.PathLike, *,
                     test_queries: str | os.PathLike | None = None, test_qrels: str | os.PathLike | None = None,

@@ -150,7 +150,7 @@ def test_cli_tune_fusion_writes_the_winner(project, tmp_path):
     assert half.exit_code == 2 and "--test-qrels" in half.output
     other = CliRunner().invoke(app, ["eval", "--tune", "chunking", "--queries", str(SAMPLE_QUESTIONS),
                                      "--qrels", str(SAMPLE_QRELS), "-p", str(project.root)])
-    assert other.exit_code == 2 and "only 'fusion'" in other.output
+    assert other.exit_code == 2 and "'fusion' or 'refusal'" in other.output
 
 
 def test_cli_perturb(project, tmp_path):

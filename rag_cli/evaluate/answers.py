@@ -175,3 +175,18 @@ def answer_metrics(rows: Sequence[Mapping], gold: Mapping[str, Sequence[str]],
               "n_with_citations": len(c_prec), "n_evidence_holds_answer": len(c_rec)}
     return {"metrics": metrics, "counts": counts, "per_query": per_query,
             "missing_answers": [q for q in gold if q not in per_query], "no_gold": no_gold}
+
+
+def refusal_rates(answerable: Sequence[bool], unanswerable: Sequence[bool]) -> dict:
+    """Refusal rates from the `refused` flags of answers to answerable
+    questions and to made-unanswerable ones (their gold documents removed,
+    `rag_cli.evaluate.unanswerable`): refusal_unanswerable = refused share of
+    the made-unanswerable ones, false_answer_rate = 1 - that, and
+    false_refusal_rate = refused share of the answerable ones (None where
+    there are no questions), with the counts."""
+    n_a, n_u = len(answerable), len(unanswerable)
+    r_a, r_u = int(sum(map(bool, answerable))), int(sum(map(bool, unanswerable)))
+    refusal = r_u / n_u if n_u else None
+    return {"refusal_unanswerable": refusal, "false_answer_rate": None if refusal is None else 1.0 - refusal,
+            "false_refusal_rate": r_a / n_a if n_a else None, "n_answerable": n_a, "n_refused_answerable": r_a,
+            "n_unanswerable": n_u, "n_refused_unanswerable": r_u}

@@ -1,5 +1,5 @@
 """A Markdown summary of any `rag eval` report (metrics, comparison,
-funnel, answers, tuning, perturbation), chosen by the report's keys.
+funnel, answers with refusal rates, fusion and refusal tuning, perturbation), chosen by the report's keys.
 
 Numbers are printed with 4 decimals (milliseconds with 1); the JSON report
 keeps them in full.
@@ -85,7 +85,31 @@ def _answers(report: dict) -> list[str]:
         lines += [f"{c['n_questions']} questions with gold answers, {c['n_refused']} refused.", ""]
         lines += _table(["metric", "value"], [[m, _f(v, 1 if m.endswith("_ms") else 4)]
                                               for m, v in report["metrics"].items()])
+    if "refusal" in report:
+        r = report["refusal"]
+        lines += [f"## Refusal: {r['n_unanswerable']} made-unanswerable questions ({report['unanswerable']})", ""]
+        lines += _table(["rate", "value"], [[m, _f(r[m])] for m in
+                                            ("refusal_unanswerable", "false_answer_rate", "false_refusal_rate")])
     return lines + (_judge(report["judge"]) if "judge" in report else [])
+
+
+def _refusal_tuning(report: dict) -> list[str]:
+    best = ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}" for k, v in report["best"].items())
+    lines = [f"# Refusal gate tuned on train: {best}", "",
+             f"The most refusals of made-unanswerable questions with false refusals on answerable ones at most "
+             f"{report['max_false_refusal']:g} (target {'met' if report['target_met'] else 'not met'}), over "
+             f"{report['n_settings']} settings simulated on the recorded signals; the test split was not used "
+             f"to choose.", ""]
+    rows = []
+    for split in ("train", "test"):
+        for which in ("current", "tuned"):
+            if report.get(split):
+                r = report[split][which]
+                rows.append([f"{split} ({r['n_answerable']}+{r['n_unanswerable']})", which,
+                             r["refusal_unanswerable"], r["false_answer_rate"], r["false_refusal_rate"]])
+    lines += _table(["split", "setting", "refused unanswerable", "false answers", "false refusals"], rows)
+    return lines + _table(["threshold", "current", "tuned"],
+                          [[k, _f(report["current"][k]), _f(v)] for k, v in report["best"].items()])
 
 
 def _tuning(report: dict) -> list[str]:
@@ -122,6 +146,8 @@ def to_markdown(report: dict) -> str:
     """The Markdown summary of a report (see the module docstring)."""
     if "comparisons" in report:
         lines = _comparison(report)
+    elif report.get("tuned_for") == "refusal":
+        lines = _refusal_tuning(report)
     elif "tuned_on" in report:
         lines = _tuning(report)
     elif "perturbations" in report:

@@ -22,12 +22,18 @@ and the best cosine is below `ask.strong_score` (a strong semantic match,
 e.g. across languages, needs no shared words). The rule judges questions
 with CJK characters only, unless `ask.entity_scope` is "all"
 (`entity_rule_applies`).
+
+The whole gate decision is `gate_reason`, a pure function of the
+question's `GateSignals` and the `[ask]` config: `rag ask` calls it on the
+signals it measured, and `rag eval --tune refusal` on the signals recorded
+in answers/NAME.parquet, so the simulated decision is the real one.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from rag_cli.loaders.normalize import has_cjk, normalize_text
 
@@ -41,7 +47,61 @@ def entity_rule_applies(question: str, cfg) -> bool:
     """Whether the entity rule judges `question` under the `[ask]` config `cfg`
     (`AskConfig`): it is on (min_entity_coverage > 0) and the question is in
     its scope (entity_scope "all", or "zh" and the question has CJK characters)."""
-    return cfg.min_entity_coverage > 0 and (cfg.entity_scope == "all" or has_cjk(question))
+    return _entity_rule_on(has_cjk(question), cfg)
+
+
+def _entity_rule_on(cjk: bool, cfg) -> bool:
+    return cfg.min_entity_coverage > 0 and (cfg.entity_scope == "all" or cjk)
+
+
+@dataclass(frozen=True)
+class GateSignals:
+    """What the gate judges of one question's evidence.
+
+    n_evidence: chunks retrieved (0 = nothing found); best_score: the best
+    evidence's bi-encoder cosine (-1.0 without evidence); coverage: the
+    idf-weighted share of the question's BM25 terms in the evidence, [0, 1];
+    entity_coverage: `question_entity_coverage`, [0, 1]; cjk: whether the
+    question has CJK characters (the entity rule's scope); rerank_score: the
+    best cross-encoder score of the evidence (raw logit), None without a
+    reranker.
+    """
+
+    n_evidence: int
+    best_score: float
+    coverage: float
+    entity_coverage: float
+    cjk: bool
+    rerank_score: float | None = None
+
+
+def gate_reason(s: GateSignals, cfg) -> str:
+    """Why the gate refuses a question with signals `s` under the `[ask]`
+    config `cfg` (`AskConfig`), or "" when it lets it through. In order:
+    no evidence; best cosine below `min_score`; with a reranker and
+    `min_rerank_score` != 0, the best cross-encoder score below it; coverage
+    below `min_coverage` and cosine below `strong_score`; the entity rule
+    (when `_entity_rule_on`) below `min_entity_coverage` and cosine below
+    `strong_score`. With `cfg.gate` "off" nothing is refused here (the
+    generator may still refuse)."""
+    if cfg.gate == "off":
+        return ""
+    best = s.best_score
+    if s.n_evidence == 0:
+        return "no evidence was retrieved"
+    if best < cfg.min_score:
+        return f"best evidence cosine {best:.3f} is below min_score {cfg.min_score}"
+    if s.rerank_score is not None and cfg.min_rerank_score != 0 and s.rerank_score < cfg.min_rerank_score:
+        return (f"best cross-encoder score {s.rerank_score:.3f} is below min_rerank_score "
+                f"{cfg.min_rerank_score}")
+    if s.coverage < cfg.min_coverage and best < cfg.strong_score:
+        return (f"the evidence holds {s.coverage:.2f} of the question's terms (min_coverage {cfg.min_coverage}) "
+                f"and its cosine {best:.3f} is below strong_score {cfg.strong_score}")
+    if _entity_rule_on(s.cjk, cfg) and s.entity_coverage < cfg.min_entity_coverage and best < cfg.strong_score:
+        return (f"no evidence holds the question's key terms: at most {s.entity_coverage:.2f} of them "
+                f"(min_entity_coverage {cfg.min_entity_coverage}) and the cosine {best:.3f} is below "
+                f"strong_score {cfg.strong_score}")
+    return ""
 
 
 def max_idf(n_docs: int) -> float:

@@ -13,7 +13,15 @@ Refusal: the answer is the refusal sentence in the question's language
   key terms (its rarest terms: the subject it asks about) and the cosine is
   below `strong_score` (`rag_cli.generate.gate`; the text measured is the
   one the generator reads, with its title path; by default only for
-  questions with CJK characters, `ask.entity_scope`).
+  questions with CJK characters, `ask.entity_scope`), or
+* with a reranker, the best cross-encoder score is below
+  `min_rerank_score` (0 = off).
+
+The decision is `rag_cli.generate.gate.gate_reason` of the measured
+`GateSignals` (the entity coverage is measured for every question, in the
+rule's scope or not, so that answers files record it). With `ask.gate`
+"off" no rule refuses and the generator reads all the evidence; its own
+refusal is recorded apart (`AskResult.generator_refused`).
 
 Small-to-big: when a retrieved chunk has a `context` (the `sentence`
 strategy's sentence window, the `parent-child` strategy's parent), the
@@ -50,6 +58,7 @@ normalises queries.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -61,10 +70,11 @@ from rag_cli.chunking import make_embed_text
 from rag_cli.config import AskConfig, SearchConfig
 from rag_cli.generate.base import Answer, Evidence, refusal
 from rag_cli.generate.citations import check_answer, neutralise
-from rag_cli.generate.gate import entity_rule_applies, question_entity_coverage
+from rag_cli.generate.gate import GateSignals, gate_reason, question_entity_coverage
 from rag_cli.generate.rewrite import rewrite as write_rewrites
 from rag_cli.index.fusion import rrf
 from rag_cli.index.searcher import Searcher, check_query, prepare_query
+from rag_cli.loaders.normalize import has_cjk
 from rag_cli.progress import Progress
 from rag_cli.store.answers import write_answers
 
@@ -92,6 +102,8 @@ class AskResult:
     given: list[Evidence] = field(default_factory=list)  # the evidence given to the generator (as it read it)
     entity_coverage: float = 1.0  # the gate's entity coverage, in [0, 1] (rag_cli.generate.gate)
     rewrites: list[str] = field(default_factory=list)  # the generator's rewrites of the question (ask.rewrite)
+    rerank_score: float | None = None  # the best cross-encoder score of the evidence; None without a reranker
+    generator_refused: bool | None = None  # the generator's own refusal; None when the gate refused first
 
     @property
     def refused(self) -> bool:
@@ -173,28 +185,22 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     rerank_ms = (time.perf_counter() - t_rerank) * 1000.0
     read = [make_embed_text(e.title_path, e.context or e.text) for e in evidence]
     coverage = searcher.sparse.coverage(question, read) if evidence else 0.0
-    entity = (question_entity_coverage(question, read, searcher.sparse, cfg.key_idf)
-              if evidence and entity_rule_applies(question, cfg) else 1.0)
-    reason = ""
-    if not evidence:
-        reason = "no evidence was retrieved"
-    elif best < cfg.min_score:
-        reason = f"best evidence cosine {best:.3f} is below min_score {cfg.min_score}"
-    elif coverage < cfg.min_coverage and best < cfg.strong_score:
-        reason = (f"the evidence holds {coverage:.2f} of the question's terms (min_coverage {cfg.min_coverage}) "
-                  f"and its cosine {best:.3f} is below strong_score {cfg.strong_score}")
-    elif entity < cfg.min_entity_coverage and best < cfg.strong_score:
-        reason = (f"no evidence holds the question's key terms: at most {entity:.2f} of them "
-                  f"(min_entity_coverage {cfg.min_entity_coverage}) and the cosine {best:.3f} is below "
-                  f"strong_score {cfg.strong_score}")
+    entity = question_entity_coverage(question, read, searcher.sparse, cfg.key_idf) if evidence else 1.0
+    signals = GateSignals(n_evidence=len(evidence), best_score=best, coverage=coverage, entity_coverage=entity,
+                          cjk=has_cjk(question),
+                          rerank_score=evidence[0].rerank_score if reranker is not None and evidence else None)
+    reason = gate_reason(signals, cfg)
     t1 = time.perf_counter()
     given: list[Evidence] = []
+    generator_refused = None
     if reason:
         answer = Answer(text=refusal(question), citations=[], refused=True, generator=generator.name)
     else:
+        floor = cfg.min_score if cfg.gate == "on" else -math.inf  # with the gate off, all the evidence
         given = [replace(e, text=neutralise(e.context or e.text), context=None)
-                 for e in evidence if e.score >= cfg.min_score]
+                 for e in evidence if e.score >= floor]
         answer = check_answer(generator.generate(question, given), given)
+        generator_refused = answer.refused
         if answer.refused:
             answer.text = refusal(question)
             reason = ("the generator found no sentence to quote" if generator.name == "extractive"
@@ -207,7 +213,8 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     if cfg.rewrite != "none":
         timings["rewrite_ms"] = rewrite_ms
     return AskResult(asked, answer, evidence, best, coverage, timings["total_ms"], reason,
-                     timings=timings, given=given, entity_coverage=entity, rewrites=rewrites)
+                     timings=timings, given=given, entity_coverage=entity, rewrites=rewrites,
+                     rerank_score=signals.rerank_score, generator_refused=generator_refused)
 
 
 def answer_queries(project: "Project", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,
@@ -227,7 +234,9 @@ def answer_queries(project: "Project", searcher: Searcher, generator, queries_pa
         rows.append({"query_id": qid, "question": text, "answer": res.answer.text,
                      "citations": res.answer.citations, "contexts": [e.chunk_id for e in res.evidence],
                      "refused": res.answer.refused, "generator": res.answer.generator,
-                     "latency_ms": res.latency_ms, "best_score": res.best_score, "coverage": res.coverage})
+                     "latency_ms": res.latency_ms, "best_score": res.best_score, "coverage": res.coverage,
+                     "entity_coverage": res.entity_coverage, "rerank_score": res.rerank_score,
+                     "reason": res.reason, "generator_refused": res.generator_refused})
         if progress is not None:
             progress("answering", i + 1, len(queries))
     write_answers(path, rows)

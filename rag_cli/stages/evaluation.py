@@ -50,33 +50,34 @@ def compare(run_paths: list[Path], qrels_path: Path, ks: list[int], path: Path |
     return report
 
 
-def evaluate_answers(answers_path: Path, gold_path: Path | None, chunks_path: Path, path: Path | None) -> dict:
+def evaluate_answers(answers_path: Path, gold_path: Path | None, chunks_path: Path, path: Path | None,
+                     unanswerable: Path | None = None) -> dict:
     """Score answers/NAME.parquet against gold answers (`answers.jsonl`, see
     `rag_cli.evaluate.datasets.read_gold_answers`) with the chunk texts of
     `chunks_path` (see `rag_cli.evaluate.answers.answer_metrics`); write the
-    report to `path` unless None. Returns the report ({"answers": path} only
-    when `gold_path` is None).
+    report to `path` unless None. With `unanswerable` (answers to
+    made-unanswerable questions), "refusal" holds `refusal_rates` of the
+    refused flags of every row of each file. Returns the report
+    ({"answers": path} and "refusal" only when `gold_path` is None).
     Raises BadInput for a missing or malformed answers, gold or chunks file."""
-    if gold_path is None:
-        from rag_cli.store.answers import read_answers
-
-        read_answers(answers_path)  # checked here: a bad file fails before a judge loads
-        report = {"answers": str(answers_path)}
-        if path is not None:
-            write_report(path, report)
-        return report
-    from rag_cli.evaluate.answers import answer_metrics
+    from rag_cli.evaluate.answers import answer_metrics, refusal_rates
     from rag_cli.evaluate.datasets import read_gold_answers
     from rag_cli.store.answers import read_answers
     from rag_cli.store.chunks import read_chunks
 
-    gold = read_gold_answers(gold_path)
-    rows = read_answers(answers_path).to_pylist()
-    wanted = {c for r in rows for c in (r.get("citations") or []) + (r.get("contexts") or [])}
-    table = read_chunks(chunks_path, columns=["chunk_id", "text"], required=["chunk_id", "text"])
-    texts = {c: t for c, t in zip(table.column("chunk_id").to_pylist(), table.column("text").to_pylist())
-             if c in wanted}
-    report = {"answers": str(answers_path), "gold": str(gold_path), **answer_metrics(rows, gold, texts)}
+    rows = read_answers(answers_path).to_pylist()  # checked first: a bad file fails before a judge loads
+    report: dict = {"answers": str(answers_path)}
+    if gold_path is not None:
+        gold = read_gold_answers(gold_path)
+        wanted = {c for r in rows for c in (r.get("citations") or []) + (r.get("contexts") or [])}
+        table = read_chunks(chunks_path, columns=["chunk_id", "text"], required=["chunk_id", "text"])
+        texts = {c: t for c, t in zip(table.column("chunk_id").to_pylist(), table.column("text").to_pylist())
+                 if c in wanted}
+        report.update({"gold": str(gold_path), **answer_metrics(rows, gold, texts)})
+    if unanswerable is not None:
+        cut = read_answers(unanswerable).column("refused").to_pylist()
+        report["unanswerable"] = str(unanswerable)
+        report["refusal"] = refusal_rates([r["refused"] for r in rows], cut)
     if path is not None:
         write_report(path, report)
     return report

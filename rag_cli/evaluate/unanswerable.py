@@ -1,0 +1,130 @@
+"""A made-unanswerable variant of a corpus, for measuring refusals: the
+gold documents of a sample of questions removed.
+
+Sampling (`sample_unanswerable`), by document: the documents relevant
+(grade > 0) to a question of the query file are shuffled (`random.Random(seed)`
+over their sorted ids) and removed one at a time; a question becomes
+unanswerable once every document relevant to it is removed, and removal
+stops as soon as at least `n` questions are. Every question of a removed
+passage is thus made unanswerable (CMRC 2018 asks several questions of one
+passage), and a claim citing two abstracts only when both are gone.
+
+`write_unanswerable` writes into OUTDIR:
+
+* corpus.jsonl: the corpus (BEIR JSONL, `_id` per line, `.gz` read too)
+  without the removed documents, every other line as it was;
+* queries.jsonl: the made-unanswerable questions, `{"_id", "text"}` per
+  line, in sampling order;
+* removed.json: {corpus, queries, qrels, seed, n_requested, n_questions,
+  questions: [query ids], removed_docs: [doc ids], n_docs_kept,
+  n_removed_not_in_corpus}.
+
+Ask queries.jsonl in a project built from corpus.jsonl (answers with
+`rag ask --queries`), and the same questions in the project of the full
+corpus: `rag eval --answers FULL --gold G --unanswerable CUT` reports the
+refusal and false-answer rates; `rag eval --tune refusal` tunes the gate on
+them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+
+from rag_cli.errors import BadInput
+
+OUTPUT_FILES = ("corpus.jsonl", "queries.jsonl", "removed.json")
+
+
+def sample_unanswerable(qrels: Mapping[str, Mapping[str, int]], n: int, seed: int,
+                        query_ids: set[str] | None = None) -> tuple[list[str], list[str]]:
+    """(query ids made unanswerable, in order; doc ids removed, in order) for
+    `n` questions at least (fewer when the qrels hold fewer), sampled as the
+    module docstring says from `qrels` ({query_id: {doc_id: grade}}),
+    restricted to `query_ids` when given. Raises BadInput when n < 1."""
+    if n < 1:
+        raise BadInput(f"--make-unanswerable {n}: the number of questions must be >= 1")
+    relevant = {q: {d for d, g in rel.items() if g > 0} for q, rel in qrels.items()
+                if query_ids is None or q in query_ids}
+    relevant = {q: docs for q, docs in relevant.items() if docs}
+    by_doc: dict[str, list[str]] = defaultdict(list)
+    for q, docs in relevant.items():
+        for d in docs:
+            by_doc[d].append(q)
+    order = sorted(by_doc)
+    random.Random(seed).shuffle(order)
+    removed: list[str] = []
+    gone: set[str] = set()
+    picked: list[str] = []
+    for d in order:
+        if len(picked) >= n:
+            break
+        removed.append(d)
+        gone.add(d)
+        picked += [q for q in sorted(by_doc[d]) if q not in picked and relevant[q] <= gone]
+    return picked, removed
+
+
+def _corpus_lines(path: Path):
+    """(doc id, raw line) of a BEIR JSONL corpus. Raises BadInput naming the line."""
+    import gzip
+
+    if not path.is_file():
+        raise BadInput(f"--corpus {path}: no such file")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8-sig") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                doc_id = json.loads(line)["_id"]
+            except (ValueError, KeyError, TypeError):
+                raise BadInput(f"{path}:{lineno}: expected a JSON object with an '_id' (BEIR corpus JSONL), "
+                               f"got {line[:120]!r}") from None
+            yield str(doc_id), line if line.endswith("\n") else line + "\n"
+
+
+def write_unanswerable(corpus: str | os.PathLike, queries: str | os.PathLike, qrels: str | os.PathLike,
+                       n: int, output: str | os.PathLike, *, seed: int = 0) -> dict:
+    """Write the made-unanswerable variant of `corpus` for `n` questions of
+    `queries` (JSONL or TSV) judged in `qrels` into the folder `output` (see
+    the module docstring); the folder is replaced as a whole, and only when
+    it holds nothing but those files. Returns the removed.json dict.
+
+    Raises BadInput for unreadable inputs, a folder holding other files, or
+    no question of `queries` with a relevant document in `qrels`."""
+    from rag_cli import atomic
+    from rag_cli.evaluate.datasets import read_qrels, read_queries
+
+    out = Path(output)
+    if out.exists() and (not out.is_dir() or any(p.name not in OUTPUT_FILES for p in out.iterdir())):
+        raise BadInput(f"-o {out}: give a new or empty folder (it would be replaced; it holds other files)")
+    texts = dict(read_queries(queries))
+    judged = read_qrels(qrels)
+    picked, removed = sample_unanswerable(judged, n, seed, set(texts))
+    if not picked:
+        raise BadInput(f"--qrels {qrels}: no question of --queries {queries} has a relevant document")
+    gone = set(removed)
+    found: set[str] = set()
+    kept = 0
+    with atomic.atomic_dir(out) as tmp:
+        with open(tmp / "corpus.jsonl", "w", encoding="utf-8") as f:
+            for doc_id, line in _corpus_lines(Path(corpus)):
+                if doc_id in gone:
+                    found.add(doc_id)
+                else:
+                    f.write(line)
+                    kept += 1
+        (tmp / "queries.jsonl").write_text(
+            "".join(json.dumps({"_id": q, "text": texts[q]}, ensure_ascii=False) + "\n" for q in picked),
+            encoding="utf-8")
+        summary = {"corpus": str(corpus), "queries": str(queries), "qrels": str(qrels), "seed": seed,
+                   "n_requested": n, "n_questions": len(picked), "questions": picked, "removed_docs": removed,
+                   "n_docs_kept": kept, "n_removed_not_in_corpus": len(gone - found)}
+        (tmp / "removed.json").write_text(json.dumps(summary, ensure_ascii=False, indent=2) + "\n",
+                                          encoding="utf-8")
+    return summary
