@@ -100,6 +100,7 @@ class AskConfig:
     entity_scope: str = "zh"  # zh | all
     rewrite: str = "none"  # none | multi-query | hyde (an LLM generator writes them; rag_cli.generate.rewrite)
     rerank_candidates: int = 20  # with model.reranker: chunks retrieved and reranked, of which the best k are kept
+    grade: str = "off"  # off | llm: an LLM generator first judges whether the sources answer (rag_cli.generate.grade)
 
 
 @dataclass(frozen=True)
@@ -262,6 +263,7 @@ CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
     ("ask", "max_sentences"): (1, None),
     ("ask", "rerank_candidates"): (1, None),
     ("ask", "rewrite"): ("none", "multi-query", "hyde"),
+    ("ask", "grade"): ("off", "llm"),
     ("index", "keep"): (0, None),
     ("lock", "wait"): (0, None),
     ("ask", "generator"): ("extractive", "openai", "llama-cpp"),

@@ -14,12 +14,21 @@ hosted API), through httpx.
   waiting `backoff * 2**attempt` seconds before retry attempt+1 (exponential
   backoff); then, or at once for another HTTP error, WorkFailed (exit 1)
   names the URL and the last problem.
+* Streaming (`generate(..., on_token=f)`): the request asks for
+  `"stream": true` and the server's server-sent events (`data: {json}` lines,
+  `data: [DONE]` at the end; chat: `choices[0].delta.content`, completions:
+  `choices[0].text`) are passed to `f` as they arrive. The same timeout holds
+  for each read; a retry is only possible before the first token: once text
+  was passed on, a failure is WorkFailed at once. A server that ignores
+  `stream` and answers with one JSON completion is accepted (one token).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from typing import Callable
 
 from rag_cli.errors import WorkFailed
 from rag_cli.generate.base import Answer, Evidence, is_refusal
@@ -61,23 +70,34 @@ class OpenAIGenerator:
             return "/chat/completions", {**body, "messages": chat_messages(question, evidence)}
         return "/completions", {**body, "prompt": completion_prompt(question, evidence), "stop": STOP}
 
-    def generate(self, question: str, evidence: list[Evidence]) -> Answer:
+    streams = True  # generate() can pass the answer on as it is written (on_token)
+
+    def generate(self, question: str, evidence: list[Evidence],
+                 on_token: Callable[[str], None] | None = None) -> Answer:
+        """Answer from `evidence`; with `on_token`, stream and pass each piece of text to it."""
         kept, n_cut = fit_budget(evidence, self.context_tokens)
         path, body = self.request(question, kept)
-        text = self._text(self.post(path, body), path)
+        if on_token is None:
+            text = self._text(self.post(path, body), path)
+        else:
+            text = self.post_stream(path, body, on_token).strip()
         return Answer(text=text, citations=[], refused=not text or is_refusal(text), generator=self.name,
                       n_evidence_cut=n_cut)
 
-    def complete(self, prompt: str, max_tokens: int) -> str:
+    def complete(self, prompt: str, max_tokens: int, *, temperature: float | None = None,
+                 stop: list[str] | None = None) -> str:
         """The server's reply to a bare `prompt` (a user message for chat, the
-        prompt for completions, at `temperature`), stripped. Raises WorkFailed as `post`."""
-        body: dict = {"temperature": self.temperature, "max_tokens": max_tokens}
+        prompt for completions), stripped; `temperature` (default: the
+        generator's) and, for completions, `stop` (default: a blank line pair).
+        Raises WorkFailed as `post`."""
+        body: dict = {"temperature": self.temperature if temperature is None else temperature,
+                      "max_tokens": max_tokens}
         if self.model:
             body["model"] = self.model
         if self.api == "chat":
             path, body = "/chat/completions", {**body, "messages": [{"role": "user", "content": prompt}]}
         else:
-            path, body = "/completions", {**body, "prompt": prompt, "stop": ["\n\n\n"]}
+            path, body = "/completions", {**body, "prompt": prompt, "stop": stop or ["\n\n\n"]}
         return self._text(self.post(path, body), path)
 
     def _text(self, data: dict, path: str) -> str:
@@ -88,16 +108,31 @@ class OpenAIGenerator:
             raise WorkFailed(f"{self.base_url}{path}: the answer is not an OpenAI {self.api} completion "
                              f"(no choices[0].{'message.content' if self.api == 'chat' else 'text'})") from exc
 
+    def _problem(self, exc) -> str:
+        """What went wrong with a request, in words, from an httpx error."""
+        import httpx
+
+        if isinstance(exc, httpx.ConnectError):
+            return f"cannot connect ({exc}); is the server running?"
+        if isinstance(exc, httpx.TimeoutException):
+            return f"no answer within {self.timeout:g} s (generator.timeout, --timeout)"
+        return f"{type(exc).__name__}: {exc}"
+
+    def _failed(self, url: str, problem: str) -> WorkFailed:
+        tries = self.max_retries + 1
+        return WorkFailed(f"the generator server at {url} failed {tries} time{'s' if tries > 1 else ''}: {problem}")
+
+    def _headers(self) -> dict:
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
     def post(self, path: str, body: dict) -> dict:
         """POST `body` to base_url + `path` with timeouts and bounded retries; the JSON answer.
         Raises WorkFailed naming the URL when every attempt failed."""
         import httpx
 
         url = self.base_url + path
-        headers = {}
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
+        headers = self._headers()
         problem = ""
         with httpx.Client(timeout=self.timeout) as client:
             for attempt in range(self.max_retries + 1):
@@ -105,14 +140,8 @@ class OpenAIGenerator:
                     time.sleep(self.backoff * 2 ** (attempt - 1))
                 try:
                     r = client.post(url, json=body, headers=headers)
-                except httpx.ConnectError as exc:
-                    problem = f"cannot connect ({exc}); is the server running?"
-                    continue
-                except httpx.TimeoutException:
-                    problem = f"no answer within {self.timeout:g} s (generator.timeout, --timeout)"
-                    continue
                 except httpx.HTTPError as exc:
-                    problem = f"{type(exc).__name__}: {exc}"
+                    problem = self._problem(exc)
                     continue
                 if r.status_code == 200:
                     try:
@@ -122,5 +151,57 @@ class OpenAIGenerator:
                 problem = f"HTTP {r.status_code}: {r.text[:300]}"
                 if r.status_code != 429 and r.status_code < 500:
                     raise WorkFailed(f"the generator server at {url} refused the request: {problem}")
-        tries = self.max_retries + 1
-        raise WorkFailed(f"the generator server at {url} failed {tries} time{'s' if tries > 1 else ''}: {problem}")
+        raise self._failed(url, problem)
+
+    def post_stream(self, path: str, body: dict, on_token: Callable[[str], None]) -> str:
+        """POST `body` with `"stream": true` and pass each piece of the answer
+        to `on_token` as it arrives; the whole answer text. Retries as `post`,
+        but only before the first piece; raises WorkFailed naming the URL."""
+        import httpx
+
+        url = self.base_url + path
+        key = "content" if self.api == "chat" else "text"
+        pieces: list[str] = []
+        problem = ""
+        with httpx.Client(timeout=self.timeout) as client:
+            for attempt in range(self.max_retries + 1):
+                if attempt:
+                    time.sleep(self.backoff * 2 ** (attempt - 1))
+                try:
+                    with client.stream("POST", url, json={**body, "stream": True}, headers=self._headers()) as r:
+                        if r.status_code != 200:
+                            problem = f"HTTP {r.status_code}: {r.read().decode(errors='replace')[:300]}"
+                            if r.status_code != 429 and r.status_code < 500:
+                                raise WorkFailed(f"the generator server at {url} refused the request: {problem}")
+                            continue
+                        if not r.headers.get("content-type", "").startswith("text/event-stream"):
+                            text = self._text(json.loads(r.read()), path)  # the server did not stream
+                            on_token(text)
+                            return text
+                        for line in r.iter_lines():
+                            piece = self._event(line, key, url)
+                            if piece:
+                                pieces.append(piece)
+                                on_token(piece)
+                        return "".join(pieces)
+                except httpx.HTTPError as exc:
+                    problem = self._problem(exc)
+                    if pieces:  # text was passed on: a retry would repeat it
+                        raise WorkFailed(f"the generator server at {url} stopped after "
+                                         f"{sum(map(len, pieces))} characters of its answer: {problem}") from exc
+                except ValueError:
+                    raise WorkFailed(f"{url}: the answer is not JSON") from None
+        raise self._failed(url, problem)
+
+    def _event(self, line: str, key: str, url: str) -> str:
+        """The text of one server-sent event line ("" for others and `[DONE]`)."""
+        if not line.startswith("data:"):
+            return ""
+        data = line[5:].strip()
+        if not data or data == "[DONE]":
+            return ""
+        try:
+            choice = json.loads(data)["choices"][0]
+            return (choice["delta"].get("content") if key == "content" else choice["text"]) or ""
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise WorkFailed(f"{url}: a streamed event is not an OpenAI {self.api} chunk: {data[:200]!r}") from exc
