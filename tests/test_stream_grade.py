@@ -187,9 +187,7 @@ def test_parse_grade_and_prompt():
                                                     "unclear", "unclear"]
     prompt = grade_prompt("What is RRF?", _evidence(3))
     assert prompt.index("[1] Title") < prompt.index("[3] Title") < prompt.index("[2] Title")
-    assert prompt.endswith("Question: What is RRF?\n\nDo the sources above contain the answer to the question? "
-                           "Answer yes or no.\nAnswer (yes or no):")
-    assert grade_prompt("什么是 RRF？", _evidence(1)).endswith("回答（是或否）：")
+    assert prompt.endswith("Question: What is RRF?\nDo the sources contain the answer to the question? Answer:")
 
 
 @pytest.mark.e2e
@@ -208,10 +206,10 @@ def test_grade_no_refuses_before_answering(nasty_project, fake, api):
     assert body["max_tokens"] == 3 and body["temperature"] == 0.0
     if api == "chat":
         assert path.endswith("/chat/completions") and body["messages"][0]["role"] == "user"
-        assert body["messages"][0]["content"].endswith("Answer (yes or no):")
+        assert body["messages"][0]["content"].endswith("the answer to the question? Answer:")
     else:
         assert path.endswith("/completions") and body["stop"] == ["\n"]
-        assert body["prompt"].endswith("Answer (yes or no):") and "frequency (2)" in body["prompt"]
+        assert body["prompt"].endswith("the answer to the question? Answer:") and "frequency (2)" in body["prompt"]
 
 
 @pytest.mark.e2e

@@ -4,10 +4,9 @@ generator is asked whether the numbered sources contain the answer to the
 question, and `rag ask` refuses when it says no.
 
 * Base models (`api = "completions"`, the `llama-cpp` generator): a plain
-  prompt (sources, question, "Do the sources contain the answer to the
-  question? Answer yes or no.") ending in an open `Answer (yes or no):` line,
-  completed with at most `MAX_TOKENS` tokens at temperature 0, stopped at a
-  line break.
+  prompt (the numbered sources, the question, then "Do the sources contain
+  the answer to the question? Answer:"), completed with at most
+  `MAX_TOKENS` tokens at temperature 0, stopped at a line break.
 * Chat models (`api = "chat"`): the same text as one user message.
 * The reply's first word decides (`parse_grade`): yes / 是 / 有 / 能 ->
   "yes", no / 否 / 没 / 不 -> "no", anything else -> "unclear". Only "no"
@@ -22,26 +21,24 @@ from __future__ import annotations
 import re
 
 from rag_cli.errors import BadInput
-from rag_cli.generate.base import Evidence, language
+from rag_cli.generate.base import Evidence
 from rag_cli.generate.prompt import fit_budget, sources_text
 
 GRADES = ("off", "llm")
 MAX_TOKENS = 3
 REASON = "the generator judged that the sources do not answer the question"
 
-_PROMPTS = {
-    "en": ("Sources:\n\n{sources}\n\nQuestion: {question}\n\n"
-           "Do the sources above contain the answer to the question? Answer yes or no.\n"
-           "Answer (yes or no):"),
-    "zh": "资料：\n\n{sources}\n\n问题：{question}\n\n上面的资料中有这个问题的答案吗？只回答“是”或“否”。\n回答（是或否）：",
-}
+#: one prompt for every language: the sources and the question keep theirs. Variants ending in
+#: (the wording that a small base model completes with yes/no: docs/answers.md)
+PROMPT = ("Sources:\n\n{sources}\n\nQuestion: {question}\n"
+          "Do the sources contain the answer to the question? Answer:")
 _YES = re.compile(r"^(?:yes\b|是|有|能|对)", re.I)
 _NO = re.compile(r"^(?:no\b|not\b|否|没|不|无)", re.I)
 
 
 def grade_prompt(question: str, evidence: list[Evidence]) -> str:
-    """The grading prompt for `question` over `evidence` (already fitted), in the question's language."""
-    return _PROMPTS[language(question)].format(sources=sources_text(evidence), question=question)
+    """The grading prompt for `question` over `evidence` (already fitted)."""
+    return PROMPT.format(sources=sources_text(evidence), question=question)
 
 
 def parse_grade(text: str) -> str:
