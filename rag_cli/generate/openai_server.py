@@ -37,6 +37,10 @@ from rag_cli.generate.prompt import STOP, chat_messages, completion_prompt, fit_
 APIS = ("chat", "completions")
 
 
+class _Retry(Exception):
+    """A failed attempt worth retrying (HTTP 429 or 5xx); the message says what happened."""
+
+
 class OpenAIGenerator:
     """Answer through an OpenAI-compatible HTTP server.
 
@@ -126,32 +130,50 @@ class OpenAIGenerator:
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         return {"Authorization": f"Bearer {key}"} if key else {}
 
+    def _with_retries(self, url: str, attempt):
+        """`attempt(client)` (an httpx.Client with the timeout) up to 1 +
+        max_retries times, waiting `backoff * 2**i` before retry i+1, while it
+        raises an httpx error or `_Retry`; its result, else WorkFailed naming
+        `url` and the last problem."""
+        import httpx
+
+        problem = ""
+        with httpx.Client(timeout=self.timeout) as client:
+            for i in range(self.max_retries + 1):
+                if i:
+                    time.sleep(self.backoff * 2 ** (i - 1))
+                try:
+                    return attempt(client)
+                except httpx.HTTPError as exc:
+                    problem = self._problem(exc)
+                except _Retry as exc:
+                    problem = str(exc)
+        raise self._failed(url, problem)
+
+    @staticmethod
+    def _check_status(url: str, status: int, text: str) -> None:
+        """Nothing for HTTP 200; `_Retry` for 429 and 5xx; WorkFailed for another status."""
+        if status == 200:
+            return
+        problem = f"HTTP {status}: {text[:300]}"
+        if status != 429 and status < 500:
+            raise WorkFailed(f"the generator server at {url} refused the request: {problem}")
+        raise _Retry(problem)
+
     def post(self, path: str, body: dict) -> dict:
         """POST `body` to base_url + `path` with timeouts and bounded retries; the JSON answer.
         Raises WorkFailed naming the URL when every attempt failed."""
-        import httpx
-
         url = self.base_url + path
-        headers = self._headers()
-        problem = ""
-        with httpx.Client(timeout=self.timeout) as client:
-            for attempt in range(self.max_retries + 1):
-                if attempt:
-                    time.sleep(self.backoff * 2 ** (attempt - 1))
-                try:
-                    r = client.post(url, json=body, headers=headers)
-                except httpx.HTTPError as exc:
-                    problem = self._problem(exc)
-                    continue
-                if r.status_code == 200:
-                    try:
-                        return r.json()
-                    except ValueError:
-                        raise WorkFailed(f"{url}: the answer is not JSON: {r.text[:200]!r}") from None
-                problem = f"HTTP {r.status_code}: {r.text[:300]}"
-                if r.status_code != 429 and r.status_code < 500:
-                    raise WorkFailed(f"the generator server at {url} refused the request: {problem}")
-        raise self._failed(url, problem)
+
+        def attempt(client):
+            r = client.post(url, json=body, headers=self._headers())
+            self._check_status(url, r.status_code, r.text)
+            try:
+                return r.json()
+            except ValueError:
+                raise WorkFailed(f"{url}: the answer is not JSON: {r.text[:200]!r}") from None
+
+        return self._with_retries(url, attempt)
 
     def post_stream(self, path: str, body: dict, on_token: Callable[[str], None]) -> str:
         """POST `body` with `"stream": true` and pass each piece of the answer
@@ -161,37 +183,33 @@ class OpenAIGenerator:
 
         url = self.base_url + path
         key = "content" if self.api == "chat" else "text"
-        pieces: list[str] = []
-        problem = ""
-        with httpx.Client(timeout=self.timeout) as client:
-            for attempt in range(self.max_retries + 1):
-                if attempt:
-                    time.sleep(self.backoff * 2 ** (attempt - 1))
+
+        def attempt(client):
+            pieces: list[str] = []
+            with client.stream("POST", url, json={**body, "stream": True}, headers=self._headers()) as r:
+                if r.status_code != 200:
+                    self._check_status(url, r.status_code, r.read().decode(errors="replace"))
+                if not r.headers.get("content-type", "").startswith("text/event-stream"):
+                    try:  # the server did not stream: one JSON completion
+                        text = self._text(json.loads(r.read()), path)
+                    except ValueError:
+                        raise WorkFailed(f"{url}: the answer is neither server-sent events nor JSON") from None
+                    on_token(text)
+                    return text
                 try:
-                    with client.stream("POST", url, json={**body, "stream": True}, headers=self._headers()) as r:
-                        if r.status_code != 200:
-                            problem = f"HTTP {r.status_code}: {r.read().decode(errors='replace')[:300]}"
-                            if r.status_code != 429 and r.status_code < 500:
-                                raise WorkFailed(f"the generator server at {url} refused the request: {problem}")
-                            continue
-                        if not r.headers.get("content-type", "").startswith("text/event-stream"):
-                            text = self._text(json.loads(r.read()), path)  # the server did not stream
-                            on_token(text)
-                            return text
-                        for line in r.iter_lines():
-                            piece = self._event(line, key, url)
-                            if piece:
-                                pieces.append(piece)
-                                on_token(piece)
-                        return "".join(pieces)
+                    for line in r.iter_lines():
+                        piece = self._event(line, key, url)
+                        if piece:
+                            pieces.append(piece)
+                            on_token(piece)
                 except httpx.HTTPError as exc:
-                    problem = self._problem(exc)
                     if pieces:  # text was passed on: a retry would repeat it
-                        raise WorkFailed(f"the generator server at {url} stopped after "
-                                         f"{sum(map(len, pieces))} characters of its answer: {problem}") from exc
-                except ValueError:
-                    raise WorkFailed(f"{url}: the answer is not JSON") from None
-        raise self._failed(url, problem)
+                        raise WorkFailed(f"the generator server at {url} stopped after {sum(map(len, pieces))} "
+                                         f"characters of its answer: {self._problem(exc)}") from exc
+                    raise
+            return "".join(pieces)
+
+        return self._with_retries(url, attempt)
 
     def _event(self, line: str, key: str, url: str) -> str:
         """The text of one server-sent event line ("" for others and `[DONE]`)."""
