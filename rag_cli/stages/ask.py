@@ -167,7 +167,7 @@ def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=N
 def _generate(generator, question: str, given: list[Evidence], on_text) -> Answer:
     """The generator's answer, made plain and checked (`check_answer`); with
     `on_text`, streamed through `PlainStream` and `CitationStream` when the
-    generator streams, else passed whole once checked."""
+    generator streams."""
     if on_text is None or not getattr(generator, "streams", False):
         answer = generator.generate(question, given)
     else:
@@ -176,10 +176,7 @@ def _generate(generator, question: str, given: list[Evidence], on_text) -> Answe
         answer = generator.generate(question, given, on_token=sanitiser.feed)
         sanitiser.close()
         checker.close()
-    answer = check_answer(replace(answer, text=plain(answer.text)), given)
-    if on_text is not None and not getattr(generator, "streams", False):
-        on_text(answer.text)
-    return answer
+    return check_answer(replace(answer, text=plain(answer.text)), given)
 
 
 def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: SearchConfig,
@@ -246,6 +243,8 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
             answer.text = refusal(question)
             reason = ("the generator found no sentence to quote" if generator.name == "extractive"
                       else "the generator answered that the sources do not hold the answer")
+        if on_text is not None and not getattr(generator, "streams", False):
+            on_text(answer.text)  # a generator that cannot stream: its whole answer, once
     t2 = time.perf_counter()
     timings = {"retrieve_ms": (t1 - t0) * 1000.0 - rerank_ms - rewrite_ms,
                "generate_ms": (t2 - t1) * 1000.0 - grade_ms, "total_ms": (t2 - t0) * 1000.0}
