@@ -26,6 +26,14 @@ the llm extra) instead of the extractive generator.
 `--limit N` asks only the first N sampled questions in the same corpora
 (the made-unanswerable corpus still lacks every sampled question's passage).
 
+`--grade llm` has the LLM generator first judge whether the sources
+answer (`ask.grade`, CRAG-style); each question then records its grade
+("yes" | "no" | "unclear") and the summaries count them.
+
+`--gate none` switches every refusal rule off, so that every question
+reaches the generator (to measure `--grade llm` alone); `--max-tokens`
+caps an LLM generator's answers (generator.max_tokens).
+
 `--tune` records the answers of each half with the gate off in both
 projects and runs `rag eval --tune refusal` (`Project.tune_refusal`) on the
 tune half for `--max-false-refusal` (default 0.05), scoring the default and
@@ -121,10 +129,10 @@ def build(root: Path, docs: list[dict] | Path) -> Project:
     return p
 
 
-def ask_all(p: Project, questions, options: dict, generator: str = "extractive") -> list[dict]:
+def ask_all(p: Project, questions, options: dict, generator: str = "extractive", llm: dict | None = None) -> list[dict]:
     from rag_cli.stages.ask import ask
 
-    acfg, scfg, s, mask, gen = p._ask_setup(None, None, None, None, None, None, None, generator)
+    acfg, scfg, s, mask, gen = p._ask_setup(None, None, None, None, None, None, None, generator, llm)
     from dataclasses import replace
 
     acfg = replace(acfg, **options)
@@ -146,7 +154,7 @@ def ask_all(p: Project, questions, options: dict, generator: str = "extractive")
                     "answer_contains_gold": (any(normalize_text(a) in normalize_text(res.answer.text)
                                                  for a in gold_answers) if gold_answers else None),
                     "n_citations_removed": res.answer.n_citations_removed,
-                    "n_citations": len(res.answer.citations),
+                    "n_citations": len(res.answer.citations), "grade": res.grade,
                     "latency_ms": round(res.latency_ms, 1)})
     return out
 
@@ -166,6 +174,10 @@ def summarise(answerable: list[dict], unanswerable: list[dict]) -> dict:
            "citations_removed": sum(r["n_citations_removed"] for r in answerable + unanswerable),
            "answered_with_citation": round(sum(r["n_citations"] > 0 for r in answered) / max(1, len(answered)), 4),
            "latency_ms_p50": _pct(lat, 0.5), "latency_ms_p95": _pct(lat, 0.95)}
+    if any(r["grade"] for r in answerable + unanswerable):
+        out["grades_answerable"] = {g: sum(r["grade"] == g for r in answerable) for g in ("yes", "no", "unclear", "")}
+        out["grades_unanswerable"] = {g: sum(r["grade"] == g for r in unanswerable)
+                                      for g in ("yes", "no", "unclear", "")}  # "": refused by the gate first
     if answered and answered[0]["answer_contains_gold"] is not None:
         out["gold_answer_in_evidence_answered"] = round(
             sum(bool(r["gold_answer_in_evidence"]) for r in answered) / len(answered), 4)
@@ -192,12 +204,12 @@ def machine() -> dict:
 
 
 def run_set(name: str, sample: dict, work: Path, options: dict, seed: int, generator: str = "extractive",
-            limit: int | None = None) -> dict:
+            limit: int | None = None, llm: dict | None = None) -> dict:
     full = build(work / name / "full", sample["docs"])
     cut = build(work / name / "cut", sample["variant"] / "corpus.jsonl")
     qs = sample["questions"][:limit]
-    answerable = ask_all(full, qs, options, generator)
-    unanswerable = ask_all(cut, qs, options, generator)
+    answerable = ask_all(full, qs, options, generator, llm)
+    unanswerable = ask_all(cut, qs, options, generator, llm)
     halves = split(qs, seed)
     report = {"n_docs": len(sample["docs"]), "n_removed": len(sample["removed"])}
     for half in ("tune", "test"):
@@ -264,8 +276,13 @@ def main() -> None:
     ap.add_argument("--scifact-docs", type=int, default=400)
     ap.add_argument("--sets", default="cmrc,scifact")
     ap.add_argument("--seed", type=int, default=13)
-    ap.add_argument("--gate", choices=("on", "off"), default="on")
+    ap.add_argument("--gate", choices=("on", "off", "none"), default="on",
+                    help="off: without the entity rule; none: no refusal rule at all (every question reaches "
+                         "the generator, e.g. to measure --grade alone)")
+    ap.add_argument("--max-tokens", type=int, help="generator.max_tokens of an LLM generator")
     ap.add_argument("--generator", default="extractive", help="extractive | llama-cpp (in-process GGUF) | openai")
+    ap.add_argument("--grade", choices=("off", "llm"), default="off", help="ask.grade: llm = the generator "
+                    "first judges whether the sources answer (needs an LLM generator)")
     ap.add_argument("--limit", type=int, help="ask only the first N sampled questions (same corpora)")
     ap.add_argument("--work", type=Path)
     ap.add_argument("--out", type=Path)
@@ -275,7 +292,10 @@ def main() -> None:
     ap.add_argument("--check-real", action="store_true",
                     help="--tune: also ask the test half with the tuned setting and compare with the simulation")
     args = ap.parse_args()
-    options = {} if args.gate == "on" else {"min_entity_coverage": 0.0}
+    options = {"on": {}, "off": {"min_entity_coverage": 0.0},
+               "none": {"min_entity_coverage": 0.0, "min_coverage": 0.0, "min_score": -1.0}}[args.gate]
+    if args.grade != "off":
+        options["grade"] = args.grade
     result = {"command": "python bench/refusal.py " + " ".join(
         f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items()
         if v is not None and v is not False and k not in ("work", "out")),
@@ -290,7 +310,8 @@ def main() -> None:
                                                 args.generator, args.check_real)
                 print(name, json.dumps({h: result["sets"][name][h] for h in ("best", "train", "test")}, indent=1))
                 continue
-            result["sets"][name] = run_set(name, sample, work, options, args.seed, args.generator, args.limit)
+            result["sets"][name] = run_set(name, sample, work, options, args.seed, args.generator, args.limit,
+                                           {"max_tokens": args.max_tokens})
             print(name, json.dumps({h: result["sets"][name][h] for h in ("tune", "test", "all")}, indent=1))
     result["machine"] = machine()
     result["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()

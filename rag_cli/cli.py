@@ -706,6 +706,8 @@ def ask(
     rewrite: Annotated[Optional[str], typer.Option("--rewrite", help="none | multi-query | hyde: the LLM generator rewrites the question, each rewrite's retrieval fused with the question's by RRF (config: ask.rewrite)")] = None,
     gate: Annotated[Optional[str], typer.Option("--gate", help="on | off: off refuses nothing itself (the generator may) and still records the gate's signals, for `rag eval --tune refusal` (config: ask.gate)")] = None,
     min_rerank_score: Annotated[Optional[float], typer.Option("--min-rerank-score", help="With model.reranker: refuse below this best cross-encoder logit; 0 = off (config: ask.min_rerank_score)")] = None,
+    grade: Annotated[Optional[str], typer.Option("--grade", help="off | llm: the LLM generator first judges whether the sources answer the question and refuses if not (CRAG) (config: ask.grade)")] = None,
+    stream: Annotated[bool, typer.Option("--stream", help="Print the answer as the LLM generator writes it (one QUESTION; not with --json or --queries)")] = False,
     filter_: FilterOpt = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Answers name: answers/NAME.parquet (default: the query file's stem)")] = None,
     project: ProjectOpt = None,
@@ -717,6 +719,11 @@ def ask(
 
     one_of("a QUESTION argument", question, "--queries FILE", queries)
     check_name(name)
+    if stream and (json_out or queries is not None):
+        from rag_cli.errors import BadInput
+
+        raise BadInput(f"--stream prints one answer as it is written; it cannot be combined with "
+                       f"{'--json' if json_out else '--queries'} (drop --stream, or that flag)")
     p = Project.open(project)
     llm = {"base_url": base_url, "model": llm_model, "api": api, "api_key_env": api_key_env, "timeout": timeout,
            "max_retries": max_retries, "temperature": temperature, "max_tokens": max_tokens,
@@ -724,14 +731,15 @@ def ask(
     opts = {"k": k, "mode": mode, "min_score": min_score, "min_coverage": min_coverage,
             "strong_score": strong_score, "max_sentences": max_sentences, "filter": filter_,
             "generator": generator, "llm": llm, "rewrite": rewrite, "gate": gate,
-            "min_rerank_score": min_rerank_score}
+            "min_rerank_score": min_rerank_score, "grade": grade}
     if question is not None:
-        res = p.ask(question, **opts)
+        streamer = _AnswerStream(question) if stream else None
+        res = p.ask(question, **opts, on_text=streamer)
         _report_queries_truncated(res.n_queries_truncated, res.max_length, quiet)
         if json_out:
             _emit_json({**_answer_json(res), "n_queries_truncated": res.n_queries_truncated})
         else:
-            _print_answer(res)
+            _print_answer(res, streamed=streamer is not None and streamer.started)
             _report_answer_checks(res, quiet)
         return
     with _progress(quiet or json_out) as progress:
@@ -766,6 +774,7 @@ def _answer_json(res) -> dict:
         "latency_ms": round(res.latency_ms, 1),
         "timings": {k: round(v, 1) for k, v in res.timings.items()},
         **({"rewrites": res.rewrites} if res.rewrites else {}),
+        **({"grade": res.grade} if res.grade else {}),
         "n_citations_removed": res.answer.n_citations_removed,
         "n_evidence_cut": res.answer.n_evidence_cut,
         "evidence": [{"n": e.number, "chunk_id": e.chunk_id, "doc_id": e.doc_id, "score": round(e.score, 6),
@@ -780,15 +789,39 @@ def _source_json(e) -> dict:
             "title": " > ".join(e.title_path) if e.title_path else e.doc_id, "score": round(e.score, 6)}
 
 
-def _print_answer(res) -> None:
-    """Question, answer and cited sources; all document text is plain (`rag_cli.safe_text`)."""
+class _AnswerStream:
+    """`on_text` of `rag ask --stream`: "Q: question" and "A: " before the
+    first piece, then each piece (already plain) as it comes."""
+
+    def __init__(self, question: str):
+        self.question, self.started = question, False
+
+    def __call__(self, piece: str) -> None:
+        from rich.text import Text
+
+        from rag_cli.safe_text import plain
+
+        if not self.started:
+            self.started = True
+            _stdout().print(Text.assemble(("Q:", "bold"), " ", plain(self.question), "\n", ("A:", "bold"), " "),
+                            end="")
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+
+def _print_answer(res, streamed: bool = False) -> None:
+    """Question, answer and cited sources; all document text is plain (`rag_cli.safe_text`).
+    `streamed`: the question and answer were printed already (`_AnswerStream`), only end the line."""
     from rich.text import Text
 
     from rag_cli.safe_text import plain
 
     out = _stdout()
-    out.print(Text.assemble(("Q:", "bold"), " ", plain(res.question)))
-    out.print(Text.assemble(("A:", "bold"), " ", plain(res.answer.text)))
+    if streamed:
+        out.print()
+    else:
+        out.print(Text.assemble(("Q:", "bold"), " ", plain(res.question)))
+        out.print(Text.assemble(("A:", "bold"), " ", plain(res.answer.text)))
     cited = set(res.answer.citations)
     if cited:
         out.print(Text("Sources:", style="bold"))

@@ -108,6 +108,7 @@ class AskConfig:
     rerank_candidates: int = 20  # with model.reranker: chunks retrieved and reranked, of which the best k are kept
     min_rerank_score: float = 0.0  # with model.reranker: refuse below this best cross-encoder logit; 0 = off (per model)
     gate: str = "on"  # on | off: off answers every question (recording the gate's signals for `rag eval --tune refusal`)
+    grade: str = "off"  # off | llm: an LLM generator first judges whether the sources answer (rag_cli.generate.grade)
 
 
 @dataclass(frozen=True)
@@ -271,6 +272,7 @@ CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
     ("ask", "rerank_candidates"): (1, None),
     ("ask", "rewrite"): ("none", "multi-query", "hyde"),
     ("ask", "gate"): ("on", "off"),
+    ("ask", "grade"): ("off", "llm"),
     ("index", "keep"): (0, None),
     ("lock", "wait"): (0, None),
     ("ask", "generator"): ("extractive", "openai", "llama-cpp"),

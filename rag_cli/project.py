@@ -39,7 +39,7 @@ import contextlib
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from rag_cli.config import Config, check_flag
 from rag_cli.errors import BadInput, Interrupted, WorkFailed
@@ -726,13 +726,13 @@ class Project:
 
     # -- ask -----------------------------------------------------------------
     def _ask_setup(self, k, mode, min_score, min_coverage, strong_score, max_sentences, filter,
-                   generator=None, llm=None, rewrite=None, gate=None, min_rerank_score=None):
+                   generator=None, llm=None, rewrite=None, gate=None, min_rerank_score=None, grade=None):
         from rag_cli.generate.factory import load_generator
 
         config, _ = self._with("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage,
                                        "strong_score": strong_score, "max_sentences": max_sentences,
                                        "generator": generator, "rewrite": rewrite, "gate": gate,
-                                       "min_rerank_score": min_rerank_score})
+                                       "min_rerank_score": min_rerank_score, "grade": grade})
         config, _ = config.with_options("generator", llm)
         sconfig, s, mask = self._search_setup(mode, None, None, None, filter, for_ask=True)
         if s.embedder is None:  # sparse retrieval: the evidence is still scored by the bi-encoder
@@ -753,7 +753,8 @@ class Project:
             min_score: float | None = None, min_coverage: float | None = None,
             strong_score: float | None = None, max_sentences: int | None = None,
             filter: str | Sequence[str] | None = None, generator: str | None = None, llm: dict | None = None,
-            rewrite: str | None = None, gate: str | None = None, min_rerank_score: float | None = None):
+            rewrite: str | None = None, gate: str | None = None, min_rerank_score: float | None = None,
+            grade: str | None = None, on_text: Callable[[str], None] | None = None):
         """Answer `question` from the indexed sources only, citing the
         evidence as [n], or refuse (see `rag_cli.stages.ask`). Returns an
         `AskResult` (`.answer.text`, `.answer.citations`, `.refused`,
@@ -767,16 +768,24 @@ class Project:
         {"base_url": "http://127.0.0.1:8080/v1", "timeout": 30.0}); `rewrite`
         is ask.rewrite (none | multi-query | hyde; needs an LLM generator,
         `.rewrites` holds what it wrote). `gate` is ask.gate (on | off: no
-        rule refuses, the gate's signals are still measured) and
-        `min_rerank_score` ask.min_rerank_score.
+        rule refuses, the gate's signals are still measured),
+        `min_rerank_score` ask.min_rerank_score, and `grade` ask.grade (off |
+        llm: the LLM generator first judges whether the sources answer,
+        `.grade`).
+
+        `on_text(piece)` is called with the answer text as it is written
+        (streamed by an LLM generator, plain, markers checked as they close;
+        the refusal sentence at once; the extractive answer whole): the
+        pieces concatenated are `.answer.text` (or, when the model itself
+        refused, the words it refused with).
         """
         from rag_cli.stages.ask import ask
 
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
                                                    max_sentences, filter, generator, llm, rewrite, gate,
-                                                   min_rerank_score)
+                                                   min_rerank_score, grade)
         before = s.n_queries_truncated
-        res = ask(s, gen, question, acfg, scfg, mask, self._ask_reranker())
+        res = ask(s, gen, question, acfg, scfg, mask, self._ask_reranker(), on_text=on_text)
         res.n_queries_truncated, res.max_length = s.n_queries_truncated - before, _max_length(s)
         return res
 
@@ -786,18 +795,18 @@ class Project:
                     filter: str | Sequence[str] | None = None, name: str | None = None,
                     generator: str | None = None, llm: dict | None = None, rewrite: str | None = None,
                     gate: str | None = None, min_rerank_score: float | None = None,
-                    progress: Progress | None = None) -> dict:
+                    grade: str | None = None, progress: Progress | None = None) -> dict:
         """Answer every question of a query file into answers/NAME.parquet
         (NAME: the file's stem), with the gate's signals per question (see
         `rag_cli.store.answers`). Returns {"answers": path, "n": answers, "refused": refusals,
         "n_queries_truncated": questions cut to the bi-encoder's "max_length"}.
-        `generator`, `llm`, `gate` and `min_rerank_score` as for `ask`."""
+        `generator`, `llm`, `rewrite`, `gate`, `min_rerank_score` and `grade` as for `ask`."""
         from rag_cli.stages.ask import answer_queries
 
         check_name(name)
         acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
                                                    max_sentences, filter, generator, llm, rewrite, gate,
-                                                   min_rerank_score)
+                                                   min_rerank_score, grade)
         before = s.n_queries_truncated
         self.manifest()  # recorded into after the answers are written: check it first
         path, n, n_refused = answer_queries(self, s, gen, Path(queries), acfg, scfg, mask,

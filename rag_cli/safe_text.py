@@ -43,3 +43,31 @@ def plain_text(text: str, style: str = ""):
     from rich.text import Text
 
     return Text(plain(text), style=style)
+
+
+class PlainStream:
+    """`plain` for a text that arrives in pieces: `feed(piece)` passes the
+    sanitised text on through `emit`, holding an escape sequence that may
+    not be complete yet (the last one, when it reaches the end of what has
+    arrived); `close()` passes on the rest. Everything emitted, concatenated,
+    equals `plain` of the concatenated pieces."""
+
+    def __init__(self, emit):
+        self.emit = emit
+        self._held = ""
+
+    def feed(self, piece: str) -> None:
+        text = self._held + piece
+        last = None
+        for last in _ESCAPE.finditer(text):
+            pass
+        self._held = ""
+        if last is not None and last.end() == len(text):  # the sequence may go on
+            text, self._held = text[:last.start()], text[last.start():]
+        if text:
+            self.emit(plain(text))
+
+    def close(self) -> None:
+        held, self._held = self._held, ""
+        if held:
+            self.emit(plain(held))

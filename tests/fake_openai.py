@@ -5,6 +5,12 @@
 `status` an HTTP status to return instead (e.g. 500); `delay` seconds to
 wait before answering (to provoke a client timeout). `requests` records
 (path, JSON body) of every request.
+
+A request with `"stream": true` is answered with server-sent events: the
+text in `chunks` (default: pieces of 3 characters), one `data:` event each
+(chat: `choices[0].delta.content`, completions: `choices[0].text`), then
+`data: [DONE]`; with `stall_after` = n it goes silent for `stall` seconds
+after n events (a server that hangs mid-answer, for a client read timeout).
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ class FakeOpenAI:
         self.replies: list[str] = []
         self.status = 200
         self.delay = 0.0
+        self.chunks: list[str] | None = None
+        self.stall_after: int | None = None
+        self.stall = 2.0
         self.requests: list[tuple[str, dict]] = []
         fake = self
 
@@ -36,6 +45,10 @@ class FakeOpenAI:
                 if fake.status != 200:
                     payload = json.dumps({"error": {"message": "fake failure"}}).encode()
                     self.send_response(fake.status)
+                elif body.get("stream"):
+                    text = fake.replies.pop(0) if fake.replies else fake.reply
+                    self._stream(fake.chunks or [text[i:i + 3] for i in range(0, len(text), 3)])
+                    return
                 else:
                     text = fake.replies.pop(0) if fake.replies else fake.reply
                     if self.path.endswith("/chat/completions"):
@@ -51,6 +64,22 @@ class FakeOpenAI:
                 try:
                     self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
+                    pass
+
+            def _stream(self, pieces):
+                chat = self.path.endswith("/chat/completions")
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                try:
+                    for i, piece in enumerate(pieces):
+                        if i == fake.stall_after:
+                            time.sleep(fake.stall)
+                        choice = ({"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece})
+                        self.wfile.write(b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n")
+                        self.wfile.flush()
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except (BrokenPipeError, ConnectionResetError):
                     pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -75,6 +75,10 @@ class Answer:
 
 
 class Generator(Protocol):
+    """A generator; one whose `streams` attribute is true also takes
+    `generate(question, evidence, on_token=f)` and passes each piece of the
+    raw answer text to `f` as the model writes it (the LLM generators)."""
+
     name: str
 
     def generate(self, question: str, evidence: list[Evidence]) -> Answer:

@@ -13,6 +13,7 @@ prompt that ends in an open answer line, with stop strings
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from rag_cli.errors import BadInput, WorkFailed
 from rag_cli.generate.base import Answer, Evidence, is_refusal
@@ -79,20 +80,33 @@ class LlamaCppGenerator:
         self.llm = Llama(model_path=str(self.path), n_ctx=context_tokens + max_tokens + 512,
                          n_threads=threads or None, verbose=False)
 
+    streams = True  # generate() can pass the answer on as it is written (on_token)
+
     def complete(self, prompt: str, max_tokens: int, *, temperature: float | None = None,
-                 seed: int | None = None) -> str:
+                 seed: int | None = None, stop: list[str] | None = None) -> str:
         """The model's continuation of a bare `prompt` (at most `max_tokens`,
-        up to a blank line pair), stripped; sampled at `temperature` (None: the
-        generator's) with the sampler's `seed` when given."""
-        out = self.llm.create_completion(prompt, max_tokens=max_tokens,
+        up to a `stop` string, default a blank line pair), stripped; sampled at
+        `temperature` (None: the generator's) with the sampler's `seed` when given."""
+        out = self.llm.create_completion(prompt, max_tokens=max_tokens, stop=stop or ["\n\n\n"],
                                          temperature=self.temperature if temperature is None else temperature,
-                                         seed=seed, stop=["\n\n\n"])
+                                         seed=seed)
         return (out["choices"][0]["text"] or "").strip()
 
-    def generate(self, question: str, evidence: list[Evidence]) -> Answer:
+    def generate(self, question: str, evidence: list[Evidence],
+                 on_token: Callable[[str], None] | None = None) -> Answer:
+        """Answer from `evidence`; with `on_token`, stream (`stream=True`) and pass each piece of text to it."""
         kept, n_cut = fit_budget(evidence, self.context_tokens)
-        out = self.llm.create_completion(completion_prompt(question, kept), max_tokens=self.max_tokens,
-                                         temperature=self.temperature, stop=STOP)
-        text = (out["choices"][0]["text"] or "").strip()
+        args = dict(max_tokens=self.max_tokens, temperature=self.temperature, stop=STOP)
+        if on_token is None:
+            out = self.llm.create_completion(completion_prompt(question, kept), **args)
+            text = (out["choices"][0]["text"] or "").strip()
+        else:
+            pieces = []
+            for chunk in self.llm.create_completion(completion_prompt(question, kept), stream=True, **args):
+                piece = chunk["choices"][0]["text"] or ""
+                if piece:
+                    pieces.append(piece)
+                    on_token(piece)
+            text = "".join(pieces).strip()
         return Answer(text=text, citations=[], refused=not text or is_refusal(text), generator=self.name,
                       n_evidence_cut=n_cut)

@@ -14,18 +14,31 @@ hosted API), through httpx.
   waiting `backoff * 2**attempt` seconds before retry attempt+1 (exponential
   backoff); then, or at once for another HTTP error, WorkFailed (exit 1)
   names the URL and the last problem.
+* Streaming (`generate(..., on_token=f)`): the request asks for
+  `"stream": true` and the server's server-sent events (`data: {json}` lines,
+  `data: [DONE]` at the end; chat: `choices[0].delta.content`, completions:
+  `choices[0].text`) are passed to `f` as they arrive. The same timeout holds
+  for each read; a retry is only possible before the first token: once text
+  was passed on, a failure is WorkFailed at once. A server that ignores
+  `stream` and answers with one JSON completion is accepted (one token).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from typing import Callable
 
 from rag_cli.errors import WorkFailed
 from rag_cli.generate.base import Answer, Evidence, is_refusal
 from rag_cli.generate.prompt import STOP, chat_messages, completion_prompt, fit_budget
 
 APIS = ("chat", "completions")
+
+
+class _Retry(Exception):
+    """A failed attempt worth retrying (HTTP 429 or 5xx); the message says what happened."""
 
 
 class OpenAIGenerator:
@@ -61,19 +74,27 @@ class OpenAIGenerator:
             return "/chat/completions", {**body, "messages": chat_messages(question, evidence)}
         return "/completions", {**body, "prompt": completion_prompt(question, evidence), "stop": STOP}
 
-    def generate(self, question: str, evidence: list[Evidence]) -> Answer:
+    streams = True  # generate() can pass the answer on as it is written (on_token)
+
+    def generate(self, question: str, evidence: list[Evidence],
+                 on_token: Callable[[str], None] | None = None) -> Answer:
+        """Answer from `evidence`; with `on_token`, stream and pass each piece of text to it."""
         kept, n_cut = fit_budget(evidence, self.context_tokens)
         path, body = self.request(question, kept)
-        text = self._text(self.post(path, body), path)
+        if on_token is None:
+            text = self._text(self.post(path, body), path)
+        else:
+            text = self.post_stream(path, body, on_token).strip()
         return Answer(text=text, citations=[], refused=not text or is_refusal(text), generator=self.name,
                       n_evidence_cut=n_cut)
 
     def complete(self, prompt: str, max_tokens: int, *, temperature: float | None = None,
-                 seed: int | None = None) -> str:
+                 seed: int | None = None, stop: list[str] | None = None) -> str:
         """The server's reply to a bare `prompt` (a user message for chat, the
         prompt for completions), stripped; sampled at `temperature` (None: the
         generator's), with `seed` sent when given (OpenAI and llama.cpp's server
-        honour it). Raises WorkFailed as `post`."""
+        honour it) and, for completions, `stop` (default: a blank line pair).
+        Raises WorkFailed as `post`."""
         body: dict = {"temperature": self.temperature if temperature is None else temperature,
                       "max_tokens": max_tokens}
         if seed is not None:
@@ -83,7 +104,7 @@ class OpenAIGenerator:
         if self.api == "chat":
             path, body = "/chat/completions", {**body, "messages": [{"role": "user", "content": prompt}]}
         else:
-            path, body = "/completions", {**body, "prompt": prompt, "stop": ["\n\n\n"]}
+            path, body = "/completions", {**body, "prompt": prompt, "stop": stop or ["\n\n\n"]}
         return self._text(self.post(path, body), path)
 
     def _text(self, data: dict, path: str) -> str:
@@ -94,39 +115,114 @@ class OpenAIGenerator:
             raise WorkFailed(f"{self.base_url}{path}: the answer is not an OpenAI {self.api} completion "
                              f"(no choices[0].{'message.content' if self.api == 'chat' else 'text'})") from exc
 
+    def _problem(self, exc) -> str:
+        """What went wrong with a request, in words, from an httpx error."""
+        import httpx
+
+        if isinstance(exc, httpx.ConnectError):
+            return f"cannot connect ({exc}); is the server running?"
+        if isinstance(exc, httpx.TimeoutException):
+            return f"no answer within {self.timeout:g} s (generator.timeout, --timeout)"
+        return f"{type(exc).__name__}: {exc}"
+
+    def _failed(self, url: str, problem: str) -> WorkFailed:
+        tries = self.max_retries + 1
+        return WorkFailed(f"the generator server at {url} failed {tries} time{'s' if tries > 1 else ''}: {problem}")
+
+    def _headers(self) -> dict:
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _with_retries(self, url: str, attempt):
+        """`attempt(client)` (an httpx.Client with the timeout) up to 1 +
+        max_retries times, waiting `backoff * 2**i` before retry i+1, while it
+        raises an httpx error or `_Retry`; its result, else WorkFailed naming
+        `url` and the last problem."""
+        import httpx
+
+        problem = ""
+        with httpx.Client(timeout=self.timeout) as client:
+            for i in range(self.max_retries + 1):
+                if i:
+                    time.sleep(self.backoff * 2 ** (i - 1))
+                try:
+                    return attempt(client)
+                except httpx.HTTPError as exc:
+                    problem = self._problem(exc)
+                except _Retry as exc:
+                    problem = str(exc)
+        raise self._failed(url, problem)
+
+    @staticmethod
+    def _check_status(url: str, status: int, text: str) -> None:
+        """Nothing for HTTP 200; `_Retry` for 429 and 5xx; WorkFailed for another status."""
+        if status == 200:
+            return
+        problem = f"HTTP {status}: {text[:300]}"
+        if status != 429 and status < 500:
+            raise WorkFailed(f"the generator server at {url} refused the request: {problem}")
+        raise _Retry(problem)
+
     def post(self, path: str, body: dict) -> dict:
         """POST `body` to base_url + `path` with timeouts and bounded retries; the JSON answer.
         Raises WorkFailed naming the URL when every attempt failed."""
+        url = self.base_url + path
+
+        def attempt(client):
+            r = client.post(url, json=body, headers=self._headers())
+            self._check_status(url, r.status_code, r.text)
+            try:
+                return r.json()
+            except ValueError:
+                raise WorkFailed(f"{url}: the answer is not JSON: {r.text[:200]!r}") from None
+
+        return self._with_retries(url, attempt)
+
+    def post_stream(self, path: str, body: dict, on_token: Callable[[str], None]) -> str:
+        """POST `body` with `"stream": true` and pass each piece of the answer
+        to `on_token` as it arrives; the whole answer text. Retries as `post`,
+        but only before the first piece; raises WorkFailed naming the URL."""
         import httpx
 
         url = self.base_url + path
-        headers = {}
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        problem = ""
-        with httpx.Client(timeout=self.timeout) as client:
-            for attempt in range(self.max_retries + 1):
-                if attempt:
-                    time.sleep(self.backoff * 2 ** (attempt - 1))
-                try:
-                    r = client.post(url, json=body, headers=headers)
-                except httpx.ConnectError as exc:
-                    problem = f"cannot connect ({exc}); is the server running?"
-                    continue
-                except httpx.TimeoutException:
-                    problem = f"no answer within {self.timeout:g} s (generator.timeout, --timeout)"
-                    continue
-                except httpx.HTTPError as exc:
-                    problem = f"{type(exc).__name__}: {exc}"
-                    continue
-                if r.status_code == 200:
-                    try:
-                        return r.json()
+        key = "content" if self.api == "chat" else "text"
+
+        def attempt(client):
+            pieces: list[str] = []
+            with client.stream("POST", url, json={**body, "stream": True}, headers=self._headers()) as r:
+                if r.status_code != 200:
+                    self._check_status(url, r.status_code, r.read().decode(errors="replace"))
+                if not r.headers.get("content-type", "").startswith("text/event-stream"):
+                    try:  # the server did not stream: one JSON completion
+                        text = self._text(json.loads(r.read()), path)
                     except ValueError:
-                        raise WorkFailed(f"{url}: the answer is not JSON: {r.text[:200]!r}") from None
-                problem = f"HTTP {r.status_code}: {r.text[:300]}"
-                if r.status_code != 429 and r.status_code < 500:
-                    raise WorkFailed(f"the generator server at {url} refused the request: {problem}")
-        tries = self.max_retries + 1
-        raise WorkFailed(f"the generator server at {url} failed {tries} time{'s' if tries > 1 else ''}: {problem}")
+                        raise WorkFailed(f"{url}: the answer is neither server-sent events nor JSON") from None
+                    on_token(text)
+                    return text
+                try:
+                    for line in r.iter_lines():
+                        piece = self._event(line, key, url)
+                        if piece:
+                            pieces.append(piece)
+                            on_token(piece)
+                except httpx.HTTPError as exc:
+                    if pieces:  # text was passed on: a retry would repeat it
+                        raise WorkFailed(f"the generator server at {url} stopped after {sum(map(len, pieces))} "
+                                         f"characters of its answer: {self._problem(exc)}") from exc
+                    raise
+            return "".join(pieces)
+
+        return self._with_retries(url, attempt)
+
+    def _event(self, line: str, key: str, url: str) -> str:
+        """The text of one server-sent event line ("" for others and `[DONE]`)."""
+        if not line.startswith("data:"):
+            return ""
+        data = line[5:].strip()
+        if not data or data == "[DONE]":
+            return ""
+        try:
+            choice = json.loads(data)["choices"][0]
+            return (choice["delta"].get("content") if key == "content" else choice["text"]) or ""
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise WorkFailed(f"{url}: a streamed event is not an OpenAI {self.api} chunk: {data[:200]!r}") from exc

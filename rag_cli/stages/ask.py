@@ -52,6 +52,19 @@ Reranking: when a `reranker` is given (`model.reranker` is set), the best
 numbered [1]..[k] in its order (`Evidence.rerank_score`); the gate still
 judges their bi-encoder cosines. `timings` then has `rerank_ms`.
 
+Grading (`ask.grade = "llm"`, an LLM generator; `rag_cli.generate.grade`):
+when the gate lets a question through, the generator is first asked whether
+the sources contain the answer; "no" refuses with `grade.REASON`. `timings`
+then has `grade_ms`, and `AskResult.grade` the grade.
+
+Streaming (`on_text`): the answer text is passed to `on_text` as it is
+written, plain (`safe_text.PlainStream`) and with its markers checked as
+they close (`citations.CitationStream`); everything passed, concatenated,
+is the text the answer would have without streaming (a refusal: the
+refusal sentence, at once; a generator that cannot stream: its whole
+answer, once). The model's text is made plain before its markers are
+checked, streamed or not.
+
 The question is normalised once, here (`prepare_query`), as `rag search`
 normalises queries.
 """
@@ -69,13 +82,15 @@ import numpy as np
 from rag_cli.chunking import make_embed_text
 from rag_cli.config import AskConfig, SearchConfig
 from rag_cli.generate.base import Answer, Evidence, refusal
-from rag_cli.generate.citations import check_answer, neutralise
+from rag_cli.generate.citations import CitationStream, check_answer, neutralise
 from rag_cli.generate.gate import GateSignals, gate_reason, question_entity_coverage
+from rag_cli.generate.grade import REASON as GRADE_REASON, check_grader, grade as grade_evidence
 from rag_cli.generate.rewrite import rewrite as write_rewrites
 from rag_cli.index.fusion import rrf
 from rag_cli.index.searcher import Searcher, check_query, prepare_query
 from rag_cli.loaders.normalize import has_cjk
 from rag_cli.progress import Progress
+from rag_cli.safe_text import PlainStream, plain
 from rag_cli.store.answers import write_answers
 
 if TYPE_CHECKING:
@@ -104,6 +119,7 @@ class AskResult:
     rewrites: list[str] = field(default_factory=list)  # the generator's rewrites of the question (ask.rewrite)
     rerank_score: float | None = None  # the best cross-encoder score of the evidence; None without a reranker
     generator_refused: bool | None = None  # the generator's own refusal; None when the gate refused first
+    grade: str = ""  # the generator's grade of the evidence (ask.grade = "llm"): yes | no | unclear; "" = not graded
 
     @property
     def refused(self) -> bool:
@@ -160,15 +176,34 @@ def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=N
     return evidence, float(cos.max())
 
 
-def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: SearchConfig,
-        mask=None, reranker=None) -> AskResult:
-    """Answer `question` from the index only, with the `[ask]` config `cfg`
-    (k, thresholds) and the retrieval of the `[search]` config (mode,
-    candidates, rrf_k). See the module docstring for refusal; `reranker`:
-    (question, [text]) -> (n,) cross-encoder scores, or None.
+def _generate(generator, question: str, given: list[Evidence], on_text) -> Answer:
+    """The generator's answer, made plain and checked (`check_answer`); with
+    `on_text`, streamed through `PlainStream` and `CitationStream` when the
+    generator streams."""
+    if on_text is None or not getattr(generator, "streams", False):
+        answer = generator.generate(question, given)
+    else:
+        checker = CitationStream({e.number for e in given}, on_text)
+        sanitiser = PlainStream(checker.feed)
+        answer = generator.generate(question, given, on_token=sanitiser.feed)
+        sanitiser.close()
+        checker.close()
+    return check_answer(replace(answer, text=plain(answer.text)), given)
 
-    Raises BadInput for an empty question.
+
+def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: SearchConfig,
+        mask=None, reranker=None, on_text=None) -> AskResult:
+    """Answer `question` from the index only, with the `[ask]` config `cfg`
+    (k, thresholds, grade) and the retrieval of the `[search]` config (mode,
+    candidates, rrf_k). See the module docstring for refusal, grading and
+    streaming; `reranker`: (question, [text]) -> (n,) cross-encoder scores,
+    or None; `on_text`: called with each piece of the answer text (str) as
+    it is written, or None.
+
+    Raises BadInput for an empty question, or ask.grade "llm" with a
+    generator that cannot grade.
     """
+    check_grader(generator, cfg.grade)
     asked, question = question, prepare_query(check_query(question))
     t0 = time.perf_counter()
     rewrites = write_rewrites(generator, question, cfg.rewrite)
@@ -193,28 +228,41 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     t1 = time.perf_counter()
     given: list[Evidence] = []
     generator_refused = None
-    if reason:
-        answer = Answer(text=refusal(question), citations=[], refused=True, generator=generator.name)
-    else:
+    graded = ""
+    if not reason:
         floor = cfg.min_score if cfg.gate == "on" else -math.inf  # with the gate off, all the evidence
         given = [replace(e, text=neutralise(e.context or e.text), context=None)
                  for e in evidence if e.score >= floor]
-        answer = check_answer(generator.generate(question, given), given)
+        if cfg.grade == "llm":
+            graded = grade_evidence(generator, question, given)
+            if graded == "no":
+                reason, generator_refused = GRADE_REASON, True
+    grade_ms = (time.perf_counter() - t1) * 1000.0
+    if reason:
+        answer = Answer(text=refusal(question), citations=[], refused=True, generator=generator.name)
+        if on_text is not None:
+            on_text(answer.text)
+    else:
+        answer = _generate(generator, question, given, on_text)
         generator_refused = answer.refused
         if answer.refused:
             answer.text = refusal(question)
             reason = ("the generator found no sentence to quote" if generator.name == "extractive"
                       else "the generator answered that the sources do not hold the answer")
+        if on_text is not None and not getattr(generator, "streams", False):
+            on_text(answer.text)  # a generator that cannot stream: its whole answer, once
     t2 = time.perf_counter()
-    timings = {"retrieve_ms": (t1 - t0) * 1000.0 - rerank_ms - rewrite_ms, "generate_ms": (t2 - t1) * 1000.0,
-               "total_ms": (t2 - t0) * 1000.0}
+    timings = {"retrieve_ms": (t1 - t0) * 1000.0 - rerank_ms - rewrite_ms,
+               "generate_ms": (t2 - t1) * 1000.0 - grade_ms, "total_ms": (t2 - t0) * 1000.0}
+    if cfg.grade != "off":
+        timings["grade_ms"] = grade_ms
     if reranker is not None:
         timings["rerank_ms"] = rerank_ms
     if cfg.rewrite != "none":
         timings["rewrite_ms"] = rewrite_ms
     return AskResult(asked, answer, evidence, best, coverage, timings["total_ms"], reason,
                      timings=timings, given=given, entity_coverage=entity, rewrites=rewrites,
-                     rerank_score=signals.rerank_score, generator_refused=generator_refused)
+                     rerank_score=signals.rerank_score, generator_refused=generator_refused, grade=graded)
 
 
 def answer_queries(project: "Project", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,
