@@ -133,7 +133,7 @@ def paired(a: dict, b: dict, names: tuple[str, str]) -> dict:
 
     metrics = ["em", "f1"]
     reps = [{"per_query": {q: {m: r[m] for m in metrics} for q, r in rep["per_query"].items()},
-             "metric_names": metrics} for rep in (a, b)]
+             "metric_names": metrics, "metrics": {m: rep["metrics"][m] for m in metrics}} for rep in (a, b)]
     comp = compare_reports(reps, list(names), permutations=10000)["comparisons"][0]["metrics"]
     both = set(a["per_query"]) & set(b["per_query"])
     ans = [q for q in both if not a["per_query"][q]["refused"] and not b["per_query"][q]["refused"]]
