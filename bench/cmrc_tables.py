@@ -179,7 +179,7 @@ def print_tables(res: dict) -> None:
                  v["comparison"]["ndcg@10"]["p_randomisation"]] for k, v in p["perturbations"].items()]
         print("original nDCG@10", p["original"].get("ndcg@10"))
         print(table(["variant", "changed", "nDCG@10 loss", "Recall@10 loss", "p rand"], rows))
-    ans = [k for k in res if k.startswith("answers-") or k.startswith("sample-")]
+    ans = [k for k in res if k.startswith(("answers-", "sample-")) and "result" in res[k]]
     if ans:
         print("\n## answers\n")
         keys = ("em", "f1", "f1_answered", "has_answer", "citation_precision", "citation_recall", "refusal_rate",
@@ -278,6 +278,8 @@ def main() -> None:
         if isinstance(r, dict):
             for key in ("per_query", "questions"):
                 r.pop(key, None)
+            if isinstance(r.get("missing_answers"), list):  # a sample leaves out most gold questions
+                r["missing_answers"] = len(r["missing_answers"])
             if isinstance(r.get("test"), dict) and "comparison" in r["test"]:
                 r["test"]["comparison"].pop("per_query", None)
     res_out = {"command": "python bench/cmrc_tables.py " + " ".join(sys.argv[1:]), "dataset": "cmrc2018-trial",
