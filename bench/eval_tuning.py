@@ -20,11 +20,11 @@ import argparse
 import gzip
 import json
 import os
-import platform
 import random
-import subprocess
 import time
 from pathlib import Path
+
+from _common import commit, machine
 
 DATA = Path(os.environ.get("RAG_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")) / "scifact"
 
@@ -40,14 +40,6 @@ def make_corpus(dest: Path, n_docs: int) -> None:
     random.Random(0).shuffle(others)
     keep = wanted | {d["_id"] for d in others[:max(0, n_docs - len(wanted))]}
     dest.write_text("".join(json.dumps(d) + "\n" for d in docs if d["_id"] in keep), encoding="utf-8")
-
-
-def machine() -> dict:
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    flags = info.split("flags", 1)[1].split("\n", 1)[0] if "flags" in info else ""
-    cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines()
-                if line.startswith("model name")), platform.processor())
-    return {"cpu": cpu, "avx512": "avx512f" in flags, "avx2": "avx2" in flags, "python": platform.python_version()}
 
 
 DEPTHS = (100, 200, 500, 1000)
@@ -111,9 +103,7 @@ def main() -> None:
     test_q, test_qrels = DATA / "queries.jsonl", DATA / "qrels" / "test.tsv"
     if args.depth_grid:
         result = json.loads(args.out.read_text(encoding="utf-8"))
-        result["depth_grid"] = {**depth_grid(p), "machine": machine(),
-                                "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                                         text=True, cwd=Path(__file__).parent).stdout.strip()}
+        result["depth_grid"] = {**depth_grid(p), "machine": machine(), "commit": commit()}
         args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         print(json.dumps({k: v for k, v in result["depth_grid"].items() if k != "grid"}, indent=2))
         return
@@ -172,8 +162,7 @@ def main() -> None:
                                "upper_without_fold": tuned_nofold["perturbations"]["upper"]["loss"]}
     result["seconds"] = round(time.time() - t0, 1)
     result["machine"] = machine()
-    result["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                      cwd=Path(__file__).parent).stdout.strip()
+    result["commit"] = commit(short=True)
     text = json.dumps(result, indent=2)
     if args.out:
         args.out.write_text(text + "\n", encoding="utf-8")

@@ -161,6 +161,38 @@ def startup(d: dict) -> str:
     return "\n\n".join(out)
 
 
+def cmrc_tables(d: dict) -> str:
+    """bench/cmrc_tables.py: one row per step, its command(s) and main numbers."""
+    rows = []
+    for name, step in d["steps"].items():
+        if "command" not in step:
+            continue
+        r = step.get("result") or {}
+        m = r.get("metrics") or {}
+        if "ndcg@10" in m:
+            main = f"nDCG@10 {m['ndcg@10']:.4f}, Recall@100 {m['recall@100']:.4f}, MAP {m['map']:.4f}"
+        elif "f1" in m:
+            main = (f"n {r['counts']['n_questions']}, EM {m['em']:.3f}, F1 {m['f1']:.3f}, has-answer "
+                    f"{rnd(m['has_answer'], 3)}, refusals {m['refusal_rate']:.3f}")
+        elif "ann" in r:
+            main = f"first missing {r['counts']['first_missing']}, ANN {r['ann']}"
+        elif "best" in r and isinstance(r.get("test"), dict):
+            t = r["test"]["comparison"]["metrics"]["ndcg@10"]
+            main = (f"best {r['best']}; test nDCG@10 {t['baseline']:.4f} -> {t['run']:.4f} "
+                    f"(p rand. {t['p_randomisation']:.3f})")
+        elif "perturbations" in r:
+            main = "; ".join(f"{k} ({v['n_changed']} changed) nDCG@10 {v['loss']['ndcg@10']:+.4f}"
+                             for k, v in r["perturbations"].items())
+        elif "all" in r:
+            a = r["all"]
+            main = (f"n {a['n_questions']}, refused unanswerable {a['refused_unanswerable']}, false refusals "
+                    f"{a['false_refusals_answerable']}, gold doc cited {a['gold_doc_cited_answered']}")
+        else:
+            main = ""
+        rows.append([name, "<br>".join(f"`{c}`" for c in step["command"]), main, step.get("seconds")])
+    return table(["step", "command", "main numbers", "s"], rows, {3})
+
+
 def generic(d: dict) -> str:
     rows = [[k, json.dumps(v)[:80]] for k, v in d.items() if k not in ("command", "machine")]
     return table(["key", "value"], rows, set())
@@ -179,6 +211,8 @@ def renderer(name: str, d: dict):
         return op_rates
     if name.startswith("int8-recipes"):
         return int8_recipes
+    if name.startswith("cmrc2018-trial-tables"):
+        return cmrc_tables
     return generic
 
 
@@ -201,6 +235,9 @@ def provenance(name: str, d: dict) -> list[str]:
         simd = ", ".join(f for f in ("avx2", "avx512f", "avx512_vnni") if m.get(f)) or "no AVX2"
         lines.append(f"- CPU: {m['cpu_model']} ({simd}), {m.get('usable_cores', m.get('cores'))} cores"
                      + (f", {m['mem_gib']} GiB" if m.get("mem_gib") else ""))
+    elif isinstance(m, dict) and m.get("cpu"):
+        simd = ", ".join(f for f in ("avx2", "avx512") if m.get(f)) or "no AVX2"
+        lines.append(f"- CPU: {m['cpu']} ({simd}), Python {m.get('python', '?')}")
     elif isinstance(m, dict):
         lines.append(f"- Machine: {m.get('cpus', '?')} cores, Python {m.get('python', '?')}, {m.get('platform', '?')} "
                      "(CPU model not recorded)")

@@ -53,13 +53,12 @@ import argparse
 import gzip
 import json
 import os
-import platform
 import random
 import statistics
-import subprocess
 import tempfile
 from pathlib import Path
 
+from _common import commit, machine
 from rag_cli import Project
 from rag_cli.config import AskConfig
 from rag_cli.evaluate.datasets import read_qrels, read_queries
@@ -196,13 +195,6 @@ def split(questions, seed: int) -> dict[str, str]:
     return {q: ("tune" if min(g) in tune else "test") for q, _, g, _ in questions}
 
 
-def machine() -> dict:
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "")
-    flags = next((l.split(":", 1)[1].split() for l in open("/proc/cpuinfo") if l.startswith("flags")), [])
-    return {"cpu": cpu, "avx512": any(f.startswith("avx512") for f in flags), "avx2": "avx2" in flags,
-            "python": platform.python_version()}
-
-
 def run_set(name: str, sample: dict, work: Path, options: dict, seed: int, generator: str = "extractive",
             limit: int | None = None, llm: dict | None = None) -> dict:
     full = build(work / name / "full", sample["docs"])
@@ -314,7 +306,7 @@ def main() -> None:
                                            {"max_tokens": args.max_tokens})
             print(name, json.dumps({h: result["sets"][name][h] for h in ("tune", "test", "all")}, indent=1))
     result["machine"] = machine()
-    result["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    result["commit"] = commit()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
