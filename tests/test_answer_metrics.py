@@ -45,6 +45,13 @@ def test_holds_answer_is_a_normalised_substring():
     assert not holds_answer("anything", ["!!!"])  # an answer that normalises to nothing holds nowhere
 
 
+def test_gold_answers_are_nfkc_normalised_as_document_text_is():
+    # the loaders store "km²" as "km2" and full-width "ＡＢＣ１" as "ABC1": a gold answer must still hold there
+    assert holds_answer("其陆地管辖面积为1750.33km2，海域管辖面积", ["陆地管辖面积为1750.33km²"])
+    assert exact_match("ABC1", ["ＡＢＣ１"]) == 1.0
+    assert normalize_answer("１７５０ｋｍ²") == "1750km2"
+
+
 ROWS = [
     {"query_id": "q1", "question": "?", "answer": "Eiffel tower!", "citations": ["c1"], "contexts": ["c1", "c2"],
      "refused": False, "generator": "extractive", "latency_ms": 100.0, "best_score": 0.9, "coverage": 1.0},

@@ -4,7 +4,9 @@ recall, refusal rate, latency percentiles.
 * Exact match and F1 are those of the SQuAD v1.1 evaluation script
   (`evaluate-v1.1.py`, Rajpurkar et al., "SQuAD: 100,000+ Questions for
   Machine Comprehension of Text", EMNLP 2016): both strings normalised
-  (`normalize_answer`: lower case, punctuation removed, the English articles
+  (`normalize_answer`: Unicode NFKC first, as the loaders normalise
+  document text, so "km²" in a gold answer matches the "km2" of a chunk;
+  then lower case, punctuation removed, the English articles
   a/an/the removed, whitespace collapsed); EM = 1 if they are equal; F1 = the
   harmonic mean of token precision and recall over the bag of shared tokens
   (`collections.Counter` intersection); the maximum over the gold answers.
@@ -54,8 +56,9 @@ def _is_cjk(ch: str) -> bool:
 
 def normalize_answer(s: str) -> str:
     """SQuAD v1.1 `normalize_answer` (lower case, punctuation and the articles
-    a/an/the removed, whitespace collapsed), punctuation extended to Unicode."""
-    s = "".join(ch for ch in s.lower() if not _is_punct(ch))
+    a/an/the removed, whitespace collapsed), after Unicode NFKC (the loaders'
+    normalisation of document text), punctuation extended to Unicode."""
+    s = "".join(ch for ch in unicodedata.normalize("NFKC", s).lower() if not _is_punct(ch))
     s = _ARTICLES.sub(" ", s)
     return " ".join(s.split())
 
