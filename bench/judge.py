@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from refusal import DATA, machine  # noqa: E402
+from _common import machine  # noqa: E402
+from refusal import DATA  # noqa: E402
 
 from rag_cli import Project  # noqa: E402
 
