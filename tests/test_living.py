@@ -506,3 +506,26 @@ def test_index_rollback_alias_and_status_verify(tmp_path, scifact_docs, tiny_bi_
     assert res.exit_code == 2
     gens = {g["name"]: g["verified"] for g in json.loads(res.stdout)["generations"]}
     assert gens["gen-000001"] is None and "hnsw.bin is damaged: its sha256 differs" in gens["gen-000002"]
+
+
+def test_disk_use_tolerates_files_removed_while_it_measures(tmp_path, monkeypatch):
+    # `rag status` reads while a writer works: the lock's holder file can vanish between listing and stat
+    from pathlib import Path
+
+    from rag_cli.store.status import disk_use
+
+    (tmp_path / "a.parquet").write_bytes(b"x" * 10)
+    (tmp_path / ".lock.json").write_text("{}")
+    (tmp_path / "index").mkdir()
+    (tmp_path / "index" / "f.bin").write_bytes(b"y" * 7)
+    real_stat = Path.stat
+
+    def stat(self, **kw):
+        if self.name in (".lock.json", "f.bin"):
+            raise FileNotFoundError(self)
+        return real_stat(self, **kw)
+
+    monkeypatch.setattr(Path, "stat", stat)  # listed, then gone: is_file/is_dir answered before the removal
+    monkeypatch.setattr(Path, "is_file", lambda self: self.name != "index")
+    monkeypatch.setattr(Path, "is_dir", lambda self: self.name == "index")
+    assert disk_use(tmp_path) == {".lock.json": 0, "a.parquet": 10, "index": 0}

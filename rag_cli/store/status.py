@@ -37,14 +37,24 @@ def _fingerprint(path: Path) -> str | None:
     return value.decode() if value else None
 
 
+def _size(path: Path) -> int:
+    """Bytes of one file; 0 if a writer removed it since it was listed (the
+    lock's holder file, a replaced generation: status reads while others write)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def disk_use(root: Path) -> dict[str, int]:
-    """Bytes on disk under each top-level entry of the project folder."""
+    """Bytes on disk under each top-level entry of the project folder; a
+    file or folder that disappears while it is measured counts 0."""
     out = {}
     for p in sorted(Path(root).iterdir()):
-        if p.is_dir():
-            out[p.name] = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
-        else:
-            out[p.name] = p.stat().st_size
+        try:
+            out[p.name] = (sum(_size(f) for f in p.rglob("*") if f.is_file()) if p.is_dir() else _size(p))
+        except FileNotFoundError:  # a folder removed while rglob walked it
+            out[p.name] = 0
     return out
 
 
