@@ -229,3 +229,16 @@ def test_cli_eval_judge_bad_usage(tmp_path, tiny_bi_encoder):
     no_answers = CliRunner().invoke(app, ["eval", "--judge", "-p", str(proj)])
     assert no_answers.exit_code == 2 and "--answers FILE" in no_answers.output
     assert not (proj / "eval").exists()
+
+
+def test_cli_eval_judge_errors_name_the_judge_flags(tmp_path, tiny_bi_encoder):
+    proj = _project(tmp_path, tiny_bi_encoder)
+    base = ["eval", "--answers", str(proj / "answers" / "a.parquet"), "--judge", "-p", str(proj)]
+    gen = CliRunner().invoke(app, [*base, "--judge-generator", "foo"])
+    assert gen.exit_code == 2
+    assert "--judge-generator 'foo' (config ask.generator): must be one of" in gen.output
+    api = CliRunner().invoke(app, [*base, "--judge-generator", "openai", "--judge-api", "soap"])
+    assert api.exit_code == 2 and "--judge-api 'soap' (config generator.api)" in api.output
+    model = CliRunner().invoke(app, [*base, "--judge-generator", "llama-cpp", "--judge-model", "/nope.gguf"])
+    assert model.exit_code == 2 and "--judge-model /nope.gguf: no such GGUF file" in model.output
+    assert "--llm-model" not in model.output and not (proj / "eval").exists()
