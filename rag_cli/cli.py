@@ -99,7 +99,7 @@ def handle_errors(fn):
             raise typer.Exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             what = str(exc) if isinstance(exc, Interrupted) else "the previous files are intact"
-            _stderr().print(f"interrupted; {what}", highlight=False, markup=False)
+            _stderr().print(f"interrupted; {what}" if what else "interrupted", highlight=False, markup=False)
             raise typer.Exit(130)
         except (typer.Exit, typer.Abort, SystemExit):
             raise
@@ -734,7 +734,14 @@ def ask(
             "min_rerank_score": min_rerank_score, "grade": grade}
     if question is not None:
         streamer = _AnswerStream(question) if stream else None
-        res = p.ask(question, **opts, on_text=streamer)
+        try:
+            res = p.ask(question, **opts, on_text=streamer)
+        except BaseException as exc:
+            if streamer is not None:
+                streamer.end_line()  # a message after a partial answer starts on its own line
+            if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
+                raise Interrupted("") from exc  # one question writes no file: just "interrupted"
+            raise
         _report_queries_truncated(res.n_queries_truncated, res.max_length, quiet)
         if json_out:
             _emit_json({**_answer_json(res), "n_queries_truncated": res.n_queries_truncated})
@@ -807,6 +814,12 @@ class _AnswerStream:
                             end="")
         sys.stdout.write(piece)
         sys.stdout.flush()
+
+    def end_line(self) -> None:
+        """End a partial answer's line (before an error or interrupt message)."""
+        if self.started:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
 
 
 def _print_answer(res, streamed: bool = False) -> None:

@@ -228,3 +228,26 @@ def test_grade_needs_an_llm_generator(nasty_project):
     assert res.exit_code == 2 and "ask.grade" in res.stderr and "--generator openai" in res.stderr
     res = rag("ask", "BM25?", "--grade", "maybe", "-p", nasty_project.root)
     assert res.exit_code == 2 and "--grade" in res.stderr and "off, llm" in res.stderr
+
+
+@pytest.mark.e2e
+def test_ask_stream_failure_mid_answer_ends_the_partial_line_first(nasty_project, fake):
+    fake.chunks, fake.stall_after, fake.stall = ["Hybrid search ", "and more"], 1, 1.0
+    res = rag("ask", QUESTION, *ANSWERABLE, "-k", "2", *OPENAI, "--base-url", fake.base_url, "--timeout", "0.3",
+              "--max-retries", "0", "--stream", "-p", nasty_project.root)
+    assert res.exit_code == 1
+    assert res.stdout == f"Q: {QUESTION}\nA: Hybrid search\n"
+    assert "A: Hybrid search\nerror: " in res.output and "stopped after" in res.stderr
+
+
+def test_ask_stream_interrupt_mid_answer_ends_the_line_and_says_interrupted(nasty_project, monkeypatch):
+    from rag_cli.project import Project
+
+    def ask(self, question, on_text=None, **opts):
+        on_text("Hybrid search and")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Project, "ask", ask)
+    res = rag("ask", QUESTION, "--stream", "-p", nasty_project.root)
+    assert res.exit_code == 130
+    assert res.stdout == f"Q: {QUESTION}\nA: Hybrid search and\n" and res.stderr == "interrupted\n"
