@@ -288,6 +288,24 @@ CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
 }
 
 
+def url_problem(value: str) -> str | None:
+    """What is wrong with an HTTP API root (`generator.base_url`): it needs the
+    http or https scheme and a host; None if it has both."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError:
+        ok = False
+    return None if ok else "must be an http:// or https:// URL with a host, like 'http://127.0.0.1:8080/v1'"
+
+
+#: Checks of values that CONFIG_LIMITS cannot express: (section, key) -> f(value) -> problem or None.
+CONFIG_CHECKS = {("generator", "base_url"): url_problem}
+
+
 def config_flag(section: str, key: str) -> str:
     """The command-line flag of a config key (`index.bm25_k1` -> `--k1`)."""
     return CONFIG_FLAGS.get((section, key), "--" + key.replace("_", "-"))
@@ -340,5 +358,7 @@ def check_setting(section: str, key: str, value: Any, source: str | None = None,
     if isinstance(default, list) and not all(isinstance(v, str) for v in value):
         raise BadInput(f"{where} should be a list of strings")
     problem = limit_problem(value, CONFIG_LIMITS.get((section, key), (None, None)))
+    if not problem and (section, key) in CONFIG_CHECKS:
+        problem = CONFIG_CHECKS[section, key](value)
     if problem:
         raise BadInput(f"{where}: {problem}" + (f" (flag {flag})" if source else ""))

@@ -8,7 +8,7 @@ hosted API), through httpx.
   (`prompt.completion_prompt`, `prompt.STOP`), for base models.
 * The key, if any, is read from the environment variable named by
   `api_key_env` and sent as `Authorization: Bearer`; it never appears in
-  rag.toml or in messages.
+  rag.toml or in messages. A variable named but not set is BadInput (exit 2).
 * Each request waits at most `timeout` seconds. A connection failure, a
   timeout, HTTP 429 or a 5xx answer is retried up to `max_retries` times,
   waiting `backoff * 2**attempt` seconds before retry attempt+1 (exponential
@@ -30,7 +30,7 @@ import os
 import time
 from typing import Callable
 
-from rag_cli.errors import WorkFailed
+from rag_cli.errors import BadInput, WorkFailed
 from rag_cli.generate.base import Answer, Evidence, is_refusal
 from rag_cli.generate.prompt import STOP, chat_messages, completion_prompt, fit_budget
 
@@ -48,7 +48,8 @@ class OpenAIGenerator:
         base_url: the API root, e.g. http://127.0.0.1:8080/v1.
         model: the model name sent (omitted when empty; single-model servers ignore it).
         api: "chat" or "completions".
-        api_key_env: name of the environment variable holding the key ("" = no key).
+        api_key_env: name of the environment variable holding the key ("" = no key);
+            BadInput if it is named but not set (or empty).
         timeout: seconds per request; max_retries: retries after the first attempt.
         temperature, max_tokens: sampling settings sent with each request.
         context_tokens: token budget of the sources in the prompt (`prompt.fit_budget`).
@@ -60,6 +61,10 @@ class OpenAIGenerator:
     def __init__(self, base_url: str, model: str = "", *, api: str = "chat", api_key_env: str = "",
                  timeout: float = 60.0, max_retries: int = 2, temperature: float = 0.0, max_tokens: int = 256,
                  context_tokens: int = 2048, backoff: float = 0.5):
+        if api_key_env and not os.environ.get(api_key_env):
+            raise BadInput(f"--api-key-env {api_key_env}: the environment variable {api_key_env} is not set or "
+                           f"empty (config generator.api_key_env); export it with the key, or give "
+                           f"--api-key-env '' for a server without a key")
         self.base_url = base_url.rstrip("/")
         self.model, self.api, self.api_key_env = model, api, api_key_env
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
