@@ -732,6 +732,9 @@ def ask(
             "strong_score": strong_score, "max_sentences": max_sentences, "filter": filter_,
             "generator": generator, "llm": llm, "rewrite": rewrite, "gate": gate,
             "min_rerank_score": min_rerank_score, "grade": grade}
+    if min_rerank_score and not p.config.model.reranker:
+        _warn(f"--min-rerank-score {min_rerank_score:g} has no effect without a reranker (config model.reranker; "
+              "set one with `rag rerank --model DIR`)")
     if question is not None:
         streamer = _AnswerStream(question) if stream else None
         try:

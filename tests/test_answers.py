@@ -419,3 +419,12 @@ def test_ask_api_key_env_not_set_is_bad_input_naming_flag_and_variable(nasty_pro
               "--api-key-env", "NOPE_KEY", "-p", nasty_project.root)
     assert res.exit_code == 0, res.output
     assert "sekret-value" not in res.output
+
+
+@pytest.mark.e2e
+def test_ask_min_rerank_score_without_a_reranker_warns(nasty_project):
+    res = rag("ask", "BM25?", *ANSWERABLE, "--min-rerank-score", "2", "-p", nasty_project.root)
+    assert res.exit_code == 0, res.output
+    assert "--min-rerank-score 2 has no effect without a reranker" in " ".join(res.stderr.split())
+    quiet = rag("ask", "BM25?", *ANSWERABLE, "-p", nasty_project.root)
+    assert "reranker" not in quiet.stderr
