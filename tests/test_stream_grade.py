@@ -251,3 +251,20 @@ def test_ask_stream_interrupt_mid_answer_ends_the_line_and_says_interrupted(nast
     res = rag("ask", QUESTION, "--stream", "-p", nasty_project.root)
     assert res.exit_code == 130
     assert res.stdout == f"Q: {QUESTION}\nA: Hybrid search and\n" and res.stderr == "interrupted\n"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_generator_remembers_the_model_the_server_reported(fake, stream):
+    from rag_cli.generate.factory import describe_generator
+
+    fake.model = "served-model"
+    gen = OpenAIGenerator(fake.base_url)
+    assert describe_generator(gen)["model"] == "(the server's)" and gen.server_model is None
+    gen.generate("q?", _evidence(1), on_token=(lambda piece: None) if stream else None)
+    assert gen.server_model == "served-model" and describe_generator(gen)["model"] == "served-model"
+    fake.model = "another"
+    gen.generate("q?", _evidence(1))
+    assert gen.server_model == "served-model"  # the first answer's
+    named = OpenAIGenerator(fake.base_url, model="asked-for")
+    named.complete("hi", 5)
+    assert describe_generator(named)["model"] == "asked-for" and named.server_model == "asked-for"

@@ -50,11 +50,14 @@ def load_generator(ask_cfg, embedder, sparse, gen_cfg=None, threads: int = 0, mo
 
 def describe_generator(gen) -> dict:
     """Which model a generator is, for reports: {"generator": name, "model":
-    ...}, with "base_url" and "api" for `openai`, and the GGUF "file" name and
-    the first 12 hex digits of its "sha256" for `llama-cpp`."""
+    ...}, with "base_url", "api" and "server_model" (the model id the server
+    reported in its first answer, None before one) for `openai` ("model" is
+    the name sent, else that id), and the GGUF "file" name and the first 12
+    hex digits of its "sha256" for `llama-cpp`."""
     if gen.name == "openai":
-        return {"generator": "openai", "base_url": gen.base_url, "model": gen.model or "(the server's)",
-                "api": gen.api}
+        server_model = getattr(gen, "server_model", None)
+        return {"generator": "openai", "base_url": gen.base_url,
+                "model": gen.model or server_model or "(the server's)", "api": gen.api, "server_model": server_model}
     if gen.name == "llama-cpp":
         import hashlib
 

@@ -69,6 +69,13 @@ class OpenAIGenerator:
         self.model, self.api, self.api_key_env = model, api, api_key_env
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
         self.temperature, self.max_tokens, self.context_tokens = temperature, max_tokens, context_tokens
+        self.server_model: str | None = None  # the "model" the server reported in its first answer
+
+    def _note_model(self, data) -> None:
+        """Remember the model id of the server's first answer that reports one (for reports)."""
+        if self.server_model is None and isinstance(data, dict) and isinstance(data.get("model"), str) \
+                and data["model"]:
+            self.server_model = data["model"]
 
     def request(self, question: str, evidence: list[Evidence]) -> tuple[str, dict]:
         """The endpoint path and JSON body for `question` over `evidence` (already fitted)."""
@@ -177,9 +184,11 @@ class OpenAIGenerator:
             r = client.post(url, json=body, headers=self._headers())
             self._check_status(url, r.status_code, r.text)
             try:
-                return r.json()
+                data = r.json()
             except ValueError:
                 raise WorkFailed(f"{url}: the answer is not JSON: {r.text[:200]!r}") from None
+            self._note_model(data)
+            return data
 
         return self._with_retries(url, attempt)
 
@@ -199,7 +208,9 @@ class OpenAIGenerator:
                     self._check_status(url, r.status_code, r.read().decode(errors="replace"))
                 if not r.headers.get("content-type", "").startswith("text/event-stream"):
                     try:  # the server did not stream: one JSON completion
-                        text = self._text(json.loads(r.read()), path)
+                        data = json.loads(r.read())
+                        self._note_model(data)
+                        text = self._text(data, path)
                     except ValueError:
                         raise WorkFailed(f"{url}: the answer is neither server-sent events nor JSON") from None
                     on_token(text)
@@ -227,7 +238,9 @@ class OpenAIGenerator:
         if not data or data == "[DONE]":
             return ""
         try:
-            choice = json.loads(data)["choices"][0]
+            event = json.loads(data)
+            self._note_model(event)
+            choice = event["choices"][0]
             return (choice["delta"].get("content") if key == "content" else choice["text"]) or ""
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise WorkFailed(f"{url}: a streamed event is not an OpenAI {self.api} chunk: {data[:200]!r}") from exc
