@@ -41,6 +41,7 @@ OUTPUTS = [
     "Odd [x] and [ 1 ] and [[2]] and [1, and [3 ] end [9]",
     "Escapes \x1b[31mred\x1b[0m [1]\x07 link \x1b]8;;http://x\x07t\x1b]8;;\x1b\\ done [9].",
     "[9] starts removed, a [9] [8] b, c [9]\n[1]",
+    "Sources:\n[9] Title one\n[8]  [7]\tTitle two\n  [9] indented\n[1] kept",
 ]
 
 
@@ -59,6 +60,11 @@ def test_check_leaves_no_gap_where_a_marker_went():
     assert check(OUTPUTS[0].strip(), {1, 2}) == (
         "BM25 ranks [1] by term frequency. Graphs [2]. See [1][2].", [1, 2], 3)
     assert check("[9] a [9] [8] b [9]\n[1]", {1}) == ("a b\n[1]", [1], 4)
+    # no stray space where a removed marker started the text or a line
+    assert check("[3] Title", {1}) == ("Title", [], 1)
+    assert check("Intro.\n[9] Title\n\n[9] [8] T\n  [9] indented", {1}) == (
+        "Intro.\nTitle\n\nT\n  indented", [], 4)
+    assert streamed(["Intro.\n[", "9] Title"], {1})[0] == "Intro.\nTitle"
 
 
 @settings(max_examples=3000, deadline=None)
