@@ -62,7 +62,7 @@ EfOpt = Annotated[Optional[int], typer.Option("--ef", help="HNSW query beam (rai
 FormatOpt = Annotated[str, typer.Option("--format", help="auto (by extension) | markdown | text | html | pdf | docx | code | beir")]
 WaitOpt = Annotated[Optional[float], typer.Option("--wait", help="Seconds to wait for another writer of the project, then exit 1; 0 = fail at once (config: lock.wait)")]
 KeepOpt = Annotated[Optional[int], typer.Option("--keep", help="Old index generations kept for `rag rollback` (config: index.keep)")]
-FilterOpt = Annotated[Optional[list[str]], typer.Option("--filter", help="Only chunks whose fields match; repeat to AND: doc_id='guides/*', path='*.md', 'date>=2025-01-01', 'tags in [api,cli]', 'year<2020' (chunk columns, path, title, n_chars, front-matter keys)")]
+FilterOpt = Annotated[Optional[list[str]], typer.Option("--filter", help="Only chunks whose fields match; repeat to AND: doc_id='guides/*', path='*.md', 'date>=2025-01-01', 'tags in \\[api,cli]', 'year<2020' (chunk columns, path, title, n_chars, front-matter keys)")]
 ProviderOpt = Annotated[Optional[str], typer.Option("--provider", help="onnxruntime execution provider: cpu, cuda or coreml, if onnxruntime has it (config: model.provider)")]
 
 
@@ -99,7 +99,7 @@ def handle_errors(fn):
             raise typer.Exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             what = str(exc) if isinstance(exc, Interrupted) else "the previous files are intact"
-            _stderr().print(f"interrupted; {what}", highlight=False, markup=False)
+            _stderr().print(f"interrupted; {what}" if what else "interrupted", highlight=False, markup=False)
             raise typer.Exit(130)
         except (typer.Exit, typer.Abort, SystemExit):
             raise
@@ -732,9 +732,19 @@ def ask(
             "strong_score": strong_score, "max_sentences": max_sentences, "filter": filter_,
             "generator": generator, "llm": llm, "rewrite": rewrite, "gate": gate,
             "min_rerank_score": min_rerank_score, "grade": grade}
+    if min_rerank_score and not p.config.model.reranker:
+        _warn(f"--min-rerank-score {min_rerank_score:g} has no effect without a reranker (config model.reranker; "
+              "set one with `rag rerank --model DIR`)")
     if question is not None:
         streamer = _AnswerStream(question) if stream else None
-        res = p.ask(question, **opts, on_text=streamer)
+        try:
+            res = p.ask(question, **opts, on_text=streamer)
+        except BaseException as exc:
+            if streamer is not None:
+                streamer.end_line()  # a message after a partial answer starts on its own line
+            if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
+                raise Interrupted("") from exc  # one question writes no file: just "interrupted"
+            raise
         _report_queries_truncated(res.n_queries_truncated, res.max_length, quiet)
         if json_out:
             _emit_json({**_answer_json(res), "n_queries_truncated": res.n_queries_truncated})
@@ -808,6 +818,12 @@ class _AnswerStream:
         sys.stdout.write(piece)
         sys.stdout.flush()
 
+    def end_line(self) -> None:
+        """End a partial answer's line (before an error or interrupt message)."""
+        if self.started:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+
 
 def _print_answer(res, streamed: bool = False) -> None:
     """Question, answer and cited sources; all document text is plain (`rag_cli.safe_text`).
@@ -863,13 +879,13 @@ def eval_(
     answers: Annotated[Optional[Path], typer.Option("--answers", help="Score answers/NAME.parquet (from `rag ask --queries`) against --gold: EM, F1, has-answer, citation precision/recall, refusals, latency")] = None,
     gold: Annotated[Optional[Path], typer.Option("--gold", help="Gold answers for --answers: JSONL {\"_id\": query id, \"answers\": [...]}")] = None,
     judge: Annotated[bool, typer.Option("--judge", help="With --answers: also RAGAS faithfulness and answer relevancy, judged by an LLM (--gold then optional)")] = False,
-    judge_generator: Annotated[Optional[str], typer.Option("--judge-generator", help="--judge: openai | llama-cpp, set up by [generator] (default: ask.generator)")] = None,
+    judge_generator: Annotated[Optional[str], typer.Option("--judge-generator", help="--judge: openai | llama-cpp, set up by \\[generator] (default: ask.generator)")] = None,
     judge_repeats: Annotated[int, typer.Option("--judge-repeats", help="--judge: times the whole judging is repeated (mean ± sd over them)")] = 3,
     judge_temperature: Annotated[float, typer.Option("--judge-temperature", help="--judge: sampling temperature, repeat r seeded r (0: identical repeats)")] = 0.3,
     judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="--judge with openai: the server's API root (config: generator.base_url)")] = None,
     judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="--judge: openai model name, or llama-cpp .gguf path (config: generator.model)")] = None,
     judge_api: Annotated[Optional[str], typer.Option("--judge-api", help="--judge with openai: chat | completions (config: generator.api)")] = None,
-    tune: Annotated[Optional[str], typer.Option("--tune", help="fusion: grid-search the hybrid fusion on --queries/--qrels (the train split) for nDCG@10 and write the winner to rag.toml; refusal: grid-search the refusal gate's thresholds on --answers/--unanswerable (recorded with `rag ask --gate off`) and write them to rag.toml [ask]")] = None,
+    tune: Annotated[Optional[str], typer.Option("--tune", help="fusion: grid-search the hybrid fusion on --queries/--qrels (the train split) for nDCG@10 and write the winner to rag.toml; refusal: grid-search the refusal gate's thresholds on --answers/--unanswerable (recorded with `rag ask --gate off`) and write them to rag.toml \\[ask]")] = None,
     unanswerable: Annotated[Optional[Path], typer.Option("--unanswerable", help="Answers to made-unanswerable questions (see --make-unanswerable): with --answers/--gold, adds refusal and false-answer rates on them and the false-refusal rate on --answers; with --tune refusal, the train split's")] = None,
     max_false_refusal: Annotated[float, typer.Option("--max-false-refusal", help="--tune refusal: the largest false-refusal rate allowed on the answerable questions")] = 0.05,
     test_answers: Annotated[Optional[Path], typer.Option("--test-answers", help="--tune refusal: the test split's answerable answers (recorded with --gate off)")] = None,

@@ -205,11 +205,14 @@ class Config:
 
         atomic.write_text(path, tomli_w.dumps(self.to_dict()))
 
-    def with_options(self, section: str, options: dict[str, Any] | None) -> tuple["Config", bool]:
+    def with_options(self, section: str, options: dict[str, Any] | None,
+                     flags: dict[str, str] | None = None) -> tuple["Config", bool]:
         """This config with `options` (None values = not given) applied to `section`.
 
         Each option is checked first (`check_setting`; BadInput names the flag
-        and the key). Returns (new config, whether a value changed).
+        and the key; `flags` {key: flag} names the flag where the options come
+        from other flags than the key's own, e.g. `--judge-model`).
+        Returns (new config, whether a value changed).
         """
         current = getattr(self, section)
         given = {k: v for k, v in (options or {}).items() if v is not None}
@@ -217,7 +220,7 @@ class Config:
             if key not in {f.name for f in fields(current)}:
                 raise BadInput(f"unknown option {key!r} for [{section}]; known: "
                                f"{', '.join(f.name for f in fields(current))}")
-            check_setting(section, key, value)
+            check_setting(section, key, value, flag=(flags or {}).get(key))
         changed = any(getattr(current, k) != v for k, v in given.items())
         return (replace(self, **{section: replace(current, **given)}) if changed else self), changed
 
@@ -285,6 +288,24 @@ CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
 }
 
 
+def url_problem(value: str) -> str | None:
+    """What is wrong with an HTTP API root (`generator.base_url`): it needs the
+    http or https scheme and a host; None if it has both."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError:
+        ok = False
+    return None if ok else "must be an http:// or https:// URL with a host, like 'http://127.0.0.1:8080/v1'"
+
+
+#: Checks of values that CONFIG_LIMITS cannot express: (section, key) -> f(value) -> problem or None.
+CONFIG_CHECKS = {("generator", "base_url"): url_problem}
+
+
 def config_flag(section: str, key: str) -> str:
     """The command-line flag of a config key (`index.bm25_k1` -> `--k1`)."""
     return CONFIG_FLAGS.get((section, key), "--" + key.replace("_", "-"))
@@ -319,15 +340,16 @@ def check_flag(flag: str, value: Any, limits: tuple) -> None:
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list"}
 
 
-def check_setting(section: str, key: str, value: Any, source: str | None = None) -> None:
+def check_setting(section: str, key: str, value: Any, source: str | None = None, flag: str | None = None) -> None:
     """Check one config value's type (that of its default; an int is fine
     for a float) and range (CONFIG_LIMITS).
 
-    `source` is the rag.toml path the value comes from, None for a flag.
+    `source` is the rag.toml path the value comes from, None for a flag;
+    `flag` the flag it was given with (None: the key's own, `config_flag`).
     Raises BadInput naming the flag and the config key (and the file).
     """
     default = DEFAULT_CONFIG[section][key]
-    flag = config_flag(section, key)
+    flag = flag or config_flag(section, key)
     where = f"{source}: [{section}] {key} = {value!r}" if source else f"{flag} {value!r} (config {section}.{key})"
     want = (int, float) if isinstance(default, float) else type(default)
     if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, want):
@@ -336,5 +358,7 @@ def check_setting(section: str, key: str, value: Any, source: str | None = None)
     if isinstance(default, list) and not all(isinstance(v, str) for v in value):
         raise BadInput(f"{where} should be a list of strings")
     problem = limit_problem(value, CONFIG_LIMITS.get((section, key), (None, None)))
+    if not problem and (section, key) in CONFIG_CHECKS:
+        problem = CONFIG_CHECKS[section, key](value)
     if problem:
         raise BadInput(f"{where}: {problem}" + (f" (flag {flag})" if source else ""))

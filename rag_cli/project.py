@@ -47,6 +47,10 @@ from rag_cli.progress import Progress
 
 DEFAULT_PROJECT = ".rag"
 
+#: The flags of `rag eval --judge` that set [ask]/[generator] keys for the judge (named in errors).
+JUDGE_FLAGS = {"generator": "--judge-generator", "base_url": "--judge-base-url", "model": "--judge-model",
+               "api": "--judge-api"}
+
 
 def project_dir(option: str | os.PathLike | None = None) -> Path:
     """The project folder: `option`, else `$RAG_PROJECT`, else `./.rag`."""
@@ -931,12 +935,13 @@ class Project:
         from rag_cli.generate.factory import describe_generator, load_generator
         from rag_cli.stages.evaluation import judge_answers
 
-        config, _ = self._with("ask", {"generator": generator})
-        config, _ = config.with_options("generator", llm)
+        config, _ = self.config.with_options("ask", {"generator": generator}, JUDGE_FLAGS)
+        config, _ = config.with_options("generator", llm, JUDGE_FLAGS)
         if config.ask.generator == "extractive":
             raise BadInput("--judge needs an LLM: give --judge-generator openai or llama-cpp "
                            "(or set ask.generator), with the [generator] settings of that model")
-        gen = load_generator(config.ask, None, None, config.generator, threads=config.model.threads)
+        gen = load_generator(config.ask, None, None, config.generator, threads=config.model.threads,
+                             model_flag="--judge-model" if (llm or {}).get("model") else "--llm-model")
         embedder = self._embedder(config)
         completes = [lambda prompt, max_tokens, seed=seed: gen.complete(prompt, max_tokens, temperature=temperature,
                                                                         seed=seed)

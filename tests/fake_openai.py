@@ -24,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class FakeOpenAI:
     def __init__(self):
         self.reply = "ok [1]"
+        self.model = "fake-model"  # the model id reported when a request names none (as single-model servers do)
         self.replies: list[str] = []
         self.status = 200
         self.delay = 0.0
@@ -47,7 +48,8 @@ class FakeOpenAI:
                     self.send_response(fake.status)
                 elif body.get("stream"):
                     text = fake.replies.pop(0) if fake.replies else fake.reply
-                    self._stream(fake.chunks or [text[i:i + 3] for i in range(0, len(text), 3)])
+                    self._stream(fake.chunks or [text[i:i + 3] for i in range(0, len(text), 3)],
+                                 body.get("model") or fake.model)
                     return
                 else:
                     text = fake.replies.pop(0) if fake.replies else fake.reply
@@ -56,7 +58,8 @@ class FakeOpenAI:
                                   "finish_reason": "stop"}
                     else:
                         choice = {"index": 0, "text": text, "finish_reason": "stop"}
-                    payload = json.dumps({"id": "x", "object": "chat.completion", "choices": [choice]}).encode()
+                    payload = json.dumps({"id": "x", "object": "chat.completion", "model": body.get("model") or fake.model,
+                                          "choices": [choice]}).encode()
                     self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
@@ -66,7 +69,7 @@ class FakeOpenAI:
                 except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
                     pass
 
-            def _stream(self, pieces):
+            def _stream(self, pieces, model):
                 chat = self.path.endswith("/chat/completions")
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
@@ -76,7 +79,7 @@ class FakeOpenAI:
                         if i == fake.stall_after:
                             time.sleep(fake.stall)
                         choice = ({"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece})
-                        self.wfile.write(b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n")
+                        self.wfile.write(b"data: " + json.dumps({"model": model, "choices": [choice]}).encode() + b"\n\n")
                         self.wfile.flush()
                     self.wfile.write(b"data: [DONE]\n\n")
                 except (BrokenPipeError, ConnectionResetError):

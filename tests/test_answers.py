@@ -397,3 +397,34 @@ def test_rewrite_needs_an_llm_generator(nasty_project):
     assert res.exit_code == 2 and "--generator openai or llama-cpp" in res.stderr
     res = rag("ask", "BM25?", "--rewrite", "paraphrase", "-p", nasty_project.root)
     assert res.exit_code == 2 and "multi-query" in res.stderr
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("url", ["notaurl", "ftp://x/v1", "http:///v1"])
+def test_ask_bad_base_url_is_bad_input_naming_the_flag(nasty_project, url):
+    res = rag("ask", "BM25?", *ANSWERABLE, "--generator", "openai", "--base-url", url, "-p", nasty_project.root)
+    assert res.exit_code == 2 and res.stdout == ""
+    assert f"--base-url '{url}' (config generator.base_url): must be an http:// or https:// URL" in res.stderr
+
+
+@pytest.mark.e2e
+def test_ask_api_key_env_not_set_is_bad_input_naming_flag_and_variable(nasty_project, fake, monkeypatch):
+    monkeypatch.delenv("NOPE_KEY", raising=False)
+    res = rag("ask", "BM25?", *ANSWERABLE, "--generator", "openai", "--base-url", fake.base_url,
+              "--api-key-env", "NOPE_KEY", "-p", nasty_project.root)
+    assert res.exit_code == 2 and res.stdout == "" and fake.requests == []
+    assert "--api-key-env NOPE_KEY: the environment variable NOPE_KEY is not set" in " ".join(res.stderr.split())
+    monkeypatch.setenv("NOPE_KEY", "sekret-value")
+    res = rag("ask", "BM25?", *ANSWERABLE, "--generator", "openai", "--base-url", fake.base_url,
+              "--api-key-env", "NOPE_KEY", "-p", nasty_project.root)
+    assert res.exit_code == 0, res.output
+    assert "sekret-value" not in res.output
+
+
+@pytest.mark.e2e
+def test_ask_min_rerank_score_without_a_reranker_warns(nasty_project):
+    res = rag("ask", "BM25?", *ANSWERABLE, "--min-rerank-score", "2", "-p", nasty_project.root)
+    assert res.exit_code == 0, res.output
+    assert "--min-rerank-score 2 has no effect without a reranker" in " ".join(res.stderr.split())
+    quiet = rag("ask", "BM25?", *ANSWERABLE, "-p", nasty_project.root)
+    assert "reranker" not in quiet.stderr

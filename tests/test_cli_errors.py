@@ -578,3 +578,25 @@ def test_missing_relative_run_file_says_where_it_was_looked_for(tmp_path, monkey
         read_run("runs/x.parquet")
     with pytest.raises(BadInput, match=r"x.parquet: no such run file$"):
         read_run(tmp_path / "x.parquet")
+
+
+def test_help_of_every_command_keeps_bracketed_text():
+    """Rich reads `[word]` in help as markup and drops it: every bracketed
+    text of a help string (`\\[` escaped) must appear in the rendered --help."""
+    import re
+
+    import typer
+
+    def walk(command, path):
+        yield command, path
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+
+    checked = []
+    for command, path in walk(typer.main.get_command(app), []):
+        out = _runner.invoke(app, [*path, "--help"], env={"COLUMNS": "4000"}).output
+        for text in [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]:
+            for bracketed in re.findall(r"\\?\[[^\]]*\]", text):
+                checked.append(bracketed)
+                assert bracketed.lstrip("\\") in out, (path, bracketed)
+    assert {r"\[api,cli]", r"\[generator]", r"\[ask]"} <= set(checked)

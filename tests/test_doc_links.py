@@ -53,3 +53,17 @@ def test_the_link_checker_finds_broken_links(tmp_path):
     md.write_text("# Top\n[ok](#top) [gone](docs/x.md) [`code`](#nope)\n```\n[in code](nowhere.md)\n```\n")
     assert links(md) == ["#top", "docs/x.md", "#nope"]
     assert anchors(md) == {"top"}
+
+
+def test_commands_md_config_table_has_every_key_of_rag_init():
+    """docs/commands.md's `rag init` table (README: "Every key") lists each key of DEFAULT_CONFIG, and no other."""
+    from rag_cli.config import DEFAULT_CONFIG
+
+    text = (REPO / "docs" / "commands.md").read_text(encoding="utf-8")
+    section = text[text.index("## `rag init [DIR]`"):]
+    section = section[:section.index("\n## ")]
+    listed: set[tuple[str, str]] = set()
+    for row in re.findall(r"^\| (\w+) \| ([\w /]+) \|", section, flags=re.M):
+        if row[0] != "section":
+            listed |= {(row[0], key.strip()) for key in row[1].split("/")}
+    assert listed == {(s, k) for s, keys in DEFAULT_CONFIG.items() for k in keys}

@@ -229,3 +229,29 @@ def test_cli_eval_judge_bad_usage(tmp_path, tiny_bi_encoder):
     no_answers = CliRunner().invoke(app, ["eval", "--judge", "-p", str(proj)])
     assert no_answers.exit_code == 2 and "--answers FILE" in no_answers.output
     assert not (proj / "eval").exists()
+
+
+def test_cli_eval_judge_errors_name_the_judge_flags(tmp_path, tiny_bi_encoder):
+    proj = _project(tmp_path, tiny_bi_encoder)
+    base = ["eval", "--answers", str(proj / "answers" / "a.parquet"), "--judge", "-p", str(proj)]
+    gen = CliRunner().invoke(app, [*base, "--judge-generator", "foo"])
+    assert gen.exit_code == 2
+    assert "--judge-generator 'foo' (config ask.generator): must be one of" in gen.output
+    api = CliRunner().invoke(app, [*base, "--judge-generator", "openai", "--judge-api", "soap"])
+    assert api.exit_code == 2 and "--judge-api 'soap' (config generator.api)" in api.output
+    model = CliRunner().invoke(app, [*base, "--judge-generator", "llama-cpp", "--judge-model", "/nope.gguf"])
+    assert model.exit_code == 2 and "--judge-model /nope.gguf: no such GGUF file" in model.output
+    assert "--llm-model" not in model.output and not (proj / "eval").exists()
+
+
+def test_cli_eval_judge_names_the_model_the_server_reported(tmp_path, tiny_bi_encoder, fake):
+    proj = _project(tmp_path, tiny_bi_encoder)
+    fake.model = "served-model-7b"
+    fake.replies = [*REPEAT_1[:3], "What is it?", "What is it?", *REPEAT_1[3:], "What is it?", "What is it?"]
+    res = CliRunner().invoke(app, ["eval", "--answers", str(proj / "answers" / "a.parquet"), "--judge",
+                                   "--judge-generator", "openai", "--judge-base-url", fake.base_url,
+                                   "--judge-repeats", "1", "-p", str(proj), "--json"])
+    assert res.exit_code == 0, res.output
+    model = json.loads(res.stdout)["judge"]["model"]
+    assert model["model"] == "served-model-7b" and model["server_model"] == "served-model-7b"
+    assert all("model" not in body for _, body in fake.requests)  # no name was sent

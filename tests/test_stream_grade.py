@@ -41,6 +41,7 @@ OUTPUTS = [
     "Odd [x] and [ 1 ] and [[2]] and [1, and [3 ] end [9]",
     "Escapes \x1b[31mred\x1b[0m [1]\x07 link \x1b]8;;http://x\x07t\x1b]8;;\x1b\\ done [9].",
     "[9] starts removed, a [9] [8] b, c [9]\n[1]",
+    "Sources:\n[9] Title one\n[8]  [7]\tTitle two\n  [9] indented\n[1] kept",
 ]
 
 
@@ -59,6 +60,11 @@ def test_check_leaves_no_gap_where_a_marker_went():
     assert check(OUTPUTS[0].strip(), {1, 2}) == (
         "BM25 ranks [1] by term frequency. Graphs [2]. See [1][2].", [1, 2], 3)
     assert check("[9] a [9] [8] b [9]\n[1]", {1}) == ("a b\n[1]", [1], 4)
+    # no stray space where a removed marker started the text or a line
+    assert check("[3] Title", {1}) == ("Title", [], 1)
+    assert check("Intro.\n[9] Title\n\n[9] [8] T\n  [9] indented", {1}) == (
+        "Intro.\nTitle\n\nT\n  indented", [], 4)
+    assert streamed(["Intro.\n[", "9] Title"], {1})[0] == "Intro.\nTitle"
 
 
 @settings(max_examples=3000, deadline=None)
@@ -228,3 +234,43 @@ def test_grade_needs_an_llm_generator(nasty_project):
     assert res.exit_code == 2 and "ask.grade" in res.stderr and "--generator openai" in res.stderr
     res = rag("ask", "BM25?", "--grade", "maybe", "-p", nasty_project.root)
     assert res.exit_code == 2 and "--grade" in res.stderr and "off, llm" in res.stderr
+
+
+@pytest.mark.e2e
+def test_ask_stream_failure_mid_answer_ends_the_partial_line_first(nasty_project, fake):
+    fake.chunks, fake.stall_after, fake.stall = ["Hybrid search ", "and more"], 1, 1.0
+    res = rag("ask", QUESTION, *ANSWERABLE, "-k", "2", *OPENAI, "--base-url", fake.base_url, "--timeout", "0.3",
+              "--max-retries", "0", "--stream", "-p", nasty_project.root)
+    assert res.exit_code == 1
+    assert res.stdout == f"Q: {QUESTION}\nA: Hybrid search\n"
+    assert "A: Hybrid search\nerror: " in res.output and "stopped after" in res.stderr
+
+
+def test_ask_stream_interrupt_mid_answer_ends_the_line_and_says_interrupted(nasty_project, monkeypatch):
+    from rag_cli.project import Project
+
+    def ask(self, question, on_text=None, **opts):
+        on_text("Hybrid search and")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Project, "ask", ask)
+    res = rag("ask", QUESTION, "--stream", "-p", nasty_project.root)
+    assert res.exit_code == 130
+    assert res.stdout == f"Q: {QUESTION}\nA: Hybrid search and\n" and res.stderr == "interrupted\n"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_generator_remembers_the_model_the_server_reported(fake, stream):
+    from rag_cli.generate.factory import describe_generator
+
+    fake.model = "served-model"
+    gen = OpenAIGenerator(fake.base_url)
+    assert describe_generator(gen)["model"] == "(the server's)" and gen.server_model is None
+    gen.generate("q?", _evidence(1), on_token=(lambda piece: None) if stream else None)
+    assert gen.server_model == "served-model" and describe_generator(gen)["model"] == "served-model"
+    fake.model = "another"
+    gen.generate("q?", _evidence(1))
+    assert gen.server_model == "served-model"  # the first answer's
+    named = OpenAIGenerator(fake.base_url, model="asked-for")
+    named.complete("hi", 5)
+    assert describe_generator(named)["model"] == "asked-for" and named.server_model == "asked-for"

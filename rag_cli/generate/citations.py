@@ -64,8 +64,8 @@ def check(text: str, numbers: set[int] | frozenset[int]) -> tuple[str, list[int]
 
     Where a whole marker goes, no gap is left: the spaces and tabs before it
     go when punctuation, a line break or the end of the text follows
-    (`claim [9].` -> `claim.`), the spaces after it when the text starts there or spaces
-    precede it (`a [9] b` -> `a b`). The result is stripped. `CitationStream`
+    (`claim [9].` -> `claim.`), the spaces after it when the text or a line
+    starts there (`\n[9] Title` -> `\nTitle`) or spaces precede it (`a [9] b` -> `a b`). The result is stripped. `CitationStream`
     gives the same text from the pieces of a stream.
 
     Returns (checked text, the valid numbers in order of first citation,
@@ -88,7 +88,7 @@ def check(text: str, numbers: set[int] | frozenset[int]) -> tuple[str, list[int]
         nxt = text[post_end:post_end + 1]
         if nxt in ("", "\n") or nxt in _PUNCT:
             done, pos = done.rstrip(" \t"), post_end
-        elif not done.strip() or (done.endswith((" ", "\t")) and post_end > pos):
+        elif not done.strip() or done.endswith("\n") or (done.endswith((" ", "\t")) and post_end > pos):
             pos = post_end
         out = [done]
     out.append(text[pos:])
@@ -147,7 +147,7 @@ class CitationStream:
             post, self._after = self._after, None
             if ch == "\n" or ch in _PUNCT:
                 self._ws = self._ws.rstrip(" \t")
-            elif self._started and not (self._ws.endswith((" ", "\t")) and post):
+            elif self._started and not self._ws.endswith("\n") and not (self._ws.endswith((" ", "\t")) and post):
                 self._ws += post
         if ch in _OPENERS:
             self._marker = ch

@@ -7,14 +7,15 @@ from rag_cli.errors import BadInput
 GENERATORS = ("extractive", "openai", "llama-cpp")
 
 
-def load_generator(ask_cfg, embedder, sparse, gen_cfg=None, threads: int = 0):
+def load_generator(ask_cfg, embedder, sparse, gen_cfg=None, threads: int = 0, model_flag: str = "--llm-model"):
     """The generator named by the `[ask]` config (`AskConfig`): `extractive`
     (offline, quotes the evidence), `openai` (an OpenAI-compatible server) or
     `llama-cpp` (a local GGUF), the last two set up by the `[generator]`
     config `gen_cfg` (`GeneratorConfig`; None = the defaults).
 
     `embedder` is the index's `BiEncoder`, `sparse` its `SparseIndex`;
-    `threads` the CPU cores for llama-cpp (0 = its choice).
+    `threads` the CPU cores for llama-cpp (0 = its choice); `model_flag` the
+    flag that gave `gen_cfg.model` (named when its GGUF file is missing).
     Raises BadInput for an unknown generator or a missing optional package.
     """
     from rag_cli.config import GeneratorConfig
@@ -33,7 +34,7 @@ def load_generator(ask_cfg, embedder, sparse, gen_cfg=None, threads: int = 0):
         from rag_cli.generate.llama_cpp import LlamaCppGenerator
 
         return LlamaCppGenerator(gen_cfg.model, temperature=gen_cfg.temperature, max_tokens=gen_cfg.max_tokens,
-                                 context_tokens=gen_cfg.context_tokens, threads=threads)
+                                 context_tokens=gen_cfg.context_tokens, threads=threads, model_flag=model_flag)
     from rag_cli.generate.extractive import ExtractiveGenerator
     from rag_cli.index.sparse import analyze
 
@@ -49,11 +50,14 @@ def load_generator(ask_cfg, embedder, sparse, gen_cfg=None, threads: int = 0):
 
 def describe_generator(gen) -> dict:
     """Which model a generator is, for reports: {"generator": name, "model":
-    ...}, with "base_url" and "api" for `openai`, and the GGUF "file" name and
-    the first 12 hex digits of its "sha256" for `llama-cpp`."""
+    ...}, with "base_url", "api" and "server_model" (the model id the server
+    reported in its first answer, None before one) for `openai` ("model" is
+    the name sent, else that id), and the GGUF "file" name and the first 12
+    hex digits of its "sha256" for `llama-cpp`."""
     if gen.name == "openai":
-        return {"generator": "openai", "base_url": gen.base_url, "model": gen.model or "(the server's)",
-                "api": gen.api}
+        server_model = getattr(gen, "server_model", None)
+        return {"generator": "openai", "base_url": gen.base_url,
+                "model": gen.model or server_model or "(the server's)", "api": gen.api, "server_model": server_model}
     if gen.name == "llama-cpp":
         import hashlib
 

@@ -45,13 +45,14 @@ def default_gguf() -> Path:
         raise WorkFailed(f"{target}: sha256 is not {pkg.EXPECTED_SHA256} ({exc}); removed, run again") from exc
 
 
-def gguf_path(model: str) -> Path:
-    """The GGUF file of `model`: "" or "gemma-3-270m" is the default, else a path to a .gguf file."""
+def gguf_path(model: str, flag: str = "--llm-model") -> Path:
+    """The GGUF file of `model`: "" or "gemma-3-270m" is the default, else a path to a .gguf file.
+    Raises BadInput naming `flag` (the flag `model` was given with) for a missing file."""
     if model in ("", DEFAULT_GGUF):
         return default_gguf()
     path = Path(model).expanduser()
     if not path.is_file():
-        raise BadInput(f"--llm-model {model}: no such GGUF file (config generator.model); "
+        raise BadInput(f"{flag} {model}: no such GGUF file (config generator.model); "
                        f"give a .gguf path or {DEFAULT_GGUF!r}")
     return path
 
@@ -65,17 +66,18 @@ class LlamaCppGenerator:
         context_tokens: token budget of the sources in the prompt; the model's
             context window is this plus `max_tokens` plus room for the instructions.
         threads: CPU threads (0 = llama.cpp's choice).
+        model_flag: the flag `model` was given with, named by BadInput for a missing file.
     """
 
     name = "llama-cpp"
 
     def __init__(self, model: str = "", *, temperature: float = 0.0, max_tokens: int = 256,
-                 context_tokens: int = 2048, threads: int = 0):
+                 context_tokens: int = 2048, threads: int = 0, model_flag: str = "--llm-model"):
         try:
             from llama_cpp import Llama
         except ImportError:
             raise BadInput(f"--generator llama-cpp needs llama-cpp-python: {_INSTALL}") from None
-        self.path = gguf_path(model)
+        self.path = gguf_path(model, model_flag)
         self.temperature, self.max_tokens, self.context_tokens = temperature, max_tokens, context_tokens
         self.llm = Llama(model_path=str(self.path), n_ctx=context_tokens + max_tokens + 512,
                          n_threads=threads or None, verbose=False)

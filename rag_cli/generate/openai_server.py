@@ -8,7 +8,7 @@ hosted API), through httpx.
   (`prompt.completion_prompt`, `prompt.STOP`), for base models.
 * The key, if any, is read from the environment variable named by
   `api_key_env` and sent as `Authorization: Bearer`; it never appears in
-  rag.toml or in messages.
+  rag.toml or in messages. A variable named but not set is BadInput (exit 2).
 * Each request waits at most `timeout` seconds. A connection failure, a
   timeout, HTTP 429 or a 5xx answer is retried up to `max_retries` times,
   waiting `backoff * 2**attempt` seconds before retry attempt+1 (exponential
@@ -30,7 +30,7 @@ import os
 import time
 from typing import Callable
 
-from rag_cli.errors import WorkFailed
+from rag_cli.errors import BadInput, WorkFailed
 from rag_cli.generate.base import Answer, Evidence, is_refusal
 from rag_cli.generate.prompt import STOP, chat_messages, completion_prompt, fit_budget
 
@@ -48,7 +48,8 @@ class OpenAIGenerator:
         base_url: the API root, e.g. http://127.0.0.1:8080/v1.
         model: the model name sent (omitted when empty; single-model servers ignore it).
         api: "chat" or "completions".
-        api_key_env: name of the environment variable holding the key ("" = no key).
+        api_key_env: name of the environment variable holding the key ("" = no key);
+            BadInput if it is named but not set (or empty).
         timeout: seconds per request; max_retries: retries after the first attempt.
         temperature, max_tokens: sampling settings sent with each request.
         context_tokens: token budget of the sources in the prompt (`prompt.fit_budget`).
@@ -60,10 +61,21 @@ class OpenAIGenerator:
     def __init__(self, base_url: str, model: str = "", *, api: str = "chat", api_key_env: str = "",
                  timeout: float = 60.0, max_retries: int = 2, temperature: float = 0.0, max_tokens: int = 256,
                  context_tokens: int = 2048, backoff: float = 0.5):
+        if api_key_env and not os.environ.get(api_key_env):
+            raise BadInput(f"--api-key-env {api_key_env}: the environment variable {api_key_env} is not set or "
+                           f"empty (config generator.api_key_env); export it with the key, or give "
+                           f"--api-key-env '' for a server without a key")
         self.base_url = base_url.rstrip("/")
         self.model, self.api, self.api_key_env = model, api, api_key_env
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
         self.temperature, self.max_tokens, self.context_tokens = temperature, max_tokens, context_tokens
+        self.server_model: str | None = None  # the "model" the server reported in its first answer
+
+    def _note_model(self, data) -> None:
+        """Remember the model id of the server's first answer that reports one (for reports)."""
+        if self.server_model is None and isinstance(data, dict) and isinstance(data.get("model"), str) \
+                and data["model"]:
+            self.server_model = data["model"]
 
     def request(self, question: str, evidence: list[Evidence]) -> tuple[str, dict]:
         """The endpoint path and JSON body for `question` over `evidence` (already fitted)."""
@@ -172,9 +184,11 @@ class OpenAIGenerator:
             r = client.post(url, json=body, headers=self._headers())
             self._check_status(url, r.status_code, r.text)
             try:
-                return r.json()
+                data = r.json()
             except ValueError:
                 raise WorkFailed(f"{url}: the answer is not JSON: {r.text[:200]!r}") from None
+            self._note_model(data)
+            return data
 
         return self._with_retries(url, attempt)
 
@@ -194,7 +208,9 @@ class OpenAIGenerator:
                     self._check_status(url, r.status_code, r.read().decode(errors="replace"))
                 if not r.headers.get("content-type", "").startswith("text/event-stream"):
                     try:  # the server did not stream: one JSON completion
-                        text = self._text(json.loads(r.read()), path)
+                        data = json.loads(r.read())
+                        self._note_model(data)
+                        text = self._text(data, path)
                     except ValueError:
                         raise WorkFailed(f"{url}: the answer is neither server-sent events nor JSON") from None
                     on_token(text)
@@ -222,7 +238,9 @@ class OpenAIGenerator:
         if not data or data == "[DONE]":
             return ""
         try:
-            choice = json.loads(data)["choices"][0]
+            event = json.loads(data)
+            self._note_model(event)
+            choice = event["choices"][0]
             return (choice["delta"].get("content") if key == "content" else choice["text"]) or ""
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise WorkFailed(f"{url}: a streamed event is not an OpenAI {self.api} chunk: {data[:200]!r}") from exc
