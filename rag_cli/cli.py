@@ -917,8 +917,8 @@ def eval_(
         if json_out:
             _emit_json(out)
         elif not quiet:
-            _note(f"{out['n_questions']} questions made unanswerable: {len(out['removed_docs'])} documents removed, "
-                  f"{out['n_docs_kept']} kept -> {output}")
+            _note(f"{_count(out['n_questions'], 'question')} made unanswerable: "
+                  f"{_count(len(out['removed_docs']), 'document')} removed, {out['n_docs_kept']} kept -> {output}")
         return
     p = Project.open(project)
     if tune == "refusal":
