@@ -935,6 +935,10 @@ def eval_(
                                               judge_temperature=0.3 if judge_temperature is None else judge_temperature,
                                               llm=llm, name=name, output=output, unanswerable=unanswerable,
                                               progress=progress)
+        if report.get("recorded_gate_off") and not quiet:
+            _warn(f"{' and '.join(report['recorded_gate_off'])}: no question was refused by the refusal gate, "
+                  "though the gate of this project's [ask] settings refuses some: recorded with `rag ask --gate "
+                  "off`? The refusal rates are then the generator's alone, not those of `rag ask`")
         return _show_report(p, report, path, _print_answer_metrics, json_out, quiet, md, plots)
     if tune is not None:
         with _progress(quiet or json_out) as progress:

@@ -267,6 +267,34 @@ def test_eval_reports_refusal_on_made_unanswerable(tmp_path, project, queries):
 
 
 @pytest.mark.e2e
+def test_eval_warns_of_answers_recorded_with_the_gate_off(tmp_path, project, queries):
+    import shutil
+
+    root = tmp_path / "p.rag"
+    shutil.copytree(project.root, root)
+    for name, gate in (("off", "off"), ("on", "on")):
+        res = rag("ask", "--queries", queries, "--name", name, "--gate", gate, "-q", "-p", root)
+        assert res.exit_code == 0, res.output
+        if gate == "off":  # a gate that refuses the two questions of the lowest cosines
+            best = sorted(r["best_score"] for r in pq.read_table(root / "answers" / "off.parquet").to_pylist())
+            _set_ask(root, min_score=(best[1] + best[2]) / 2)
+    on, off = root / "answers" / "on.parquet", root / "answers" / "off.parquet"
+    assert any(r["generator_refused"] is None for r in pq.read_table(on).to_pylist())  # the gate refused some
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text("".join(json.dumps({"_id": q, "answers": ["x"]}) + "\n" for q, _ in QUESTIONS))
+    res = rag("eval", "--answers", on, "--gold", gold, "--unanswerable", off, "--json", "--md", tmp_path / "r.md",
+              "-p", root)
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["recorded_gate_off"] == [str(off)]
+    assert "--gate off" in " ".join(res.stderr.split()) and str(off) in "".join(res.stderr.split())
+    assert json.loads((root / "eval" / "answers-on.json").read_text())["recorded_gate_off"] == [str(off)]
+    assert "Recorded with the gate off" in (tmp_path / "r.md").read_text()
+    res = rag("eval", "--answers", on, "--gold", gold, "--unanswerable", on, "--json", "-p", root)
+    assert res.exit_code == 0 and json.loads(res.stdout)["recorded_gate_off"] == [] and "--gate off" not in res.stderr
+
+
+@pytest.mark.e2e
 def test_cross_encoder_gate(tmp_path, project, queries, tiny_cross_encoder):
     import shutil
 
