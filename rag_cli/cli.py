@@ -869,31 +869,31 @@ def eval_(
     run: Annotated[Optional[Path], typer.Option("--run", help="A run (Parquet or TREC); or give --queries to search now")] = None,
     queries: Annotated[Optional[Path], typer.Option("--queries", help="Query file: search it first (with --mode, -k 100)")] = None,
     mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode with --queries (config: search.mode)")] = None,
-    ks: Annotated[str, typer.Option("--ks", help="Cutoffs, comma-separated")] = "1,5,10,20,100",
+    ks: Annotated[Optional[str], typer.Option("--ks", help="Cutoffs, comma-separated (default 1,5,10,20,100)")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Report name: eval/NAME.json (default: RUN-QRELS, the two files' stems)")] = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the JSON report here (with --run no project folder is needed)")] = None,
     compare: Annotated[bool, typer.Option("--compare", help="Compare the RUNS given as arguments (the first is the baseline): mean difference, randomisation and t-test p-values (Holm), win/tie/loss")] = False,
     runs: Annotated[Optional[list[Path]], typer.Argument(help="Run files for --compare")] = None,
-    permutations: Annotated[int, typer.Option("--permutations", help="Random sign flips of the randomisation test (--compare)")] = 10000,
+    permutations: Annotated[Optional[int], typer.Option("--permutations", help="Random sign flips of the randomisation test (--compare, --perturb, --tune fusion; default 10000)")] = None,
     funnel: Annotated[bool, typer.Option("--funnel", help="With --queries: per query, the layer where the gold first goes missing, and ANN recall (needs the project index)")] = False,
     answers: Annotated[Optional[Path], typer.Option("--answers", help="Score answers/NAME.parquet (from `rag ask --queries`) against --gold: EM, F1, has-answer, citation precision/recall, refusals, latency")] = None,
     gold: Annotated[Optional[Path], typer.Option("--gold", help="Gold answers for --answers: JSONL {\"_id\": query id, \"answers\": [...]}")] = None,
     judge: Annotated[bool, typer.Option("--judge", help="With --answers: also RAGAS faithfulness and answer relevancy, judged by an LLM (--gold then optional)")] = False,
     judge_generator: Annotated[Optional[str], typer.Option("--judge-generator", help="--judge: openai | llama-cpp, set up by \\[generator] (default: ask.generator)")] = None,
-    judge_repeats: Annotated[int, typer.Option("--judge-repeats", help="--judge: times the whole judging is repeated (mean ± sd over them)")] = 3,
-    judge_temperature: Annotated[float, typer.Option("--judge-temperature", help="--judge: sampling temperature, repeat r seeded r (0: identical repeats)")] = 0.3,
+    judge_repeats: Annotated[Optional[int], typer.Option("--judge-repeats", help="--judge: times the whole judging is repeated (mean ± sd over them; default 3)")] = None,
+    judge_temperature: Annotated[Optional[float], typer.Option("--judge-temperature", help="--judge: sampling temperature, repeat r seeded r (0: identical repeats; default 0.3)")] = None,
     judge_base_url: Annotated[Optional[str], typer.Option("--judge-base-url", help="--judge with openai: the server's API root (config: generator.base_url)")] = None,
     judge_model: Annotated[Optional[str], typer.Option("--judge-model", help="--judge: openai model name, or llama-cpp .gguf path (config: generator.model)")] = None,
     judge_api: Annotated[Optional[str], typer.Option("--judge-api", help="--judge with openai: chat | completions (config: generator.api)")] = None,
     tune: Annotated[Optional[str], typer.Option("--tune", help="fusion: grid-search the hybrid fusion on --queries/--qrels (the train split) for nDCG@10 and write the winner to rag.toml; refusal: grid-search the refusal gate's thresholds on --answers/--unanswerable (recorded with `rag ask --gate off`) and write them to rag.toml \\[ask]")] = None,
     unanswerable: Annotated[Optional[Path], typer.Option("--unanswerable", help="Answers to made-unanswerable questions (see --make-unanswerable): with --answers/--gold, adds refusal and false-answer rates on them and the false-refusal rate on --answers; with --tune refusal, the train split's")] = None,
-    max_false_refusal: Annotated[float, typer.Option("--max-false-refusal", help="--tune refusal: the largest false-refusal rate allowed on the answerable questions")] = 0.05,
+    max_false_refusal: Annotated[Optional[float], typer.Option("--max-false-refusal", help="--tune refusal: the largest false-refusal rate allowed on the answerable questions (default 0.05)")] = None,
     test_answers: Annotated[Optional[Path], typer.Option("--test-answers", help="--tune refusal: the test split's answerable answers (recorded with --gate off)")] = None,
     test_unanswerable: Annotated[Optional[Path], typer.Option("--test-unanswerable", help="--tune refusal: the test split's made-unanswerable answers")] = None,
     test_queries: Annotated[Optional[Path], typer.Option("--test-queries", help="--tune: the test split's queries, scored apart from the tuning")] = None,
     test_qrels: Annotated[Optional[Path], typer.Option("--test-qrels", help="--tune: the test split's qrels")] = None,
     perturb: Annotated[Optional[list[str]], typer.Option("--perturb", help="With --queries: re-run the queries changed (case = upper and lower, upper, lower, typo, punct) and report the loss")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed of --perturb typo, of the randomisation tests and of --make-unanswerable")] = 0,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed of --perturb typo, of the randomisation tests (--compare, --perturb) and of --make-unanswerable (default 0)")] = None,
     make_unanswerable: Annotated[Optional[int], typer.Option("--make-unanswerable", help="N: write the made-unanswerable variant of --corpus into -o DIR: the gold documents (--qrels) of N questions of --queries removed (corpus.jsonl, queries.jsonl, removed.json; --seed)")] = None,
     corpus: Annotated[Optional[Path], typer.Option("--corpus", help="--make-unanswerable: the corpus, BEIR JSONL (.gz too)")] = None,
     md: Annotated[Optional[Path], typer.Option("--md", help="Also write a Markdown summary of the report to this file")] = None,
@@ -907,6 +907,20 @@ def eval_(
     from rag_cli.errors import BadInput
     from rag_cli.project import Project
 
+    _check_eval_mode({"--qrels": qrels, "--run": run, "--queries": queries, "--mode": mode, "--ks": ks,
+                      "--name": name, "-o": output, "--compare": compare, "RUNS (arguments)": runs,
+                      "--permutations": permutations, "--funnel": funnel, "--answers": answers, "--gold": gold,
+                      "--judge": judge, "--judge-generator": judge_generator, "--judge-repeats": judge_repeats,
+                      "--judge-temperature": judge_temperature, "--judge-base-url": judge_base_url,
+                      "--judge-model": judge_model, "--judge-api": judge_api, "--tune": tune,
+                      "--unanswerable": unanswerable, "--max-false-refusal": max_false_refusal,
+                      "--test-answers": test_answers, "--test-unanswerable": test_unanswerable,
+                      "--test-queries": test_queries, "--test-qrels": test_qrels, "--perturb": perturb,
+                      "--seed": seed, "--make-unanswerable": make_unanswerable, "--corpus": corpus, "--md": md,
+                      "--plots": plots})
+    ks = "1,5,10,20,100" if ks is None else ks
+    permutations = 10000 if permutations is None else permutations
+    seed = 0 if seed is None else seed
     try:
         cutoffs = sorted({int(x) for x in ks.split(",") if x.strip()})
     except ValueError:
@@ -914,45 +928,35 @@ def eval_(
     if not cutoffs or min(cutoffs) < 1:
         raise BadInput(f"--ks {ks!r}: cutoffs must be integers >= 1")
     if make_unanswerable is not None or corpus is not None:
-        if None in (make_unanswerable, corpus, queries, qrels, output) or run is not None or answers is not None:
-            raise BadInput("--make-unanswerable N needs --corpus FILE, --queries FILE, --qrels FILE and -o DIR "
-                           "(and no --run or --answers)")
         out = Project.make_unanswerable(make_unanswerable, corpus=corpus, queries=queries, qrels=qrels,
                                         output=output, seed=seed)
         if json_out:
             _emit_json(out)
         elif not quiet:
-            _note(f"{out['n_questions']} questions made unanswerable: {len(out['removed_docs'])} documents removed, "
-                  f"{out['n_docs_kept']} kept -> {output}")
+            _note(f"{_count(out['n_questions'], 'question')} made unanswerable: "
+                  f"{_count(len(out['removed_docs']), 'document')} removed, {out['n_docs_kept']} kept -> {output}")
         return
     p = Project.open(project)
     if tune == "refusal":
-        if answers is None or unanswerable is None or gold is not None or qrels is not None or run is not None:
-            raise BadInput("--tune refusal needs --answers FILE and --unanswerable FILE (answers recorded with "
-                           "`rag ask --queries ... --gate off`), and no --gold, --qrels or --run")
-        report, path = p.tune_refusal(answers, unanswerable, max_false_refusal=max_false_refusal,
+        report, path = p.tune_refusal(answers, unanswerable,
+                                      max_false_refusal=0.05 if max_false_refusal is None else max_false_refusal,
                                       test_answers=test_answers, test_unanswerable=test_unanswerable, name=name,
                                       output=output)
         return _show_report(p, report, path, _print_refusal_tuning, json_out, quiet, md, plots)
     if answers is not None or gold is not None or judge:
-        if answers is None or (gold is None and not judge) or qrels is not None or run is not None \
-                or queries is not None:
-            raise BadInput("--answers FILE needs --gold FILE (gold answers) and/or --judge, and no --qrels, --run "
-                           "or --queries")
         llm = {"base_url": judge_base_url, "model": judge_model, "api": judge_api}
         with _progress(quiet or json_out) as progress:
             report, path = p.evaluate_answers(answers, gold, judge=judge, judge_generator=judge_generator,
-                                              judge_repeats=judge_repeats, judge_temperature=judge_temperature,
+                                              judge_repeats=3 if judge_repeats is None else judge_repeats,
+                                              judge_temperature=0.3 if judge_temperature is None else judge_temperature,
                                               llm=llm, name=name, output=output, unanswerable=unanswerable,
                                               progress=progress)
+        if report.get("recorded_gate_off") and not quiet:
+            _warn(f"{' and '.join(report['recorded_gate_off'])}: no question was refused by the refusal gate, "
+                  "though the gate of this project's [ask] settings refuses some: recorded with `rag ask --gate "
+                  "off`? The refusal rates are then the generator's alone, not those of `rag ask`")
         return _show_report(p, report, path, _print_answer_metrics, json_out, quiet, md, plots)
-    if qrels is None:
-        raise BadInput("--qrels FILE is needed (relevance judgements), unless you score answers with --answers/--gold")
     if tune is not None:
-        if tune != "fusion":
-            raise BadInput(f"--tune {tune!r}: 'fusion' or 'refusal' can be tuned")
-        if queries is None or run is not None:
-            raise BadInput("--tune fusion needs --queries FILE and --qrels FILE (the train split) and no --run")
         with _progress(quiet or json_out) as progress:
             report, path = p.tune_fusion(queries, qrels, test_queries=test_queries, test_qrels=test_qrels,
                                          permutations=permutations, name=name, output=output, progress=progress)
@@ -960,8 +964,6 @@ def eval_(
     if perturb:
         from rag_cli.evaluate.perturb import expand_kinds
 
-        if queries is None or run is not None:
-            raise BadInput("--perturb needs --queries FILE (searched as given and changed) and no --run")
         try:
             kinds = expand_kinds(perturb)
         except ValueError as exc:
@@ -970,16 +972,11 @@ def eval_(
             report, path = p.perturb(qrels, queries, kinds, mode=mode, ks=cutoffs, seed=seed,
                                      permutations=permutations, name=name, output=output, progress=progress)
         return _show_report(p, report, path, _print_perturb, json_out, quiet, md, plots)
-    if compare or runs:
-        if not compare:
-            raise BadInput(f"unexpected argument(s) {' '.join(map(str, runs))}: run files as arguments need --compare")
-        if run is not None or queries is not None:
-            raise BadInput("--compare takes the run files as arguments; leave out --run and --queries")
-        report, path = p.compare(qrels, runs or [], ks=cutoffs, permutations=permutations, name=name, output=output)
+    if compare:
+        report, path = p.compare(qrels, runs or [], ks=cutoffs, permutations=permutations, seed=seed, name=name,
+                                 output=output)
         return _show_report(p, report, path, _print_comparison, json_out, quiet, md, plots)
     if funnel:
-        if queries is None or run is not None:
-            raise BadInput("--funnel needs --queries FILE (the funnel searches them now) and no --run")
         with _progress(quiet or json_out) as progress:
             report, path = p.funnel(qrels, queries, name=name, output=output, progress=progress)
         return _show_report(p, report, path, _print_funnel, json_out, quiet, md, plots)
@@ -995,6 +992,97 @@ def eval_(
     else:
         _print_report(report, path, quiet)
     _eval_extras(p, report, path, md, plots, quiet)
+
+
+# Each mode of `rag eval`: (label, the flags it needs and what it says when one is missing, the flags it takes
+# besides -p, --json and -q). `_check_eval_mode` rejects a missing flag or one the mode does not take.
+_EVAL_OUTPUT = ("--name", "-o", "--md", "--plots")
+_EVAL_MODES: dict[str, tuple[str, tuple[str, ...], str, tuple[str, ...]]] = {
+    "make-unanswerable": (
+        "--make-unanswerable N (write a made-unanswerable corpus into -o DIR)",
+        ("--make-unanswerable", "--corpus", "--queries", "--qrels", "-o"),
+        "--make-unanswerable N needs --corpus FILE, --queries FILE, --qrels FILE and -o DIR",
+        ("--make-unanswerable", "--corpus", "--queries", "--qrels", "-o", "--seed")),
+    "tune-refusal": (
+        "--tune refusal", ("--answers", "--unanswerable"),
+        "--tune refusal needs --answers FILE and --unanswerable FILE (answers recorded with "
+        "`rag ask --queries ... --gate off`)",
+        ("--tune", "--answers", "--unanswerable", "--max-false-refusal", "--test-answers", "--test-unanswerable",
+         "--name", "-o", "--md")),
+    "tune-fusion": (
+        "--tune fusion", ("--queries", "--qrels"),
+        "--tune fusion needs --queries FILE and --qrels FILE (the train split)",
+        ("--tune", "--queries", "--qrels", "--test-queries", "--test-qrels", "--permutations", *_EVAL_OUTPUT)),
+    "judge": (
+        "--answers with --judge", ("--answers",), "--judge needs --answers FILE (from `rag ask --queries`)",
+        ("--answers", "--gold", "--judge", "--judge-generator", "--judge-repeats", "--judge-temperature",
+         "--judge-base-url", "--judge-model", "--judge-api", "--unanswerable", "--name", "-o", "--md")),
+    "answers": (
+        "--answers (scoring answers)", ("--answers", "--gold"),
+        "--answers FILE needs --gold FILE (gold answers) and/or --judge (an LLM judge)",
+        ("--answers", "--gold", "--unanswerable", "--name", "-o", "--md")),
+    "perturb": (
+        "--perturb", ("--queries", "--qrels"), "--perturb needs --queries FILE (searched as given and changed) "
+        "and --qrels FILE",
+        ("--perturb", "--queries", "--qrels", "--mode", "--ks", "--seed", "--permutations", *_EVAL_OUTPUT)),
+    "compare": (
+        "--compare", ("--qrels",), "--compare needs --qrels FILE (relevance judgements) and the run files as "
+        "arguments",
+        ("--compare", "RUNS (arguments)", "--qrels", "--ks", "--permutations", "--seed", *_EVAL_OUTPUT)),
+    "funnel": (
+        "--funnel", ("--queries", "--qrels"), "--funnel needs --queries FILE (the funnel searches them now) and "
+        "--qrels FILE",
+        ("--funnel", "--queries", "--qrels", *_EVAL_OUTPUT)),
+    "run": (
+        "--qrels with --run or --queries (scoring a run)", ("--qrels",),
+        "--qrels FILE is needed (relevance judgements), unless you score answers with --answers/--gold",
+        ("--qrels", "--run", "--queries", "--mode", "--ks", *_EVAL_OUTPUT)),
+}
+_EVAL_ONLY_SOME = {"--md": "writes no Markdown summary", "--plots": "draws no plots"}
+
+
+def _check_eval_mode(flags: dict) -> str:
+    """The mode of `rag eval` that `flags` ({flag: value; None or False when
+    not given}) select, in order: make-unanswerable, tune (after its value is
+    checked), answers/judge, perturb, compare, funnel, run. Raises BadInput
+    naming the flags that mode needs and lacks, and the given flags it does
+    not take (`_EVAL_MODES`), before anything is read or written."""
+    from rag_cli.errors import BadInput
+
+    given = [f for f, v in flags.items() if v is not None and v is not False and v != []]
+    tune = flags["--tune"]
+    if tune is not None and tune not in ("fusion", "refusal"):
+        raise BadInput(f"--tune {tune!r}: 'fusion' or 'refusal' can be tuned")
+    if "--make-unanswerable" in given or "--corpus" in given:
+        mode = "make-unanswerable"
+    elif tune is not None:
+        mode = f"tune-{tune}"
+    elif any(f in given for f in ("--answers", "--gold", "--judge")):
+        mode = "judge" if flags["--judge"] else "answers"
+    elif "--perturb" in given:
+        mode = "perturb"
+    elif "--compare" in given or "RUNS (arguments)" in given:
+        if not flags["--compare"]:
+            raise BadInput(f"unexpected argument(s) {' '.join(map(str, flags['RUNS (arguments)']))}: run files as "
+                           "arguments need --compare")
+        mode = "compare"
+    elif "--funnel" in given:
+        mode = "funnel"
+    else:
+        mode = "run"
+    label, needed, needs, accepted = _EVAL_MODES[mode]
+    missing = [f for f in needed if f not in given]
+    wrong = [f for f in given if f not in accepted]
+    if not missing and not wrong:
+        return mode
+    if len(wrong) == 1 and wrong[0] in _EVAL_ONLY_SOME:
+        what = f"rag eval {label} {_EVAL_ONLY_SOME[wrong[0]]} ({wrong[0]})"
+    else:
+        what = f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not belong to rag eval {label}"
+    if mode == "answers" and any(f.startswith("--judge-") for f in wrong):
+        what += " (the --judge-* flags need --judge)"
+    what += f"; that mode takes {', '.join(accepted)} (and -p, --json, -q). Leave out {', '.join(wrong)}"
+    raise BadInput(needs + (f"; and {what}" if wrong else "") if missing else what)
 
 
 def _show_report(p, report: dict, path: Path | None, printer, json_out: bool, quiet: bool, md: Path | None,

@@ -916,12 +916,13 @@ class Project:
         path = Path(output) if output else self.eval_path(name or f"answers-{file_stem(answers)}")
         cut = Path(unanswerable) if unanswerable is not None else None
         if not judge:
-            return evaluate_answers(Path(answers), Path(gold), self.chunks_path, path, unanswerable=cut), path
+            return evaluate_answers(Path(answers), Path(gold), self.chunks_path, path, unanswerable=cut,
+                                    ask_config=self.config.ask), path
         check_flag("--judge-repeats", judge_repeats, (1, 100))
         check_flag("--judge-questions", judge_questions, (1, 20))
         check_flag("--judge-temperature", judge_temperature, (0, 2))
         report = evaluate_answers(Path(answers), Path(gold) if gold is not None else None, self.chunks_path, None,
-                                  unanswerable=cut)
+                                  unanswerable=cut, ask_config=self.config.ask)
         report["judge"] = self._judge(Path(answers), judge_generator, judge_repeats, judge_temperature,
                                       judge_questions, llm, progress)
         from rag_cli.store.eval_reports import write_report

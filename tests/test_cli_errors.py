@@ -184,6 +184,43 @@ def test_eval_malformed_qrels_line(project, tmp_path):
     assert "3" in msg.replace(str(bad), ""), f"the line number 3 is not named: {msg}"
 
 
+# Each mode of `rag eval` takes its own flags; one of another mode is rejected (exit 2, naming the flag and
+# the mode) before anything is read or written: rag.toml, -o, --md and --plots stay as they were.
+@pytest.mark.parametrize("args,names", [
+    (["--qrels", SAMPLE_QRELS, "--run", "RUN", "--unanswerable", "A"], ["--unanswerable", "--run"]),
+    (["--tune", "refusal", "--answers", "A", "--unanswerable", "U", "--gold", "G"], ["--gold", "--tune refusal"]),
+    (["--tune", "refusal", "--answers", "A", "--unanswerable", "U", "--plots", "OUT/plots"],
+     ["--plots", "--tune refusal", "no plots"]),
+    (["--answers", "A", "--gold", "G", "--test-answers", "A", "--max-false-refusal", "0.1"],
+     ["--test-answers", "--max-false-refusal", "--answers"]),
+    (["--answers", "A", "--gold", "G", "--unanswerable", "U", "--plots", "OUT/plots"], ["--plots", "--answers"]),
+    (["--answers", "A", "--gold", "G", "--judge-repeats", "2"], ["--judge-repeats", "need --judge"]),
+    (["--answers", "A", "--gold", "G", "--max-false-refusal", "0.05"], ["--max-false-refusal"]),  # = the default
+    (["--tune", "fusion", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS, "--max-false-refusal", "0.1",
+      "--unanswerable", "A"], ["--max-false-refusal", "--unanswerable", "--tune fusion"]),
+    (["--make-unanswerable", "3", "--corpus", "C", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS,
+      "-o", "OUT/x5", "--md", "OUT/x5.md", "--plots", "OUT/p5"], ["--md", "--plots", "--make-unanswerable"]),
+    (["--make-unanswerable", "3", "--corpus", "C", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS,
+      "-o", "OUT/x5", "--ks", "1,5"], ["--ks"]),
+    (["--qrels", SAMPLE_QRELS, "--queries", SAMPLE_QUESTIONS, "--funnel", "--mode", "dense"], ["--mode", "--funnel"]),
+    (["--qrels", SAMPLE_QRELS, "--compare", "R1", "R2", "--queries", SAMPLE_QUESTIONS], ["--queries", "--compare"]),
+    (["--qrels", SAMPLE_QRELS, "--queries", SAMPLE_QUESTIONS, "--perturb", "case", "--run", "R"],
+     ["--run", "--perturb"]),
+    (["--qrels", SAMPLE_QRELS, "--run", "R", "--seed", "0"], ["--seed"]),  # = the default
+    (["--qrels", SAMPLE_QRELS, "--run", "R", "--permutations", "10"], ["--permutations"]),
+    (["--tune", "bogus"], ["--tune 'bogus'", "fusion", "refusal"]),
+    (["--tune", "bogus", "--queries", SAMPLE_QUESTIONS], ["--tune 'bogus'"]),
+])
+def test_eval_rejects_flags_of_another_mode(project, tmp_path, args, names):
+    out = tmp_path / "out"
+    out.mkdir()
+    args = [str(a).replace("OUT", str(out)) for a in args]
+    before = (project / "rag.toml").read_bytes()
+    msg = assert_bad_input(["eval", *args, "-p", project], project, *names)
+    assert "--qrels FILE is needed" not in msg
+    assert (project / "rag.toml").read_bytes() == before and list(out.iterdir()) == []
+
+
 # ------------------------------------------------------------------ rag rerank / ask
 def test_rerank_without_model(project):
     assert_bad_input(["rerank", "--run", project / "runs" / "base.parquet", "-p", project], project, "--model")

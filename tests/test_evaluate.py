@@ -66,6 +66,31 @@ def test_queries_formats(tmp_path):
     assert read_queries(noheader) == [("1", "one")]
 
 
+@pytest.mark.parametrize("content, line", [
+    ("query-id\tcorpus-id\tscore\nTRIAL_109\tTRIAL_109_d\t1\n", 1),  # the BEIR qrels header
+    ("q1\tdoc1\t1\nq2\tdoc2\t0\n", 1),  # BEIR rows without a header
+    ("\n301\t0\tFBIS3-10082\t1\n", 2),  # TREC 4 columns, tab-separated
+])
+def test_a_qrels_file_is_not_a_query_file(tmp_path, content, line):
+    path = tmp_path / "test.tsv"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(BadInput) as err:
+        read_queries(path)
+    assert f"{path}:{line}:" in str(err.value) and "looks like a qrels file" in str(err.value)
+
+
+def test_a_qrels_file_as_queries_on_the_cli(cmrc_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    qrels = str(cmrc_dir / "qrels" / "test.tsv")
+    res = CliRunner().invoke(app, ["eval", "--make-unanswerable", "1", "--corpus", str(cmrc_dir / "corpus.jsonl"),
+                                   "--queries", qrels, "--qrels", qrels, "-o", str(tmp_path / "out")])
+    assert res.exit_code == 2 and "looks like a qrels file" in " ".join(res.stderr.split())
+    assert not (tmp_path / "out").exists()
+
+
 def test_qrels_formats(tmp_path):
     beir = tmp_path / "b.tsv"
     beir.write_text("query-id\tcorpus-id\tscore\n1\t31715818\t1\n1\t2\t2\n2\tmy notes.md\t0\n", encoding="utf-8")

@@ -106,6 +106,43 @@ def test_sample_unanswerable_removes_whole_documents_until_n_questions():
     assert sample_unanswerable(qrels, 10, 0)[0] and len(sample_unanswerable(qrels, 10, 0)[1]) == 3
 
 
+def _tiny_dataset(folder: Path) -> list[Path]:
+    """corpus d1-d3 (every one relevant), questions a-d; a and b ask d1, c asks d2, d asks d3."""
+    folder.mkdir()
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "text": f"text {d}"}) + "\n"
+                                                 for d in ("d1", "d2", "d3")))
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": f"question {q}"}) + "\n"
+                                                  for q in "abcd"))
+    (folder / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\na\td1\t1\nb\td1\t1\nc\td2\t1\nd\td3\t1\n")
+    return [folder / "corpus.jsonl", folder / "queries.jsonl", folder / "qrels.tsv"]
+
+
+def test_make_unanswerable_keeps_a_document(tmp_path):
+    corpus, queries, qrels = _tiny_dataset(tmp_path / "data")
+    args = ["eval", "--corpus", corpus, "--queries", queries, "--qrels", qrels]
+    # keeping d2 or d3 loses one question: 3 of the 4 can be made unanswerable, not 4
+    bad = rag(*args, "--make-unanswerable", 4, "-o", tmp_path / "x")
+    assert bad.exit_code == 2 and "at most 3 question(s)" in bad.stderr and "N <= 3" in bad.stderr
+    assert not (tmp_path / "x").exists()
+    for seed in range(8):
+        res = rag(*args, "--make-unanswerable", 3, "-o", tmp_path / f"s{seed}", "--seed", seed, "--json")
+        assert res.exit_code == 0, res.output
+        summary = json.loads(res.stdout)
+        assert summary["n_questions"] >= 3 and summary["n_docs_kept"] >= 1
+        kept = (tmp_path / f"s{seed}" / "corpus.jsonl").read_text().splitlines()
+        assert len(kept) == summary["n_docs_kept"] == 3 - len(summary["removed_docs"])
+    seen = set()
+    for seed in range(8):
+        res = rag(*args, "--make-unanswerable", 1, "-o", tmp_path / f"one{seed}", "--seed", seed)
+        assert res.exit_code == 0, res.output
+        summary = json.loads((tmp_path / f"one{seed}" / "removed.json").read_text())
+        n_q, n_d = summary["n_questions"], len(summary["removed_docs"])
+        words = ("1 question" if n_q == 1 else f"{n_q} questions", "1 document" if n_d == 1 else f"{n_d} documents")
+        assert f"{words[0]} made unanswerable: {words[1]} removed" in " ".join(res.stderr.split())
+        seen.add(n_q)
+    assert seen == {1, 2}  # a question of d2 or d3 alone, and both of d1
+
+
 @pytest.mark.e2e
 def test_make_unanswerable_on_cmrc(cmrc_dir, tmp_path):
     out = tmp_path / "variant"
@@ -227,6 +264,34 @@ def test_eval_reports_refusal_on_made_unanswerable(tmp_path, project, queries):
     table = rag("eval", "--answers", root / "answers" / "all.parquet", "--gold", gold, "--unanswerable",
                 root / "answers" / "all.parquet", "-p", root)
     assert table.exit_code == 0 and "refusal_unanswerable" in table.output
+
+
+@pytest.mark.e2e
+def test_eval_warns_of_answers_recorded_with_the_gate_off(tmp_path, project, queries):
+    import shutil
+
+    root = tmp_path / "p.rag"
+    shutil.copytree(project.root, root)
+    for name, gate in (("off", "off"), ("on", "on")):
+        res = rag("ask", "--queries", queries, "--name", name, "--gate", gate, "-q", "-p", root)
+        assert res.exit_code == 0, res.output
+        if gate == "off":  # a gate that refuses the two questions of the lowest cosines
+            best = sorted(r["best_score"] for r in pq.read_table(root / "answers" / "off.parquet").to_pylist())
+            _set_ask(root, min_score=(best[1] + best[2]) / 2)
+    on, off = root / "answers" / "on.parquet", root / "answers" / "off.parquet"
+    assert any(r["generator_refused"] is None for r in pq.read_table(on).to_pylist())  # the gate refused some
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text("".join(json.dumps({"_id": q, "answers": ["x"]}) + "\n" for q, _ in QUESTIONS))
+    res = rag("eval", "--answers", on, "--gold", gold, "--unanswerable", off, "--json", "--md", tmp_path / "r.md",
+              "-p", root)
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["recorded_gate_off"] == [str(off)]
+    assert "--gate off" in " ".join(res.stderr.split()) and str(off) in "".join(res.stderr.split())
+    assert json.loads((root / "eval" / "answers-on.json").read_text())["recorded_gate_off"] == [str(off)]
+    assert "Recorded with the gate off" in (tmp_path / "r.md").read_text()
+    res = rag("eval", "--answers", on, "--gold", gold, "--unanswerable", on, "--json", "-p", root)
+    assert res.exit_code == 0 and json.loads(res.stdout)["recorded_gate_off"] == [] and "--gate off" not in res.stderr
 
 
 @pytest.mark.e2e

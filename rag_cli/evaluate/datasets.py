@@ -28,6 +28,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -105,6 +106,8 @@ def read_queries(path: str | os.PathLike) -> list[tuple[str, str]]:
         else:
             if "\t" not in line:
                 raise BadInput(f"{path}:{lineno}: expected 'id<TAB>text' (a TSV query file), got {line[:80]!r}")
+            if first_row:
+                _not_qrels(path, lineno, line)
             qid, text = line.split("\t", 1)
             qid = qid.strip()
             if first_row and qid.lower() in _QUERY_ID_HEADERS and text.strip().lower() in _QUERY_TEXT_HEADERS:
@@ -122,6 +125,19 @@ def read_queries(path: str | os.PathLike) -> list[tuple[str, str]]:
     if not out:
         raise BadInput(f"{path}: no queries in the file; expected {_QUERIES_WANT}")
     return out
+
+
+def _not_qrels(path: Path, lineno: int, line: str) -> None:
+    """Raise BadInput when the first row of a TSV query file is a qrels
+    header (query-id corpus-id score) or a qrels row (3+ fields, the last an
+    integer grade); a query text may hold tabs, but does not end in one
+    field that is a number."""
+    fields = [f.strip() for f in line.split("\t")]
+    header = [f.lower() for f in fields[:3]] == ["query-id", "corpus-id", "score"]
+    if header or (len(fields) >= 3 and re.fullmatch(r"-?\d+", fields[-1]) is not None):
+        raise BadInput(f"{path}:{lineno}: this looks like a qrels file ({'its header' if header else 'a row'} "
+                       f"{line[:80]!r}: query id, document id, grade), not a query file; expected "
+                       f"{_QUERIES_WANT}. Give the qrels to --qrels and the queries (e.g. queries.jsonl) to --queries")
 
 
 def _split_qrels_line(line: str) -> list[str]:

@@ -64,6 +64,19 @@ def check_recorded(rows: Sequence[Mapping], source: str) -> None:
                        f"(e.g. {gated[0]}); record the answers with `rag ask --queries ... --gate off`")
 
 
+def looks_gate_off(rows: Sequence[Mapping], cfg) -> bool:
+    """Whether answers rows look recorded with `rag ask --gate off`: they have
+    the gate's signals, the gate refused none of them before the generator
+    (as `check_recorded` tells), yet the gate of the `[ask]` config `cfg`,
+    switched on, refuses at least one. False for files without the signals."""
+    if not rows or any(c not in rows[0] for c in SIGNAL_COLUMNS):
+        return False
+    if any(r["generator_refused"] is None for r in rows):
+        return False
+    on = replace(cfg, gate="on")
+    return any(gate_reason(row_signals(r), on) for r in rows)
+
+
 def row_signals(row: Mapping) -> GateSignals:
     """The `GateSignals` of one answers row."""
     return GateSignals(n_evidence=len(row["contexts"] or []), best_score=float(row["best_score"]),

@@ -90,6 +90,9 @@ def _answers(report: dict) -> list[str]:
         lines += [f"## Refusal: {r['n_unanswerable']} made-unanswerable questions ({report['unanswerable']})", ""]
         lines += _table(["rate", "value"], [[m, _f(r[m])] for m in
                                             ("refusal_unanswerable", "false_answer_rate", "false_refusal_rate")])
+        if report.get("recorded_gate_off"):
+            lines += [f"Recorded with the gate off (no gate refusals): {', '.join(report['recorded_gate_off'])}; "
+                      "these refusals are the generator's alone.", ""]
     return lines + (_judge(report["judge"]) if "judge" in report else [])
 
 

@@ -40,14 +40,9 @@ from rag_cli.errors import BadInput
 OUTPUT_FILES = ("corpus.jsonl", "queries.jsonl", "removed.json")
 
 
-def sample_unanswerable(qrels: Mapping[str, Mapping[str, int]], n: int, seed: int,
-                        query_ids: set[str] | None = None) -> tuple[list[str], list[str]]:
-    """(query ids made unanswerable, in order; doc ids removed, in order) for
-    `n` questions at least (fewer when the qrels hold fewer), sampled as the
-    module docstring says from `qrels` ({query_id: {doc_id: grade}}),
-    restricted to `query_ids` when given. Raises BadInput when n < 1."""
-    if n < 1:
-        raise BadInput(f"--make-unanswerable {n}: the number of questions must be >= 1")
+def _relevant(qrels: Mapping[str, Mapping[str, int]],
+              query_ids: set[str] | None) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
+    """({query id: its relevant doc ids} of the questions with one, {doc id: the questions it is relevant to})."""
     relevant = {q: {d for d, g in rel.items() if g > 0} for q, rel in qrels.items()
                 if query_ids is None or q in query_ids}
     relevant = {q: docs for q, docs in relevant.items() if docs}
@@ -55,8 +50,23 @@ def sample_unanswerable(qrels: Mapping[str, Mapping[str, int]], n: int, seed: in
     for q, docs in relevant.items():
         for d in docs:
             by_doc[d].append(q)
+    return relevant, by_doc
+
+
+def sample_unanswerable(qrels: Mapping[str, Mapping[str, int]], n: int, seed: int,
+                        query_ids: set[str] | None = None, keep: str | None = None) -> tuple[list[str], list[str]]:
+    """(query ids made unanswerable, in order; doc ids removed, in order) for
+    `n` questions at least (fewer when the qrels hold fewer), sampled as the
+    module docstring says from `qrels` ({query_id: {doc_id: grade}}),
+    restricted to `query_ids` when given; the document `keep` is never
+    removed. Raises BadInput when n < 1."""
+    if n < 1:
+        raise BadInput(f"--make-unanswerable {n}: the number of questions must be >= 1")
+    relevant, by_doc = _relevant(qrels, query_ids)
     order = sorted(by_doc)
     random.Random(seed).shuffle(order)
+    if keep is not None:
+        order = [d for d in order if d != keep]
     removed: list[str] = []
     gone: set[str] = set()
     picked: list[str] = []
@@ -95,8 +105,14 @@ def write_unanswerable(corpus: str | os.PathLike, queries: str | os.PathLike, qr
     the module docstring); the folder is replaced as a whole, and only when
     it holds nothing but those files. Returns the removed.json dict.
 
-    Raises BadInput for unreadable inputs, a folder holding other files, or
-    no question of `queries` with a relevant document in `qrels`."""
+    At least one document of `corpus` is kept: when the sample would remove
+    them all, it is drawn again (same seed) keeping the document relevant to
+    the fewest questions (the first by id among equals).
+
+    Raises BadInput for unreadable inputs, a folder holding other files, no
+    question of `queries` with a relevant document in `qrels`, or `n` above
+    the questions that can be made unanswerable with a document kept;
+    nothing is written then."""
     from rag_cli import atomic
     from rag_cli.evaluate.datasets import read_qrels, read_queries
 
@@ -105,9 +121,21 @@ def write_unanswerable(corpus: str | os.PathLike, queries: str | os.PathLike, qr
         raise BadInput(f"-o {out}: give a new or empty folder (it would be replaced; it holds other files)")
     texts = dict(read_queries(queries))
     judged = read_qrels(qrels)
-    picked, removed = sample_unanswerable(judged, n, seed, set(texts))
-    if not picked:
+    relevant, by_doc = _relevant(judged, set(texts))
+    if not relevant:
         raise BadInput(f"--qrels {qrels}: no question of --queries {queries} has a relevant document")
+    corpus_ids = sorted({doc_id for doc_id, _ in _corpus_lines(Path(corpus))})
+    if not corpus_ids:
+        raise BadInput(f"--corpus {corpus}: no documents")
+    keep = min(corpus_ids, key=lambda d: len(by_doc.get(d, [])))  # the fewest questions lost by keeping it
+    possible = len(relevant) - len(by_doc.get(keep, []))
+    if n > possible:
+        raise BadInput(f"--make-unanswerable {n}: at most {possible} question(s) of --queries {queries} can be made "
+                       f"unanswerable with a document of --corpus kept ({len(relevant)} have a relevant document "
+                       f"in --qrels {qrels}); give N <= {possible}")
+    picked, removed = sample_unanswerable(judged, n, seed, set(texts))
+    if set(corpus_ids) <= set(removed):
+        picked, removed = sample_unanswerable(judged, n, seed, set(texts), keep=keep)
     gone = set(removed)
     found: set[str] = set()
     kept = 0

@@ -51,13 +51,16 @@ def compare(run_paths: list[Path], qrels_path: Path, ks: list[int], path: Path |
 
 
 def evaluate_answers(answers_path: Path, gold_path: Path | None, chunks_path: Path, path: Path | None,
-                     unanswerable: Path | None = None) -> dict:
+                     unanswerable: Path | None = None, ask_config=None) -> dict:
     """Score answers/NAME.parquet against gold answers (`answers.jsonl`, see
     `rag_cli.evaluate.datasets.read_gold_answers`) with the chunk texts of
     `chunks_path` (see `rag_cli.evaluate.answers.answer_metrics`); write the
     report to `path` unless None. With `unanswerable` (answers to
     made-unanswerable questions), "refusal" holds `refusal_rates` of the
-    refused flags of every row of each file. Returns the report
+    refused flags of every row of each file, and "recorded_gate_off" the
+    files of the two that look recorded with `rag ask --gate off` under the
+    `[ask]` config `ask_config` (`gate_tuning.looks_gate_off`: their refusals
+    are the generator's alone). Returns the report
     ({"answers": path} and "refusal" only when `gold_path` is None).
     Raises BadInput for a missing or malformed answers, gold or chunks file."""
     from rag_cli.evaluate.answers import answer_metrics, refusal_rates
@@ -75,9 +78,14 @@ def evaluate_answers(answers_path: Path, gold_path: Path | None, chunks_path: Pa
                  if c in wanted}
         report.update({"gold": str(gold_path), **answer_metrics(rows, gold, texts)})
     if unanswerable is not None:
-        cut = read_answers(unanswerable).column("refused").to_pylist()
+        from rag_cli.evaluate.gate_tuning import looks_gate_off
+
+        cut = read_answers(unanswerable).to_pylist()
         report["unanswerable"] = str(unanswerable)
-        report["refusal"] = refusal_rates([r["refused"] for r in rows], cut)
+        report["refusal"] = refusal_rates([r["refused"] for r in rows], [r["refused"] for r in cut])
+        if ask_config is not None:
+            report["recorded_gate_off"] = [str(f) for f, rs in ((answers_path, rows), (unanswerable, cut))
+                                           if looks_gate_off(rs, ask_config)]
     if path is not None:
         write_report(path, report)
     return report
