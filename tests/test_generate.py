@@ -1,6 +1,7 @@
 """Unit tests of the generator interface and the extractive generator (fake encoders)."""
 
 import numpy as np
+import pytest
 
 from rag_cli.generate.base import Evidence, language, refusal
 from rag_cli.generate.extractive import (ExtractiveGenerator, answer_type, has_answer_type, split_sentences,
@@ -101,3 +102,18 @@ def test_extractive_prefers_the_sentence_with_the_asked_fact_over_the_subject_de
     assert gen.generate("How high?", evidence).text == "The tree grows 55 metres tall. [1]"
     assert ExtractiveGenerator(eq, ep, _words, _idf, max_sentences=1, type_weight=0.0).generate(
         "How high?", evidence).text == "The tree is an endemic conifer. [1]"
+
+
+def test_a_damaged_gguf_is_bad_input_naming_the_flag_and_llama_cpp_stays_off_stderr(tmp_path, capfd):
+    from conftest import require_module
+
+    from rag_cli.errors import BadInput
+    from rag_cli.generate.llama_cpp import LlamaCppGenerator
+
+    require_module("llama_cpp", "llama-cpp-python")
+    bad = tmp_path / "cut.gguf"
+    bad.write_bytes(b"GGUF" + bytes(range(256)) * 64)  # the magic, then nothing a model is made of
+    with pytest.raises(BadInput, match=r"--llm-model .*cut\.gguf \(config generator\.model\): llama\.cpp could not "
+                                       r"load it: .*give a complete GGUF model file"):
+        LlamaCppGenerator(str(bad), max_tokens=8, context_tokens=256)
+    assert "llama" not in capfd.readouterr().err  # llama.cpp's own log is not printed

@@ -99,6 +99,7 @@ def test_rag_ask_with_the_local_llama_cpp_generator(nasty_project, gguf):  # noq
                           "-k", "2", "--generator", "llama-cpp", "--max-tokens", "48", "--json",
                           "-p", str(nasty_project.root)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, (res.returncode, res.stderr[-2000:])
+    assert "llama_" not in res.stderr, res.stderr[-2000:]  # llama.cpp's own log stays off rag's stderr
     out = json.loads(res.stdout)
     assert out["generator"] == "llama-cpp"
     _check_reply(out, 2)

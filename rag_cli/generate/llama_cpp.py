@@ -12,6 +12,7 @@ prompt that ends in an open answer line, with stop strings
 
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
 from typing import Callable
 
@@ -57,6 +58,34 @@ def gguf_path(model: str, flag: str = "--llm-model") -> Path:
     return path
 
 
+_LOG_CALLBACK = None  # the ctypes callback given to llama.cpp; kept alive here
+_LOG_ERRORS: deque = deque(maxlen=5)  # llama.cpp's last error-level log lines
+
+
+def quiet_llama_logs() -> None:
+    """Keep llama.cpp's own log off stderr: error-level lines are kept in
+    `_LOG_ERRORS` (the last 5) and named in the error raised when loading
+    the model fails; everything else is dropped.
+
+    llama-cpp-python's own callback prints messages of level NONE, and
+    llama.cpp logs some notices at level ERROR (e.g. "llama_kv_cache_iswa:
+    using full-size SWA cache"), so `verbose=False` alone leaves them on
+    stderr, which is for rag's own messages."""
+    global _LOG_CALLBACK
+    import ctypes
+
+    import llama_cpp
+
+    if _LOG_CALLBACK is None:
+        @llama_cpp.llama_log_callback
+        def callback(level, text, user_data):
+            if level == 3:  # GGML_LOG_LEVEL_ERROR
+                _LOG_ERRORS.append(text.decode("utf-8", "replace").strip())
+
+        _LOG_CALLBACK = callback
+    llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+
+
 class LlamaCppGenerator:
     """Answer with a local GGUF model (completion prompt, stop strings).
 
@@ -79,8 +108,14 @@ class LlamaCppGenerator:
             raise BadInput(f"--generator llama-cpp needs llama-cpp-python: {_INSTALL}") from None
         self.path = gguf_path(model, model_flag)
         self.temperature, self.max_tokens, self.context_tokens = temperature, max_tokens, context_tokens
-        self.llm = Llama(model_path=str(self.path), n_ctx=context_tokens + max_tokens + 512,
-                         n_threads=threads or None, verbose=False)
+        quiet_llama_logs()
+        try:
+            self.llm = Llama(model_path=str(self.path), n_ctx=context_tokens + max_tokens + 512,
+                             n_threads=threads or None, verbose=False)
+        except (ValueError, RuntimeError) as exc:
+            log = "; ".join(line for line in _LOG_ERRORS if line)
+            raise BadInput(f"{model_flag} {self.path} (config generator.model): llama.cpp could not load it: {exc}"
+                           + (f" (llama.cpp: {log})" if log else "") + "; give a complete GGUF model file") from None
 
     streams = True  # generate() can pass the answer on as it is written (on_token)
 
