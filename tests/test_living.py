@@ -529,3 +529,25 @@ def test_disk_use_tolerates_files_removed_while_it_measures(tmp_path, monkeypatc
     monkeypatch.setattr(Path, "is_file", lambda self: self.name != "index")
     monkeypatch.setattr(Path, "is_dir", lambda self: self.name == "index")
     assert disk_use(tmp_path) == {".lock.json": 0, "a.parquet": 10, "index": 0}
+
+
+def test_status_is_the_same_from_any_folder_after_chunking_a_relative_path(tmp_path, scifact_docs, tiny_bi_encoder,
+                                                                           monkeypatch):
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    write_corpus(tmp_path / "work" / "src", scifact_docs[:5])
+    monkeypatch.chdir(tmp_path / "work")
+    p = Project.create(tmp_path / "p", model={"embedder": str(tiny_bi_encoder)},
+                       chunk={"unit": "chars", "size": 400, "overlap": 40})
+    p.chunk(["src"])  # relative, as `rag chunk src` is typed
+    p.embed()
+    p.index()
+    assert {d["path"] for d in pq.read_table(p.docs_path, columns=["path"]).to_pylist()} == \
+        {str(tmp_path / "work" / "src" / f"{d}.txt") for d, _ in scifact_docs[:5]}
+    for cwd in (tmp_path / "work", tmp_path):
+        monkeypatch.chdir(cwd)
+        res = CliRunner().invoke(app, ["status", "-p", str(p.root)])
+        assert res.exit_code == 0 and "up to date" in res.stdout and "stale" not in res.stdout, res.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,14 +15,16 @@ DOCS_SCHEMA = pa.schema([
 
 
 def docs_table(docs, *, include_text: bool = False) -> pa.Table:
-    """One row per `Document`: doc_id, path, sha256, mtime (float64 seconds),
+    """One row per `Document`: doc_id, path (absolute: `rag status` and
+    `rag update` compare it with the files on disk from any working
+    folder), sha256, mtime (float64 seconds),
     n_chars (int64), title, metadata (JSON object string, sorted keys, non-ASCII
     kept). `include_text=True` appends the normalised `text` column.
     Row order = input order; same input → identical table."""
     docs = list(docs)
     cols = {
         "doc_id": [d.doc_id for d in docs],
-        "path": [d.path for d in docs],
+        "path": [os.path.abspath(d.path) for d in docs],
         "sha256": [d.sha256 for d in docs],
         "mtime": [float(d.mtime) for d in docs],
         "n_chars": [d.n_chars for d in docs],
