@@ -1257,17 +1257,19 @@ def _print_refusal_tuning(report: dict, path: Path, quiet: bool) -> None:
 
 
 def _print_perturb(report: dict, path: Path, quiet: bool) -> None:
+    """One row per metric (they are many: every metric at every cutoff), one
+    column per kind of change with its loss; the table stays narrow."""
     from rich.table import Table
 
-    names = list(report["original"])
+    kinds = report["perturbations"]
     table = Table(title=f"perturbed queries ({report['n_queries']}, mode {report['mode']}): changed - original")
-    table.add_column("queries")
-    table.add_column("changed", justify="right")
-    for m in names:
-        table.add_column(m, justify="right")
-    table.add_row("original", "", *(f"{report['original'][m]:.4f}" for m in names))
-    for kind, r in report["perturbations"].items():
-        table.add_row(kind, str(r["n_changed"]), *(f"{r['loss'][m]:+.4f}" for m in names))
+    table.add_column("metric")
+    table.add_column("original", justify="right")
+    for kind in kinds:
+        table.add_column(kind, justify="right")
+    table.add_row("queries changed", "", *(str(r["n_changed"]) for r in kinds.values()), end_section=True)
+    for m, v in report["original"].items():
+        table.add_row(m, f"{v:.4f}", *(f"{r['loss'][m]:+.4f}" for r in kinds.values()))
     _stdout().print(table)
     if not quiet:
         _note(f"written: {path}")

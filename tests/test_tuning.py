@@ -169,6 +169,14 @@ def test_cli_perturb(project, tmp_path):
     for r in report["perturbations"].values():
         for m, loss in r["loss"].items():
             assert loss == pytest.approx(r["metrics"][m] - report["original"][m])
+    # the table: a row per metric, a column per kind of change, narrow enough for 80 columns
+    lines = res.stdout.splitlines()
+    assert max(map(len, lines)) <= 80
+    changed = next(line for line in lines if "queries changed" in line)
+    assert [int(x) for x in changed.replace("│", " ").split()[2:]] == [r["n_changed"] for r in
+                                                                        report["perturbations"].values()]
+    ndcg = next(line for line in lines if "ndcg@3" in line)
+    assert f"{report['original']['ndcg@3']:.4f}" in ndcg and f"{up['loss']['ndcg@3']:+.4f}" in ndcg
     bad = CliRunner().invoke(app, ["eval", "--perturb", "caps", "--queries", str(SAMPLE_QUESTIONS), "--qrels",
                                    str(SAMPLE_QRELS), "-p", str(project.root)])
     assert bad.exit_code == 2 and "--perturb 'caps'" in bad.output
