@@ -54,6 +54,7 @@ import gzip
 import json
 import os
 import random
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -118,9 +119,16 @@ def scifact_sample(n_questions: int, n_docs: int, seed: int, work: Path) -> dict
 
 
 def build(root: Path, docs: list[dict] | Path) -> Project:
-    if (root / "p" / "rag.toml").exists() and (root / "p" / "index").exists():
-        return Project.open(root / "p")
+    """The project root/p of `docs` (or of the BEIR corpus file `docs`), reused
+    from an earlier run only when it holds exactly those documents."""
     corpus = docs if isinstance(docs, Path) else _write(root / "corpus.jsonl", docs)
+    if (root / "p" / "rag.toml").exists() and (root / "p" / "index").exists():
+        import pyarrow.parquet as pq
+
+        have = set(pq.read_table(root / "p" / "docs.parquet", columns=["doc_id"]).column("doc_id").to_pylist())
+        if have == {d["_id"] for d in _jsonl(corpus)}:
+            return Project.open(root / "p")
+        shutil.rmtree(root / "p")  # built from another sample
     p = Project.create(root / "p")
     p.chunk([corpus], format="beir")
     p.embed()
