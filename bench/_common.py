@@ -22,3 +22,25 @@ def commit(short: bool = False) -> str:
     """The checkout's HEAD commit (of the repository holding this file)."""
     cmd = ["git", "rev-parse", *(["--short"] if short else []), "HEAD"]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
+
+
+def run_measured(cmd: list[str], *, env: dict | None = None, cwd=None) -> tuple[float, float, str]:
+    """Run `cmd` as a child: (wall seconds, the child's own peak RSS in MiB
+    from the kernel (os.wait4), its stdout). Raises SystemExit with the end of
+    its stderr when it fails. stderr goes to a file, not a pipe: a full pipe
+    would block the child."""
+    import os
+    import tempfile
+    import time
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=cwd)
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t0
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            err.seek(0)
+            raise SystemExit(f"failed ({code}): {' '.join(map(str, cmd))}\n{err.read()[-2000:]}")
+    return seconds, usage.ru_maxrss / 1024, out

@@ -30,8 +30,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _common import run_measured
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("RAG_DATA", ROOT.parent / "shared" / "data"))
@@ -112,18 +113,9 @@ def measure(code: Path, corpus: Path, project: Path, args: list[str]) -> dict:
     cmd = ["nice", sys.executable, "-m", "rag_cli", "chunk", str(corpus), "--format", "beir", "-p", str(project),
            "--json", *args]
     env = dict(os.environ, PYTHONPATH=str(code))
-    t0 = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as err:
-        # cwd: `python -m` puts the current folder first on sys.path, before PYTHONPATH
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=code)
-        out = proc.stdout.read()
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - t0
-        code_ = os.waitstatus_to_exitcode(status)
-        if code_ != 0:
-            err.seek(0)
-            raise SystemExit(f"failed ({code_}): {' '.join(cmd)}\n{err.read()}")
-    return {"seconds": round(seconds, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "result": json.loads(out)}
+    # cwd: `python -m` puts the current folder first on sys.path, before PYTHONPATH
+    seconds, peak, out = run_measured(cmd, env=env, cwd=code)
+    return {"seconds": round(seconds, 2), "peak_rss_mib": round(peak, 1), "result": json.loads(out)}
 
 
 def main() -> None:

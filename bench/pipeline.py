@@ -16,11 +16,10 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
+
+from _common import run_measured
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("RAG_DATA", ROOT.parent / "shared" / "data"))
@@ -36,18 +35,9 @@ DATASETS = {
 def rag_measured(args: list[str]) -> dict:
     """Run `python -m rag_cli ARGS --json`: seconds, the child's own peak RSS (os.wait4), parsed stdout."""
     cmd = [sys.executable, "-m", "rag_cli", *args]
-    t0 = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: a full stderr pipe would block the child
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
-        out = proc.stdout.read()
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - t0
-        code = os.waitstatus_to_exitcode(status)
-        if code != 0:
-            err.seek(0)
-            raise SystemExit(f"failed ({code}): {' '.join(cmd)}\n{err.read()[-2000:]}")
+    seconds, peak, out = run_measured(cmd)
     result = json.loads(out) if out.strip().startswith(("{", "[")) else {}
-    return {"seconds": round(seconds, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "result": result}
+    return {"seconds": round(seconds, 2), "peak_rss_mib": round(peak, 1), "result": result}
 
 
 def main() -> None:
