@@ -938,19 +938,17 @@ def eval_(
         return
     p = Project.open(project)
     if tune == "refusal":
-        report, path = p.tune_refusal(answers, unanswerable,
-                                      max_false_refusal=0.05 if max_false_refusal is None else max_false_refusal,
-                                      test_answers=test_answers, test_unanswerable=test_unanswerable, name=name,
-                                      output=output)
+        given = _given(max_false_refusal=max_false_refusal)  # else the library's default
+        report, path = p.tune_refusal(answers, unanswerable, test_answers=test_answers,
+                                      test_unanswerable=test_unanswerable, name=name, output=output, **given)
         return _show_report(p, report, path, _print_refusal_tuning, json_out, quiet, md, plots)
     if answers is not None or gold is not None or judge:
         llm = {"base_url": judge_base_url, "model": judge_model, "api": judge_api}
         with _progress(quiet or json_out) as progress:
-            report, path = p.evaluate_answers(answers, gold, judge=judge, judge_generator=judge_generator,
-                                              judge_repeats=3 if judge_repeats is None else judge_repeats,
-                                              judge_temperature=0.3 if judge_temperature is None else judge_temperature,
-                                              llm=llm, name=name, output=output, unanswerable=unanswerable,
-                                              progress=progress)
+            given = _given(judge_repeats=judge_repeats, judge_temperature=judge_temperature)
+            report, path = p.evaluate_answers(answers, gold, judge=judge, judge_generator=judge_generator, llm=llm,
+                                              name=name, output=output, unanswerable=unanswerable,
+                                              progress=progress, **given)
         if report.get("recorded_gate_off") and not quiet:
             _warn(f"{' and '.join(report['recorded_gate_off'])}: no question was refused by the refusal gate, "
                   "though the gate of this project's [ask] settings refuses some: recorded with `rag ask --gate "
@@ -1039,6 +1037,11 @@ _EVAL_MODES: dict[str, tuple[str, tuple[str, ...], str, tuple[str, ...]]] = {
         ("--qrels", "--run", "--queries", "--mode", "--ks", *_EVAL_OUTPUT)),
 }
 _EVAL_ONLY_SOME = {"--md": "writes no Markdown summary", "--plots": "draws no plots"}
+
+
+def _given(**options) -> dict:
+    """The options given on the command line (not None): the library's defaults stand for the rest."""
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def _check_eval_mode(flags: dict) -> str:
