@@ -29,6 +29,7 @@ import gzip
 import json
 import os
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -212,7 +213,8 @@ def main() -> None:
     from rag_cli import Project
 
     if args.chunk_grid:
-        result = {**chunk_grid(args.chunk_grid), "machine": machine(), "commit": commit()}
+        result = {"command": " ".join(["python", "bench/eval_tuning.py", *sys.argv[1:]]), **chunk_grid(args.chunk_grid),
+                  "machine": machine(), "commit": commit()}
         args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         print(json.dumps({k: v for k, v in result.items() if k != "projects"}, indent=2))
         return
