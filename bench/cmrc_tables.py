@@ -1,4 +1,4 @@
-"""CMRC 2018 trial through the CLI as a user runs it, and generators side by side on SciFact.
+"""CMRC 2018 trial (or SciFact) through the CLI as a user runs it, and generators side by side on SciFact.
 
 Every number comes from a `rag` command (run as `python -m rag_cli`, the
 default pipeline of `rag build`); the command is kept next to its numbers in
@@ -22,6 +22,13 @@ the JSON and printed above each table. Steps, each cached in WORK/steps/NAME.jso
     nice python bench/cmrc_tables.py --work /tmp/cmrc-bench --sample 50 --out bench/results/cmrc2018-trial-tables.json
 
 `--skip llm` leaves out the llama-cpp steps (CMRC sample and SciFact).
+
+`--dataset scifact` runs the retrieval steps (build, eval-M, funnel, tune,
+perturb) on SciFact instead: the BEIR test queries, tuned on the train split
+(queries-train.jsonl, qrels/train.tsv) rather than on half the passages; it
+has no gold answers, so no answer steps.
+
+    nice python bench/cmrc_tables.py --dataset scifact --work /tmp/scifact-bench --out bench/results/scifact-tables.json
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from _common import commit, machine
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("RAG_DATA", REPO.parent / "shared" / "data"))
 CMRC = DATA / "cmrc2018-trial"
+SCIFACT = DATA / "scifact"
 RAG = [sys.executable, "-m", "rag_cli"]
 MODES = ("sparse", "dense", "hybrid")
 METRICS = ("recall", "hit", "mrr", "ndcg", "precision", "map")
@@ -196,6 +204,7 @@ def print_tables(res: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--dataset", choices=("cmrc2018-trial", "scifact"), default="cmrc2018-trial")
     ap.add_argument("--work", type=Path, default=Path("/tmp/cmrc-bench"))
     ap.add_argument("--sample", type=int, default=50, help="questions of the generator comparison sample")
     ap.add_argument("--seed", type=int, default=0)
@@ -208,24 +217,28 @@ def main() -> None:
     work = args.work.resolve()
     proj = work / "proj"
     steps = Steps(work, set(args.force))
-    q, qrels, gold = CMRC / "queries.jsonl", CMRC / "qrels" / "test.tsv", CMRC / "answers.jsonl"
+    scifact = args.dataset == "scifact"
+    root = SCIFACT if scifact else CMRC
+    corpus = root / ("corpus.jsonl.gz" if scifact else "corpus.jsonl")
+    q, qrels, gold = root / "queries.jsonl", root / "qrels" / "test.tsv", CMRC / "answers.jsonl"
     res: dict = {}
     want = lambda name: not args.only or name in args.only or (steps.dir / f"{name}.json").exists()  # noqa: E731
 
     if want("build"):
         res["build"] = steps.get("build", lambda: cli_step(
-            RAG + ["build", CMRC / "corpus.jsonl", "--format", "beir", "-p", proj]))
+            RAG + ["build", corpus, "--format", "beir", "-p", proj]))
     for mode in MODES:
         if want(f"eval-{mode}"):
             res[f"eval-{mode}"] = steps.get(f"eval-{mode}", lambda: cli_step(
-                RAG + ["eval", "--queries", q, "--qrels", qrels, "--mode", mode, "--name", f"cmrc-{mode}",
+                RAG + ["eval", "--queries", q, "--qrels", qrels, "--mode", mode, "--name", f"{root.name}-{mode}",
                        "-p", proj, "--json"]))
     if want("funnel"):
         res["funnel"] = steps.get("funnel", lambda: cli_step(
             RAG + ["eval", "--funnel", "--queries", q, "--qrels", qrels, "-p", proj, "--json"]))
     if want("tune"):
         def tune() -> dict:
-            halves = split_by_passage(work / "split", args.seed)
+            halves = ({"tune": {"queries": root / "queries-train.jsonl", "qrels": root / "qrels" / "train.tsv"},
+                       "test": {"queries": q, "qrels": qrels}} if scifact else split_by_passage(work / "split", args.seed))
             tuned = work / "proj-tune"
             if tuned.exists():
                 shutil.rmtree(tuned)
@@ -233,23 +246,28 @@ def main() -> None:
             step = cli_step(RAG + ["eval", "--tune", "fusion", "--queries", halves["tune"]["queries"],
                                    "--qrels", halves["tune"]["qrels"], "--test-queries", halves["test"]["queries"],
                                    "--test-qrels", halves["test"]["qrels"], "-p", tuned, "--json"])
-            step["split"] = {**halves, "seed": args.seed, "by": "passage"}
+            step["split"] = ({"by": "BEIR train / test"} if scifact
+                             else {**halves, "seed": args.seed, "by": "passage"})
             step["result"].pop("grid_runs", None)
             return step
         res["tune"] = steps.get("tune", tune)
     if want("perturb"):
         res["perturb"] = steps.get("perturb", lambda: cli_step(
             RAG + ["eval", "--perturb", "case", "--queries", q, "--qrels", qrels, "-p", proj, "--json"]))
-    if want("answers-extractive"):
+    if scifact:  # no gold answers: the answer steps are CMRC's
+        args.skip.append("answers")
+    if want("answers-extractive") and "answers" not in args.skip:
         res["answers-extractive"] = steps.get("answers-extractive", lambda: cli_step(
             RAG + ["ask", "--queries", q, "--name", "all-extractive", "-p", proj, "-q"],
             RAG + ["eval", "--answers", proj / "answers" / "all-extractive.parquet", "--gold", gold, "-p", proj,
                    "--json"]))
 
     sample_file = work / f"sample{args.sample}.jsonl"
-    queries = _read_jsonl(q)
-    _write_jsonl(sample_file, sorted(random.Random(args.seed).sample(queries, args.sample), key=lambda r: r["_id"]))
-    generators = ["extractive"] + ([] if "llm" in args.skip else ["llama-cpp"])
+    generators = [] if "answers" in args.skip else ["extractive"] + ([] if "llm" in args.skip else ["llama-cpp"])
+    if generators:
+        queries = _read_jsonl(q)
+        _write_jsonl(sample_file, sorted(random.Random(args.seed).sample(queries, args.sample),
+                                         key=lambda r: r["_id"]))
     for g in generators:
         if want(f"sample-{g}"):
             name = f"sample{args.sample}-{g}"
@@ -282,8 +300,8 @@ def main() -> None:
                 r["missing_answers"] = len(r["missing_answers"])
             if isinstance(r.get("test"), dict) and "comparison" in r["test"]:
                 r["test"]["comparison"].pop("per_query", None)
-    res_out = {"command": "python bench/cmrc_tables.py " + " ".join(sys.argv[1:]), "dataset": "cmrc2018-trial",
-               "sample": {"n": args.sample, "seed": args.seed, "file": str(sample_file)},
+    res_out = {"command": "python bench/cmrc_tables.py " + " ".join(sys.argv[1:]), "dataset": args.dataset,
+               "sample": {"n": args.sample, "seed": args.seed, "file": str(sample_file)} if generators else None,
                "steps": res, "machine": machine(), "commit": commit()}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
