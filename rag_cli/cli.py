@@ -732,8 +732,10 @@ def ask(
             "strong_score": strong_score, "max_sentences": max_sentences, "filter": filter_,
             "generator": generator, "llm": llm, "rewrite": rewrite, "gate": gate,
             "min_rerank_score": min_rerank_score, "grade": grade}
-    if min_rerank_score and not p.config.model.reranker:
-        _warn(f"--min-rerank-score {min_rerank_score:g} has no effect without a reranker (config model.reranker; "
+    rule = min_rerank_score if min_rerank_score is not None else p.config.ask.min_rerank_score
+    if rule and not p.config.model.reranker:
+        where = "--min-rerank-score" if min_rerank_score is not None else f"ask.min_rerank_score in {p.config_path}:"
+        _warn(f"{where} {rule:g} has no effect without a reranker (config model.reranker; "
               "set one with `rag rerank --model DIR`)")
     if question is not None:
         streamer = _AnswerStream(question) if stream else None

@@ -428,3 +428,19 @@ def test_ask_min_rerank_score_without_a_reranker_warns(nasty_project):
     assert "--min-rerank-score 2 has no effect without a reranker" in " ".join(res.stderr.split())
     quiet = rag("ask", "BM25?", *ANSWERABLE, "-p", nasty_project.root)
     assert "reranker" not in quiet.stderr
+
+
+@pytest.mark.e2e
+def test_ask_min_rerank_score_in_rag_toml_without_a_reranker_warns(nasty_project, tmp_path):
+    import shutil
+
+    root = tmp_path / "copy.rag"
+    shutil.copytree(nasty_project.root, root)
+    toml = root / "rag.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace("min_rerank_score = 0.0", "min_rerank_score = 1.5"),
+                    encoding="utf-8")
+    res = rag("ask", "BM25?", *ANSWERABLE, "-p", root)
+    assert res.exit_code == 0, res.output
+    assert f"ask.min_rerank_score in {toml}: 1.5 has no effect without a reranker" in " ".join(res.stderr.split())
+    off = rag("ask", "BM25?", *ANSWERABLE, "--min-rerank-score", "0", "-p", root)
+    assert "reranker" not in off.stderr
