@@ -3,19 +3,22 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 from pathlib import Path
 
 
 def machine() -> dict:
-    """{"cpu": model name, "avx512": any avx512* flag, "avx2": bool, "python": version}, from /proc/cpuinfo."""
+    """{"cpu": model name, "cores": usable cores, "avx512": any avx512* flag, "avx2", "vnni" (avx512_vnni or
+    avx_vnni), "amx" (amx_int8): bool, "python": version}, from /proc/cpuinfo."""
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines()
                 if line.startswith("model name")), platform.processor())
     flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
-    return {"cpu": cpu, "avx512": any(f.startswith("avx512") for f in flags), "avx2": "avx2" in flags,
-            "python": platform.python_version()}
+    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "avx512": any(f.startswith("avx512") for f in flags),
+            "avx2": "avx2" in flags, "vnni": bool({"avx512_vnni", "avx_vnni"} & set(flags)),
+            "amx": "amx_int8" in flags, "python": platform.python_version()}
 
 
 def commit(short: bool = False) -> str:
@@ -29,7 +32,6 @@ def run_measured(cmd: list[str], *, env: dict | None = None, cwd=None) -> tuple[
     from the kernel (os.wait4), its stdout). Raises SystemExit with the end of
     its stderr when it fails. stderr goes to a file, not a pipe: a full pipe
     would block the child."""
-    import os
     import tempfile
     import time
 

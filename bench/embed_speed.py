@@ -49,7 +49,6 @@ import gzip
 import json
 import logging
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -62,6 +61,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 SCIFACT = Path(os.environ.get("RAG_DATA", REPO.parent / "shared" / "data")) / "scifact"
 
+from _common import commit, machine  # noqa: E402
 from int8_lib import quantize_recipe  # noqa: E402
 from rag_cli.models.convert import e5 as e5_convert  # noqa: E402
 from rag_cli.models.convert.quantize import quantize_int8  # noqa: E402
@@ -265,8 +265,8 @@ def main() -> None:
     budgets = [int(b) for b in args.budgets.split(",")]
     default_budget = DEFAULT_BATCH_TOKENS if DEFAULT_BATCH_TOKENS in budgets else budgets[len(budgets) // 2]
 
-    res: dict = {"n": args.n, "threads": threads, "machine": platform.processor() or platform.machine(),
-                 "load_before": os.getloadavg()[0]}
+    res: dict = {"command": " ".join(["python", "bench/embed_speed.py", *sys.argv[1:]]), "n": args.n,
+                 "threads": threads, "machine": machine(), "commit": commit(), "load_before": os.getloadavg()[0]}
     folder = ensure_default_model()
     header, tensors = e5_convert.read_e5_bin()
     docs = load_docs(args.n)

@@ -236,8 +236,9 @@ def provenance(name: str, d: dict) -> list[str]:
         lines.append(f"- CPU: {m['cpu_model']} ({simd}), {m.get('usable_cores', m.get('cores'))} cores"
                      + (f", {m['mem_gib']} GiB" if m.get("mem_gib") else ""))
     elif isinstance(m, dict) and m.get("cpu"):
-        simd = ", ".join(f for f in ("avx2", "avx512") if m.get(f)) or "no AVX2"
-        lines.append(f"- CPU: {m['cpu']} ({simd}), Python {m.get('python', '?')}")
+        simd = ", ".join(f for f in ("avx2", "avx512", "vnni", "amx") if m.get(f)) or "no AVX2"
+        cores = f", {m['cores']} cores" if m.get("cores") else ""
+        lines.append(f"- CPU: {m['cpu']} ({simd}){cores}, Python {m.get('python', '?')}")
     elif isinstance(m, dict):
         lines.append(f"- Machine: {m.get('cpus', '?')} cores, Python {m.get('python', '?')}, {m.get('platform', '?')} "
                      "(CPU model not recorded)")
