@@ -129,15 +129,18 @@ def _emit_json(obj) -> None:
 
 
 def _note(message: str) -> None:
-    """A plain message on stderr (printed verbatim: no markup, no highlighting)."""
-    _stderr().print(message, highlight=False, markup=False)
+    """A plain message on stderr (printed verbatim: no markup, no highlighting; ids and names from user
+    files in it made plain text by `rag_cli.safe_text.plain`)."""
+    from rag_cli.safe_text import plain
+
+    _stderr().print(plain(message), highlight=False, markup=False)
 
 
 def _warn(message: str) -> None:
-    """A message on stderr in yellow (printed verbatim)."""
-    from rich.text import Text
+    """A message on stderr in yellow (printed verbatim, made plain text as `_note`)."""
+    from rag_cli.safe_text import plain_text
 
-    _stderr().print(Text(message, style="yellow"))
+    _stderr().print(plain_text(message, style="yellow"))
 
 
 @contextlib.contextmanager
@@ -869,7 +872,7 @@ def _report_answer_checks(res, quiet: bool) -> None:
 def eval_(
     qrels: Annotated[Optional[Path], typer.Option("--qrels", help="Qrels: BEIR TSV (query-id corpus-id score) or TREC 4-column")] = None,
     run: Annotated[Optional[Path], typer.Option("--run", help="A run (Parquet or TREC); or give --queries to search now")] = None,
-    queries: Annotated[Optional[Path], typer.Option("--queries", help="Query file: search it first (with --mode, -k 100)")] = None,
+    queries: Annotated[Optional[Path], typer.Option("--queries", help="Query file: search it first (with --mode, down to max(--ks) distinct documents per query: 100 by default) into runs/QUERIES-MODE.parquet")] = None,
     mode: Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode with --queries (config: search.mode)")] = None,
     ks: Annotated[Optional[str], typer.Option("--ks", help="Cutoffs, comma-separated (default 1,5,10,20,100)")] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Report name: eval/NAME.json (default: RUN-QRELS, the two files' stems)")] = None,
@@ -942,15 +945,16 @@ def eval_(
     if tune == "refusal":
         given = _given(max_false_refusal=max_false_refusal)  # else the library's default
         report, path = p.tune_refusal(answers, unanswerable, test_answers=test_answers,
-                                      test_unanswerable=test_unanswerable, name=name, output=output, **given)
+                                      test_unanswerable=test_unanswerable, name=name, output=output, md=md,
+                                      plots=plots, **given)
         return _show_report(p, report, path, _print_refusal_tuning, json_out, quiet, md, plots)
     if answers is not None or gold is not None or judge:
         llm = {"base_url": judge_base_url, "model": judge_model, "api": judge_api}
         with _progress(quiet or json_out) as progress:
             given = _given(judge_repeats=judge_repeats, judge_temperature=judge_temperature)
             report, path = p.evaluate_answers(answers, gold, judge=judge, judge_generator=judge_generator, llm=llm,
-                                              name=name, output=output, unanswerable=unanswerable,
-                                              progress=progress, **given)
+                                              name=name, output=output, unanswerable=unanswerable, md=md,
+                                              plots=plots, progress=progress, **given)
         if report.get("recorded_gate_off") and not quiet:
             _warn(f"{' and '.join(report['recorded_gate_off'])}: no question was refused by the refusal gate, "
                   "though the gate of this project's [ask] settings refuses some: recorded with `rag ask --gate "
@@ -959,7 +963,8 @@ def eval_(
     if tune is not None:
         with _progress(quiet or json_out) as progress:
             report, path = p.tune_fusion(queries, qrels, test_queries=test_queries, test_qrels=test_qrels,
-                                         permutations=permutations, name=name, output=output, progress=progress)
+                                         permutations=permutations, name=name, output=output, md=md, plots=plots,
+                                         progress=progress)
         return _show_report(p, report, path, _print_tuning, json_out, quiet, md, plots)
     if perturb:
         from rag_cli.evaluate.perturb import expand_kinds
@@ -970,19 +975,21 @@ def eval_(
             raise BadInput(str(exc)) from None
         with _progress(quiet or json_out) as progress:
             report, path = p.perturb(qrels, queries, kinds, mode=mode, ks=cutoffs, seed=seed,
-                                     permutations=permutations, name=name, output=output, progress=progress)
+                                     permutations=permutations, name=name, output=output, md=md, plots=plots,
+                                     progress=progress)
         return _show_report(p, report, path, _print_perturb, json_out, quiet, md, plots)
     if compare:
         report, path = p.compare(qrels, runs or [], ks=cutoffs, permutations=permutations, seed=seed, name=name,
-                                 output=output)
+                                 output=output, md=md, plots=plots)
         return _show_report(p, report, path, _print_comparison, json_out, quiet, md, plots)
     if funnel:
         with _progress(quiet or json_out) as progress:
-            report, path = p.funnel(qrels, queries, name=name, output=output, progress=progress)
+            report, path = p.funnel(qrels, queries, name=name, output=output, md=md, plots=plots,
+                                    progress=progress)
         return _show_report(p, report, path, _print_funnel, json_out, quiet, md, plots)
     with _progress(quiet or json_out) as progress:
         report, path = p.evaluate(qrels, run=run, queries=queries, mode=mode, ks=cutoffs, name=name, output=output,
-                                  progress=progress)
+                                  md=md, plots=plots, progress=progress)
     if queries is not None:
         _report_queries_truncated(report["n_queries_truncated"], report["max_length"], quiet)
     if json_out:

@@ -823,7 +823,8 @@ class Project:
     def evaluate(self, qrels: str | os.PathLike, *, run: str | os.PathLike | None = None,
                  queries: str | os.PathLike | None = None, mode: str | None = None,
                  ks: Sequence[int] = (1, 5, 10, 20, 100), name: str | None = None,
-                 output: str | os.PathLike | None = None,
+                 output: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
+                 plots: str | os.PathLike | None = None,
                  progress: Progress | None = None) -> tuple[dict, Path | None]:
         """Recall@k, Hit@k, MRR@k, nDCG@k, P@k, MAP@k, MAP and R-precision of
         `run` against `qrels` as trec_eval computes them (document level by
@@ -832,7 +833,10 @@ class Project:
         eval/NAME.json (NAME: RUN-QRELS); a `run` needs no project folder:
         without one and without `output` nothing is written (path None).
         Returns (report, path); with `queries`, the report also has
-        n_queries_truncated and max_length (see `search_queries`)."""
+        n_queries_truncated and max_length (see `search_queries`).
+        `md` and `plots` (the Markdown and plots `eval_summaries` writes
+        afterwards), like every output, are checked before any work
+        (`rag_cli.evaluate.outputs.check_eval_files`); every eval method takes them."""
         from rag_cli.stages.evaluation import evaluate
 
         cutoffs = sorted({int(x) for x in ks})
@@ -843,13 +847,16 @@ class Project:
         searched = None
         if queries is not None:
             self.require_exists()
-            searched = run = self.search_queries(queries, mode=mode, k=max(cutoffs), name=name, progress=progress)
+        stem = file_stem(run) if queries is None else name or f"{file_stem(queries)}-{mode or self.config.search.mode}"
         if output is not None:
             path = Path(output)
         elif self.root.is_dir():
-            path = self.eval_path(name or f"{file_stem(run)}-{file_stem(qrels)}")
+            path = self.eval_path(name or f"{stem}-{file_stem(qrels)}")  # RUN-QRELS; RUN as search_queries names it
         else:
             path = None
+        _check_eval_files({"--run": run, "--queries": queries, "--qrels": qrels}, path, output, md, plots)
+        if queries is not None:
+            searched = run = self.search_queries(queries, mode=mode, k=max(cutoffs), name=name, progress=progress)
         report = evaluate(Path(run), Path(qrels), cutoffs, path)
         if searched is not None:
             report = {**report, "n_queries_truncated": searched.n_queries_truncated, "max_length": searched.max_length}
@@ -857,7 +864,8 @@ class Project:
 
     def compare(self, qrels: str | os.PathLike, runs: Sequence[str | os.PathLike], *,
                 ks: Sequence[int] = (1, 5, 10, 20, 100), permutations: int = 10000, seed: int = 0,
-                name: str | None = None, output: str | os.PathLike | None = None) -> tuple[dict, Path | None]:
+                name: str | None = None, output: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
+                plots: str | os.PathLike | None = None) -> tuple[dict, Path | None]:
         """Score each run against `qrels` (as `evaluate`) and compare each with
         the first: per metric the mean difference, paired randomisation and
         t-test p-values, Holm-corrected across metrics, and win/tie/loss
@@ -876,6 +884,7 @@ class Project:
             path = self.eval_path(name or f"compare-{file_stem(runs[0])}-{file_stem(qrels)}")
         else:
             path = None
+        _check_eval_files({"RUNS": list(runs), "--qrels": qrels}, path, output, md, plots)
         report = compare([Path(r) for r in runs], Path(qrels), cutoffs, path, permutations=permutations, seed=seed)
         return report, path
 
@@ -883,7 +892,8 @@ class Project:
                          judge: bool = False, judge_generator: str | None = None, judge_repeats: int = 3,
                          judge_temperature: float = 0.3, judge_questions: int = 3, llm: dict | None = None,
                          name: str | None = None, output: str | os.PathLike | None = None,
-                         unanswerable: str | os.PathLike | None = None,
+                         unanswerable: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
+                         plots: str | os.PathLike | None = None,
                          progress: Progress | None = None) -> tuple[dict, Path]:
         """Exact match, F1, has-answer, citation precision/recall, refusal
         rate and latency p50/p95 of `answers` (answers/NAME.parquet of
@@ -914,6 +924,8 @@ class Project:
         self.require_exists()
         self.require(self.chunks_path, "chunk")
         path = Path(output) if output else self.eval_path(name or f"answers-{file_stem(answers)}")
+        _check_eval_files({"--answers": answers, "--gold": gold, "--unanswerable": unanswerable}, path, output, md,
+                          plots)
         cut = Path(unanswerable) if unanswerable is not None else None
         if not judge:
             return evaluate_answers(Path(answers), Path(gold), self.chunks_path, path, unanswerable=cut,
@@ -959,7 +971,8 @@ class Project:
     def tune_refusal(self, answers: str | os.PathLike, unanswerable: str | os.PathLike, *,
                      max_false_refusal: float = 0.05, test_answers: str | os.PathLike | None = None,
                      test_unanswerable: str | os.PathLike | None = None, name: str | None = None,
-                     output: str | os.PathLike | None = None) -> tuple[dict, Path]:
+                     output: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
+                     plots: str | os.PathLike | None = None) -> tuple[dict, Path]:
         """Grid-search the refusal gate's thresholds (ask.min_score,
         min_coverage, min_entity_coverage, strong_score, min_rerank_score) on
         answers recorded with the gate off (`ask_queries(..., gate="off")`):
@@ -980,6 +993,9 @@ class Project:
             raise BadInput("--test-answers and --test-unanswerable go together: give both (the test split) or neither")
         self.require_exists()
         path = Path(output) if output else self.eval_path(name or f"tune-refusal-{file_stem(answers)}")
+        _check_eval_files({"--answers": answers, "--unanswerable": unanswerable, "--test-answers": test_answers,
+                           "--test-unanswerable": test_unanswerable, "rag.toml": self.config_path},
+                          path, output, md, plots)
 
         def pair(a, u):
             rows = []
@@ -1007,15 +1023,20 @@ class Project:
         gold documents of at least `n` questions of `queries` (judged in
         `qrels`) removed, into the folder `output` (corpus.jsonl,
         queries.jsonl of those questions, removed.json); no project needed.
-        Returns the removed.json dict (see `rag_cli.evaluate.unanswerable`)."""
+        Returns the removed.json dict (see `rag_cli.evaluate.unanswerable`).
+        Raises BadInput when `output` holds an input (`check_eval_files`)."""
+        from rag_cli.evaluate.outputs import check_eval_files
         from rag_cli.evaluate.unanswerable import write_unanswerable
+
+        check_eval_files({"--corpus": corpus, "--queries": queries, "--qrels": qrels}, {}, folder=("-o", output))
 
         return write_unanswerable(corpus, queries, qrels, n, output, seed=seed)
 
     def tune_fusion(self, queries: str | os.PathLike, qrels: str | os.PathLike, *,
                     test_queries: str | os.PathLike | None = None, test_qrels: str | os.PathLike | None = None,
                     candidates: int | None = None, permutations: int = 10000, name: str | None = None,
-                    output: str | os.PathLike | None = None, progress: Progress | None = None) -> tuple[dict, Path]:
+                    output: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
+                    plots: str | os.PathLike | None = None, progress: Progress | None = None) -> tuple[dict, Path]:
         """Grid-search the hybrid fusion (RRF k; min-max or z-score weighted
         sums and their dense weight) for nDCG@10 on the train split
         (`queries`, `qrels`), write the winner to rag.toml (search.fusion,
@@ -1032,6 +1053,8 @@ class Project:
             raise BadInput("--test-queries and --test-qrels go together: give both (the test split) or neither")
         self.require_exists()
         path = Path(output) if output else self.eval_path(name or f"tune-fusion-{file_stem(queries)}")
+        _check_eval_files({"--queries": queries, "--qrels": qrels, "--test-queries": test_queries,
+                           "--test-qrels": test_qrels, "rag.toml": self.config_path}, path, output, md, plots)
         config, _ = self._with("search", {"candidates": candidates})
         train = (read_queries(queries), read_qrels(qrels))
         test = (read_queries(test_queries), read_qrels(test_qrels)) if test_queries is not None else None
@@ -1049,8 +1072,8 @@ class Project:
 
     def perturb(self, qrels: str | os.PathLike, queries: str | os.PathLike, kinds: Sequence[str], *,
                 mode: str | None = None, ks: Sequence[int] = (10, 100), seed: int = 0, permutations: int = 10000,
-                name: str | None = None, output: str | os.PathLike | None = None,
-                progress: Progress | None = None) -> tuple[dict, Path]:
+                name: str | None = None, output: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
+                plots: str | os.PathLike | None = None, progress: Progress | None = None) -> tuple[dict, Path]:
         """Search `queries` as given and changed each way of `kinds` (upper,
         lower, typo, punct; see `rag_cli.evaluate.perturb`), score every run
         against `qrels` at `ks` (down to max(ks) distinct documents) and
@@ -1072,6 +1095,7 @@ class Project:
             raise BadInput("--perturb: name one or more of case, upper, lower, typo, punct")
         self.require_exists()
         path = Path(output) if output else self.eval_path(name or f"perturb-{file_stem(queries)}")
+        _check_eval_files({"--queries": queries, "--qrels": qrels}, path, output, md, plots)
         config, s, mask = self._search_setup(mode, max(cutoffs), None, None, None)
         original = read_queries(queries)
         gold = read_qrels(qrels)
@@ -1114,8 +1138,8 @@ class Project:
 
     def funnel(self, qrels: str | os.PathLike, queries: str | os.PathLike, *, k: int | None = None,
                candidates: int | None = None, rrf_k: int | None = None, answers: bool = True,
-               name: str | None = None, output: str | os.PathLike | None = None,
-               progress: Progress | None = None) -> tuple[dict, Path]:
+               name: str | None = None, output: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
+               plots: str | os.PathLike | None = None, progress: Progress | None = None) -> tuple[dict, Path]:
         """Where each query's gold first goes missing (sparse and dense
         candidates, fusion, rerank when model.reranker is set, the evidence
         and the citations of `ask` when `answers`), and ANN recall (HNSW vs
@@ -1127,6 +1151,8 @@ class Project:
         from rag_cli.store.eval_reports import write_report
 
         check_name(name)
+        path = Path(output) if output else self.eval_path(name or f"funnel-{file_stem(queries)}")
+        _check_eval_files({"--queries": queries, "--qrels": qrels}, path, output, md, plots)
         self.require_exists()
         config, _ = self._with("search", {"k": k, "candidates": candidates, "rrf_k": rrf_k, "mode": "hybrid"})
         s = self._searcher(config, with_embedder=True)
@@ -1160,9 +1186,16 @@ class Project:
                         reranker=reranker, answerer=answerer,
                         ann_ks=sorted({10, search.k, search.candidates}), progress=progress)
         report = {"queries": str(queries), "qrels": str(qrels), **report}
-        path = Path(output) if output else self.eval_path(name or f"funnel-{file_stem(queries)}")
         write_report(path, report)
         return report, path
+
+
+def _check_eval_files(inputs: dict, path: Path | None, output, md, plots) -> None:
+    """`check_eval_files` of an eval method: its report `path` is named -o
+    when given, else "the report"."""
+    from rag_cli.evaluate.outputs import check_eval_files
+
+    check_eval_files(inputs, {"-o" if output is not None else "the report": path, "--md": md}, plots=plots)
 
 
 def _max_length(searcher) -> int | None:

@@ -54,7 +54,7 @@ def test_comparison_md_and_plot(files):
                                    "-o", str(files / "cmp.json"), "--md", str(md), "--plots", str(plots)])
     assert res.exit_code == 0, res.output
     text = md.read_text()
-    assert "## b.trec vs a.trec" in text and "| ndcg@2 |" in text
+    assert "## baseline a.trec vs b.trec" in text and "| ndcg@2 |" in text  # baseline first, as the columns
     assert "1/2/0" in text  # ndcg@2: q2 and q3 better, q1 tied
     assert _png_size(plots / "cmp-diff-b.png")[0] > 400
 

@@ -12,9 +12,24 @@ def _f(v, digits: int = 4) -> str:
     return "n/a" if v is None else (f"{v:.{digits}f}" if isinstance(v, float) else str(v))
 
 
+def _text(value) -> str:
+    """A name or id from a user's file as one line of plain Markdown text: no
+    escape sequences or control characters (`rag_cli.safe_text.plain`), no
+    line breaks."""
+    from rag_cli.safe_text import plain
+
+    return " ".join(plain(str(value)).split())
+
+
+def _cell(value) -> str:
+    """`_text` for a table cell: `|` escaped so it does not split the cell."""
+    return _text(value).replace("|", "\\|")
+
+
 def _table(header: list[str], rows: list[list]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
-    out += ["| " + " | ".join(_f(c) if not isinstance(c, str) else c for c in row) + " |" for row in rows]
+    out = ["| " + " | ".join(map(_cell, header)) + " |",
+           "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    out += ["| " + " | ".join(_cell(_f(c) if not isinstance(c, str) else c) for c in row) + " |" for row in rows]
     return out + [""]
 
 
@@ -22,8 +37,9 @@ def _metrics(report: dict) -> list[str]:
     means = report["metrics"]
     ks = sorted({int(m.split("@")[1]) for m in means if "@" in m})
     names = list(dict.fromkeys(m.split("@")[0] for m in means if "@" in m))
-    lines = [f"# Evaluation: {report.get('run', '')}", "",
-             f"{report['n_queries']} queries, {report.get('level', 'doc')} level; qrels {report.get('qrels', '')}.", ""]
+    lines = [f"# Evaluation: {_text(report.get('run', ''))}", "",
+             f"{report['n_queries']} queries, {report.get('level', 'doc')} level; "
+             f"qrels {_text(report.get('qrels', ''))}.", ""]
     lines += _table(["metric", *(f"@{k}" for k in ks)],
                     [[n, *(means.get(f"{n}@{k}") for k in ks)] for n in names])
     whole = [[m, means[m]] for m in ("map", "rprec") if m in means]
@@ -35,7 +51,7 @@ def _metrics(report: dict) -> list[str]:
 def _comparison(report: dict) -> list[str]:
     lines = [f"# Comparison of runs ({report['n_queries']} queries)", ""]
     for comp in report["comparisons"]:
-        lines += [f"## {comp['run']} vs {comp['baseline']}", "",
+        lines += [f"## baseline {_text(comp['baseline'])} vs {_text(comp['run'])}", "",
                   "p-values two-sided, Holm-corrected across the metrics.", ""]
         lines += _table(["metric", comp["baseline"], comp["run"], "diff", "p rand", "p t-test", "W/T/L"],
                         [[m, r["baseline"], r["run"], f"{r['mean_diff']:+.4f}", r["p_randomisation_holm"],
@@ -79,7 +95,7 @@ def _judge(judge: dict) -> list[str]:
 
 
 def _answers(report: dict) -> list[str]:
-    lines = [f"# Answers: {report.get('answers', '')}", ""]
+    lines = [f"# Answers: {_text(report.get('answers', ''))}", ""]
     if "counts" in report:
         c = report["counts"]
         lines += [f"{c['n_questions']} questions with gold answers, {c['n_refused']} refused.", ""]
@@ -87,11 +103,11 @@ def _answers(report: dict) -> list[str]:
                                               for m, v in report["metrics"].items()])
     if "refusal" in report:
         r = report["refusal"]
-        lines += [f"## Refusal: {r['n_unanswerable']} made-unanswerable questions ({report['unanswerable']})", ""]
+        lines += [f"## Refusal: {r['n_unanswerable']} made-unanswerable questions ({_text(report['unanswerable'])})", ""]
         lines += _table(["rate", "value"], [[m, _f(r[m])] for m in
                                             ("refusal_unanswerable", "false_answer_rate", "false_refusal_rate")])
         if report.get("recorded_gate_off"):
-            lines += [f"Recorded with the gate off (no gate refusals): {', '.join(report['recorded_gate_off'])}; "
+            lines += [f"Recorded with the gate off (no gate refusals): {_text(', '.join(report['recorded_gate_off']))}; "
                       "these refusals are the generator's alone.", ""]
     return lines + (_judge(report["judge"]) if "judge" in report else [])
 

@@ -20,12 +20,18 @@ from rag_cli import atomic
 from rag_cli.errors import BadInput
 
 
-def _pyplot():
+def check_matplotlib():
+    """The matplotlib module (its Agg backend chosen); BadInput when it does not import."""
     try:
         import matplotlib
     except ImportError:
         raise BadInput("--plots needs matplotlib: pip install 'rag-cli[plot]' (or pip install matplotlib)") from None
     matplotlib.use("Agg")
+    return matplotlib
+
+
+def _pyplot():
+    check_matplotlib()
     import matplotlib.pyplot as plt
 
     return plt

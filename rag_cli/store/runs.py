@@ -215,28 +215,36 @@ def _read_parquet_run(path: Path) -> list[RunRow]:
     return rows
 
 
+def _trec_lines(path: Path):
+    """(line number, line) of a TREC run; BadInput naming the file when it is not UTF-8 text."""
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            yield from enumerate(f, 1)
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{path}: not UTF-8 text ({e}); a run is Parquet or a UTF-8 TREC run file") from e
+
+
 def _read_trec_run(path: Path) -> list[RunRow]:
     rows = []
-    with open(path, encoding="utf-8-sig") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            fields = line.split()
-            want = "6 whitespace-separated fields 'qid Q0 docno rank score tag'"
-            if len(fields) != 6:
-                raise BadInput(f"{path}:{lineno}: a TREC run line has {want}, got {len(fields)}: {line.rstrip()!r}")
-            qid, _q0, docno, rank_s, score_s, tag = fields
-            try:
-                rank = int(rank_s)
-            except ValueError:
-                raise BadInput(f"{path}:{lineno}: rank (4th field) must be an integer, got {rank_s!r}") from None
-            try:
-                score = float(score_s)
-            except ValueError:
-                raise BadInput(f"{path}:{lineno}: score (5th field) must be a number, got {score_s!r}") from None
-            if math.isnan(score):
-                raise BadInput(f"{path}:{lineno}: score is NaN; it must be a number")
-            rows.append(RunRow(qid, "", rank, docno, doc_id_of(docno), score, tag))
+    for lineno, line in _trec_lines(path):
+        if not line.strip():
+            continue
+        fields = line.split()
+        want = "6 whitespace-separated fields 'qid Q0 docno rank score tag'"
+        if len(fields) != 6:
+            raise BadInput(f"{path}:{lineno}: a TREC run line has {want}, got {len(fields)}: {line.rstrip()!r}")
+        qid, _q0, docno, rank_s, score_s, tag = fields
+        try:
+            rank = int(rank_s)
+        except ValueError:
+            raise BadInput(f"{path}:{lineno}: rank (4th field) must be an integer, got {rank_s!r}") from None
+        try:
+            score = float(score_s)
+        except ValueError:
+            raise BadInput(f"{path}:{lineno}: score (5th field) must be a number, got {score_s!r}") from None
+        if math.isnan(score):
+            raise BadInput(f"{path}:{lineno}: score is NaN; it must be a number")
+        rows.append(RunRow(qid, "", rank, docno, doc_id_of(docno), score, tag))
     if not rows:
         raise BadInput(f"{path}: the run is empty; expected TREC run lines 'qid Q0 docno rank score tag'")
     return rows
@@ -251,6 +259,10 @@ def read_run(path: str | os.PathLike) -> list[RunRow]:
         raise BadInput(f"{path}: no such run file{where}")
     if _is_parquet(path):
         return _read_parquet_run(path)
+    if path.suffix == ".parquet":
+        raise BadInput(f"{path}: not a Parquet file (it does not start with PAR1); is it a run written by "
+                       "`rag search --queries` or `rag rerank`? A TREC run file is read by content, under any "
+                       "other name")
     return _read_trec_run(path)
 
 
