@@ -89,3 +89,24 @@ def test_funnel_plot_leaves_out_layers_not_measured(tmp_path):
     assert png.name == "f-funnel.png" and _png_size(png)[0] > 400
     assert calls == [["reached the last layer", "lost in citation", "lost in evidence", "lost in fusion",
                       "in neither candidate list"]]
+
+
+def test_perturb_plot_shows_one_cutoff_and_warns_nothing(tmp_path):
+    import warnings
+
+    from rag_cli.evaluate.plots import _perturb_metrics
+
+    names = [f"{m}@{k}" for m in ("recall", "hit", "mrr", "ndcg", "precision", "map") for k in (1, 5, 10, 20, 100)]
+    names += ["map", "rprec"]
+    shown = _perturb_metrics(names)
+    assert shown == ["recall@10", "hit@10", "mrr@10", "ndcg@10", "precision@10", "map@10", "map", "rprec"]
+    assert _perturb_metrics(["ndcg@3", "ndcg@5", "ndcg@20", "map"]) == ["ndcg@5", "map"]
+    assert _perturb_metrics(["ndcg@20", "ndcg@50"]) == ["ndcg@20"]
+    loss = {m: -0.01 for m in names}
+    report = {"original": {m: 0.5 for m in names}, "n_queries": 30, "mode": "hybrid",
+              "perturbations": {k: {"loss": loss} for k in ("upper", "lower", "typo", "punct")}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (png,) = plot_report(report, tmp_path, "p")
+    assert [str(w.message) for w in caught] == []
+    assert png.name == "p-perturb.png" and _png_size(png)[0] > 400

@@ -40,9 +40,13 @@ def _pyplot():
 def _save(fig, path: Path) -> Path:
     import io
 
+    import warnings
+
     buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=150)
+    with warnings.catch_warnings():  # "Tight layout not applied" is matplotlib's to say, not ours to print
+        warnings.simplefilter("ignore", UserWarning)
+        fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=150, bbox_inches="tight")
     atomic.write_bytes(path, buf.getvalue())
     return path
 
@@ -120,9 +124,20 @@ def _tuning(plt, report: dict, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _perturb_metrics(names: list[str]) -> list[str]:
+    """The metrics a perturbation plot shows: each cutoff metric at one k (10
+    when measured, else the largest k under 10, else the smallest), then the
+    whole-run metrics; at most one bar per metric family."""
+    ks = sorted({int(m.split("@")[1]) for m in names if "@" in m})
+    if not ks:
+        return names
+    k = 10 if 10 in ks else max((x for x in ks if x < 10), default=ks[0])
+    return [m for m in names if m.endswith(f"@{k}")] + [m for m in names if "@" not in m]
+
+
 def _perturb(plt, report: dict, path: Path) -> Path:
     kinds = list(report["perturbations"])
-    metrics = list(report["original"])
+    metrics = _perturb_metrics(list(report["original"]))
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.8 / max(len(metrics), 1)
     for j, m in enumerate(metrics):
