@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rag_cli import Project
 from rag_cli.cli import app
 from rag_cli.errors import BadInput
 from rag_cli.evaluate.datasets import queries_with_relevant, read_qrels, read_queries
@@ -18,25 +17,12 @@ from rag_cli.evaluate.report import parse_cutoffs
 from rag_cli.store.answers import read_answers, write_answers
 from rag_cli.store.chunks import read_chunks
 from rag_cli.store.runs import read_run
+from test_tuning import SAMPLE_QRELS, SAMPLE_QUESTIONS, project  # noqa: F401 (the module's built sample project)
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE_DOCS = REPO / "sample_corpus" / "docs"
-SAMPLE_QUESTIONS = REPO / "sample_corpus" / "questions.jsonl"
-SAMPLE_QRELS = REPO / "sample_corpus" / "qrels.tsv"
 
 
 def invoke(*args: str):
     return CliRunner().invoke(app, ["eval", *map(str, args)])
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory, tiny_bi_encoder) -> Project:
-    root = tmp_path_factory.mktemp("evalin") / "p.rag"
-    Project.create(root, search={"k": 3, "candidates": 5})
-    res = CliRunner().invoke(app, ["build", str(SAMPLE_DOCS), "--model", str(tiny_bi_encoder), "--unit", "chars",
-                                   "--size", "300", "--overlap", "0", "-p", str(root), "-q"])
-    assert res.exit_code == 0, res.output
-    return Project.open(root)
 
 
 @pytest.fixture()
