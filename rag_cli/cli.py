@@ -910,6 +910,7 @@ def eval_(
     """Recall@k, Hit@k, MRR@k, nDCG@k, P@k, MAP and R-precision of a run against qrels, as trec_eval
     computes them (document level by best chunk, MaxP)."""
     from rag_cli.errors import BadInput
+    from rag_cli.evaluate.report import parse_cutoffs
     from rag_cli.project import Project
 
     _check_eval_mode({"--qrels": qrels, "--run": run, "--queries": queries, "--mode": mode, "--ks": ks,
@@ -926,12 +927,7 @@ def eval_(
     ks = "1,5,10,20,100" if ks is None else ks
     permutations = 10000 if permutations is None else permutations
     seed = 0 if seed is None else seed
-    try:
-        cutoffs = sorted({int(x) for x in ks.split(",") if x.strip()})
-    except ValueError:
-        raise BadInput(f"--ks {ks!r}: expected comma-separated integers such as 1,5,10,20,100") from None
-    if not cutoffs or min(cutoffs) < 1:
-        raise BadInput(f"--ks {ks!r}: cutoffs must be integers >= 1")
+    cutoffs = parse_cutoffs(ks)
     if make_unanswerable is not None or corpus is not None:
         out = Project.make_unanswerable(make_unanswerable, corpus=corpus, queries=queries, qrels=qrels,
                                         output=output, seed=seed)
@@ -955,6 +951,10 @@ def eval_(
             report, path = p.evaluate_answers(answers, gold, judge=judge, judge_generator=judge_generator, llm=llm,
                                               name=name, output=output, unanswerable=unanswerable, md=md,
                                               plots=plots, progress=progress, **given)
+        if report.get("n_chunks_not_in_project") and not quiet:
+            _warn(f"{report['n_chunks_not_in_project']} chunk id(s) cited or given as evidence in {answers} are not "
+                  f"in this project's chunks ({p.chunks_path}): their citations and has-answer count as missing. "
+                  "Recorded before the project was rebuilt, or in another project (-p)?")
         if report.get("recorded_gate_off") and not quiet:
             _warn(f"{' and '.join(report['recorded_gate_off'])}: no question was refused by the refusal gate, "
                   "though the gate of this project's [ask] settings refuses some: recorded with `rag ask --gate "
@@ -981,6 +981,9 @@ def eval_(
     if compare:
         report, path = p.compare(qrels, runs or [], ks=cutoffs, permutations=permutations, seed=seed, name=name,
                                  output=output, md=md, plots=plots)
+        if not quiet:
+            for check in report["run_checks"]:
+                _warn_run_checks(check, run=check["run"])
         return _show_report(p, report, path, _print_comparison, json_out, quiet, md, plots)
     if funnel:
         with _progress(quiet or json_out) as progress:
@@ -1087,6 +1090,13 @@ def _check_eval_mode(flags: dict) -> str:
     wrong = [f for f in given if f not in accepted]
     if not missing and not wrong:
         return mode
+    if mode in ("answers", "judge") and "--answers" in missing and wrong:
+        selected = [f for f in ("--gold", "--judge") if f in given]
+        raise BadInput(f"{' and '.join(selected)} belong{'s' if len(selected) == 1 else ''} to rag eval --answers "
+                       f"(scoring answers), which needs --answers FILE (from `rag ask --queries`); {', '.join(wrong)} "
+                       f"select{'s' if len(wrong) == 1 else ''} another mode (--qrels with --run or --queries: "
+                       f"scoring a run). Leave out {' and '.join(selected)}, or give --answers FILE and leave out "
+                       f"{', '.join(wrong)}")
     if len(wrong) == 1 and wrong[0] in _EVAL_ONLY_SOME:
         what = f"rag eval {label} {_EVAL_ONLY_SOME[wrong[0]]} ({wrong[0]})"
     else:
@@ -1307,7 +1317,7 @@ def _print_funnel(report: dict, path: Path, quiet: bool) -> None:
     for label, v in rows:
         table.add_row(label, str(v), f"{v / n:.1%}" if n else "")
     _stdout().print(table)
-    _stdout().print("ANN recall (HNSW vs exact): " + ", ".join(f"{k} {v:.4f}" for k, v in report["ann"].items()),
+    _stdout().print("ANN recall (HNSW vs exact): " + ", ".join(f"{k} {'n/a' if v is None else f'{v:.4f}'}" for k, v in report["ann"].items()),
                     highlight=False)
     if not quiet:
         _note(f"written: {path}")
@@ -1317,13 +1327,15 @@ def _ids(ids: list, shown: int = 10) -> str:
     return ", ".join(map(str, ids[:shown])) + (f", ... ({len(ids) - shown} more)" if len(ids) > shown else "")
 
 
-def _warn_run_checks(report: dict) -> None:
+def _warn_run_checks(report: dict, run: str | None = None) -> None:
     """Say on stderr what trec_eval would have done silently: queries scored 0
-    or ignored (by id), repeated rows, ties ordered by id."""
+    or ignored (by id), repeated rows, ties ordered by id; each line led by
+    "RUN: " when `run` is given (one run of several)."""
     n = report["n_queries"]
+    lead = f"{run}: " if run else ""
     if report.get("queries_missing_from_run"):
         ids = report["queries_missing_from_run"]
-        _warn(f"{len(ids)} of {n} qrels queries are not in the run and score 0 "
+        _warn(f"{lead}{len(ids)} of {n} qrels queries are not in the run and score 0 "
               f"(is it the run and qrels of the same query set?): {_ids(ids)}")
     if report.get("queries_without_relevant"):
         ids = report["queries_without_relevant"]
@@ -1331,11 +1343,11 @@ def _warn_run_checks(report: dict) -> None:
               f"(relevance >= 1) and score 0: {_ids(ids)}")
     if report.get("run_queries_not_in_qrels"):
         ids = report["run_queries_not_in_qrels"]
-        _warn(f"{len(ids)} run quer{'y is' if len(ids) == 1 else 'ies are'} not in the qrels and ignored: {_ids(ids)}")
+        _warn(f"{lead}{len(ids)} run quer{'y is' if len(ids) == 1 else 'ies are'} not in the qrels and ignored: {_ids(ids)}")
     dups = report.get("duplicates") or {}
     if dups.get("n"):
         ex = ", ".join(f"{q}/{c}" for q, c in dups["examples"])
-        _warn(f"{dups['n']} repeated (query, id) row(s) counted once, at their best score; e.g. {ex}")
+        _warn(f"{lead}{dups['n']} repeated (query, id) row(s) counted once, at their best score; e.g. {ex}")
     ties = report.get("ties") or {}
     if ties.get("n_groups"):
         _note(f"ties: {ties['n_ids']} ids in {ties['n_groups']} groups of equal score "

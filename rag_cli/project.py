@@ -1044,7 +1044,7 @@ class Project:
         the test split when given (see `rag_cli.evaluate.tuning`). Writes
         `output`, else eval/NAME.json (NAME: tune-fusion-QUERIES). Returns
         (report, path)."""
-        from rag_cli.evaluate.datasets import read_qrels, read_queries
+        from rag_cli.evaluate.datasets import queries_with_relevant, read_qrels, read_queries
         from rag_cli.evaluate.tuning import tune_fusion
         from rag_cli.store.eval_reports import write_report
 
@@ -1057,7 +1057,10 @@ class Project:
                            "--test-qrels": test_qrels, "rag.toml": self.config_path}, path, output, md, plots)
         config, _ = self._with("search", {"candidates": candidates})
         train = (read_queries(queries), read_qrels(qrels))
+        queries_with_relevant(*train, f"--queries {queries}", f"--qrels {qrels}")
         test = (read_queries(test_queries), read_qrels(test_qrels)) if test_queries is not None else None
+        if test is not None:
+            queries_with_relevant(*test, f"--test-queries {test_queries}", f"--test-qrels {test_qrels}")
         s = self._searcher(config, with_embedder=True)
         report = tune_fusion(s, train, test, candidates=config.search.candidates, permutations=permutations,
                              progress=progress)
@@ -1081,7 +1084,7 @@ class Project:
         original) and its paired tests (`compare_reports`). Writes `output`,
         else eval/NAME.json (NAME: perturb-QUERIES). Returns (report, path)."""
         from rag_cli.evaluate.compare import compare_reports
-        from rag_cli.evaluate.datasets import read_qrels, read_queries
+        from rag_cli.evaluate.datasets import queries_with_relevant, read_qrels, read_queries
         from rag_cli.evaluate.perturb import perturb_queries
         from rag_cli.evaluate.report import evaluate_rows
         from rag_cli.stages.search import search_rows
@@ -1096,9 +1099,10 @@ class Project:
         self.require_exists()
         path = Path(output) if output else self.eval_path(name or f"perturb-{file_stem(queries)}")
         _check_eval_files({"--queries": queries, "--qrels": qrels}, path, output, md, plots)
-        config, s, mask = self._search_setup(mode, max(cutoffs), None, None, None)
         original = read_queries(queries)
         gold = read_qrels(qrels)
+        queries_with_relevant(original, gold, f"--queries {queries}", f"--qrels {qrels}")
+        config, s, mask = self._search_setup(mode, max(cutoffs), None, None, None)
         base = evaluate_rows(search_rows(s, original, config.search, mask, progress=progress), gold, cutoffs)
         out = {"queries": str(queries), "qrels": str(qrels), "mode": config.search.mode, "seed": seed,
                "n_queries": base["n_queries"], "original": base["metrics"], "perturbations": {}}
@@ -1145,7 +1149,7 @@ class Project:
         and the citations of `ask` when `answers`), and ANN recall (HNSW vs
         exact search); see `rag_cli.evaluate.funnel`. Writes `output`, else
         eval/NAME.json (NAME: funnel-QUERIES). Returns (report, path)."""
-        from rag_cli.evaluate.datasets import read_qrels, read_queries
+        from rag_cli.evaluate.datasets import queries_with_relevant, read_qrels, read_queries
         from rag_cli.evaluate.funnel import funnel
         from rag_cli.stages.ask import ask
         from rag_cli.store.eval_reports import write_report
@@ -1154,6 +1158,8 @@ class Project:
         path = Path(output) if output else self.eval_path(name or f"funnel-{file_stem(queries)}")
         _check_eval_files({"--queries": queries, "--qrels": qrels}, path, output, md, plots)
         self.require_exists()
+        asked, gold = read_queries(queries), read_qrels(qrels)
+        queries_with_relevant(asked, gold, f"--queries {queries}", f"--qrels {qrels}")
         config, _ = self._with("search", {"k": k, "candidates": candidates, "rrf_k": rrf_k, "mode": "hybrid"})
         s = self._searcher(config, with_embedder=True)
         reranker = None
@@ -1181,7 +1187,7 @@ class Project:
                 given = [] if gate_refused else [e.chunk_id for e in res.evidence if e.score >= acfg.min_score]
                 return given, list(res.answer.citations)
         search = config.search
-        report = funnel(s, read_queries(queries), read_qrels(qrels), k=search.k, candidates=search.candidates,
+        report = funnel(s, asked, gold, k=search.k, candidates=search.candidates,
                         rrf_k=search.rrf_k, fusion=search.fusion, dense_weight=search.dense_weight,
                         reranker=reranker, answerer=answerer,
                         ann_ks=sorted({10, search.k, search.candidates}), progress=progress)

@@ -43,13 +43,25 @@ _QUERIES_WANT = (
     "a JSON object with '_id' and 'text' (BEIR) or 'query_id' and 'query' per line, "
     "or 'id<TAB>text' per line"
 )
+_JSONL_WANT = ("each line of a .jsonl query file must be a JSON object with '_id' and 'text' (BEIR) "
+               "or 'query_id' and 'query', e.g. {\"_id\": \"1\", \"text\": \"what is BM25?\"}")
 _QRELS_WANT = "'query-id<TAB>corpus-id<TAB>score' (BEIR) or 'qid iter docid rel' (TREC)"
+
+
+def require_file(path: Path, flag: str = "") -> Path:
+    """`path` if it is a file. Raises BadInput naming it (after `flag`, e.g.
+    "--corpus", when given): "no such file", or "is a folder, not a file"."""
+    where = f"{flag} {path}" if flag else str(path)
+    if path.is_dir():
+        raise BadInput(f"{where}: is a folder, not a file; give the path of a file")
+    if not path.is_file():
+        raise BadInput(f"{where}: no such file")
+    return path
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, line without its newline) for every line of `path`."""
-    if not path.is_file():
-        raise BadInput(f"{path}: no such file")
+    require_file(path)
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8-sig", newline=None) as f:
@@ -72,8 +84,8 @@ def read_queries(path: str | os.PathLike) -> list[tuple[str, str]]:
     """Read a query file into a list of `(query_id, text)` in file order.
 
     JSONL (`_id`/`text` or `query_id`/`query`) or TSV (`id<TAB>text`, header
-    optional); the format is detected from the first non-blank line (a line
-    starting with `{` means JSONL). Text is stripped of surrounding whitespace.
+    optional); the format is detected from the first non-blank line: JSONL
+    when it starts with `{`, or with `[` in a `.jsonl` (`.jsonl.gz`) file. Text is stripped of surrounding whitespace.
     """
     path = Path(path)
     out: list[tuple[str, str]] = []
@@ -84,14 +96,16 @@ def read_queries(path: str | os.PathLike) -> list[tuple[str, str]]:
         if not line.strip():
             continue
         if fmt is None:
-            fmt = "jsonl" if line.lstrip().startswith("{") else "tsv"
+            start = line.lstrip()[:1]
+            fmt = "jsonl" if start == "{" or (start == "[" and ".jsonl" in path.suffixes) else "tsv"
         if fmt == "jsonl":
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise BadInput(f"{path}:{lineno}: not valid JSON ({e.msg}); expected {_QUERIES_WANT}") from None
             if not isinstance(obj, dict):
-                raise BadInput(f"{path}:{lineno}: expected {_QUERIES_WANT}, got {line[:80]!r}")
+                raise BadInput(f"{path}:{lineno}: a JSON {type(obj).__name__}, not an object; {_JSONL_WANT}, "
+                               f"got {line[:80]!r}")
             for id_key, text_key in _JSONL_KEYS:
                 if id_key in obj and text_key in obj:
                     qid = _id_str(obj[id_key], path, lineno, f"'{id_key}'")
@@ -201,6 +215,29 @@ def read_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
     if not qrels:
         raise BadInput(f"{path}: no relevance judgements in the file; expected lines {_QRELS_WANT}")
     return qrels
+
+
+def queries_with_relevant(queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], queries_file: str,
+                          qrels_file: str) -> list[tuple[str, str]]:
+    """The `(query_id, text)` of `queries` that have a relevant document
+    (relevance >= `rag_cli.evaluate.metrics.RELEVANCE_LEVEL`) in `qrels`, in
+    order. `queries_file` and `qrels_file` name the inputs in the message,
+    e.g. "--queries sf/train.jsonl".
+
+    Raises BadInput when none has: the queries and the qrels are of
+    different query sets (e.g. the train queries with the test qrels), and
+    every score would be 0 over no query.
+    """
+    from rag_cli.evaluate.metrics import RELEVANCE_LEVEL
+
+    judged = {q for q, docs in qrels.items() if any(rel >= RELEVANCE_LEVEL for rel in docs.values())}
+    out = [(q, t) for q, t in queries if q in judged]
+    if not out:
+        shown = lambda ids: ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")  # noqa: E731
+        raise BadInput(f"no query of {queries_file} has a relevant document (relevance >= {RELEVANCE_LEVEL}) in "
+                       f"{qrels_file}: give the qrels of the same query set (query ids {shown([q for q, _ in queries])}"
+                       f"; the qrels judge {shown(sorted(judged)) or 'none as relevant'})")
+    return out
 
 
 _GOLD_WANT = "a JSON object with '_id' (the query id) and 'answers' (a list of gold answer strings) per line"

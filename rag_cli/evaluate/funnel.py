@@ -78,12 +78,13 @@ def exact_top_k(vectors: np.ndarray, queries: np.ndarray, k: int, block: int = 6
     return np.take_along_axis(best_rows, order, axis=1)
 
 
-def ann_recall(searcher: Searcher, query_vectors: np.ndarray, ks: Sequence[int]) -> dict[str, float]:
+def ann_recall(searcher: Searcher, query_vectors: np.ndarray, ks: Sequence[int]) -> dict[str, float | None]:
     """`{"ann_recall@k": mean}` of the index's HNSW search against exact search
-    on the vectors stored in the same index, for each k in `ks`."""
+    on the vectors stored in the same index, for each k in `ks`; None (not
+    measured, never 0.0) without query vectors or chunks."""
     n = searcher.chunks.num_rows
     if n == 0 or len(query_vectors) == 0:
-        return {f"ann_recall@{k}": 0.0 for k in ks}
+        return {f"ann_recall@{k}": None for k in ks}
     vectors = searcher.vectors(list(range(n)))
     deepest = max(ks)
     exact = exact_top_k(vectors, query_vectors, deepest)

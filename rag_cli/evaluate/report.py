@@ -29,6 +29,26 @@ DEFAULT_METRICS = ("recall", "hit", "mrr", "ndcg", "precision", "map")
 DEFAULT_WHOLE_RUN_METRICS = ("map", "rprec")
 
 
+def parse_cutoffs(text: str) -> list[int]:
+    """The cutoffs of `--ks` ("1,5,10": comma-separated integers >= 1), sorted,
+    each once. Raises BadInput naming --ks for an empty item ("1,,5"), a
+    non-integer or a cutoff below 1."""
+    from rag_cli.errors import BadInput
+
+    example = ",".join(map(str, DEFAULT_KS))
+    items = [x.strip() for x in text.split(",")]
+    if any(not x for x in items):
+        raise BadInput(f"--ks {text!r}: an empty item; give comma-separated integers >= 1 without empty items, "
+                       f"e.g. 1,5,10 (default {example})")
+    try:
+        cutoffs = sorted({int(x) for x in items})
+    except ValueError:
+        raise BadInput(f"--ks {text!r}: expected comma-separated integers such as {example}") from None
+    if min(cutoffs) < 1:
+        raise BadInput(f"--ks {text!r}: cutoffs must be integers >= 1, e.g. 1,5,10")
+    return cutoffs
+
+
 def _max_scores(rows: Iterable[Any], key: str) -> dict[str, dict[str, float]]:
     best: dict[str, dict[str, float]] = {}
     for r in as_rows(rows):

@@ -83,8 +83,9 @@ def _corpus_lines(path: Path):
     """(doc id, raw line) of a BEIR JSONL corpus. Raises BadInput naming the line."""
     import gzip
 
-    if not path.is_file():
-        raise BadInput(f"--corpus {path}: no such file")
+    from rag_cli.evaluate.datasets import require_file
+
+    require_file(path, "--corpus")
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8-sig") as f:
         for lineno, line in enumerate(f, 1):
@@ -114,16 +115,15 @@ def write_unanswerable(corpus: str | os.PathLike, queries: str | os.PathLike, qr
     the questions that can be made unanswerable with a document kept;
     nothing is written then."""
     from rag_cli import atomic
-    from rag_cli.evaluate.datasets import read_qrels, read_queries
+    from rag_cli.evaluate.datasets import queries_with_relevant, read_qrels, read_queries
 
     out = Path(output)
     if out.exists() and (not out.is_dir() or any(p.name not in OUTPUT_FILES for p in out.iterdir())):
         raise BadInput(f"-o {out}: give a new or empty folder (it would be replaced; it holds other files)")
-    texts = dict(read_queries(queries))
-    judged = read_qrels(qrels)
+    asked, judged = read_queries(queries), read_qrels(qrels)
+    queries_with_relevant(asked, judged, f"--queries {queries}", f"--qrels {qrels}")
+    texts = dict(asked)
     relevant, by_doc = _relevant(judged, set(texts))
-    if not relevant:
-        raise BadInput(f"--qrels {qrels}: no question of --queries {queries} has a relevant document")
     corpus_ids = sorted({doc_id for doc_id, _ in _corpus_lines(Path(corpus))})
     if not corpus_ids:
         raise BadInput(f"--corpus {corpus}: no documents")

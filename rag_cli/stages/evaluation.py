@@ -26,10 +26,15 @@ def evaluate(run_path: Path, qrels_path: Path, ks: list[int], path: Path | None)
     return report
 
 
+# what `compare` keeps of each run's report, per run, under "run_checks" (see `rag_cli.evaluate.report.evaluate_run`)
+_RUN_CHECKS = ("n_queries", "queries_missing_from_run", "run_queries_not_in_qrels", "duplicates")
+
+
 def compare(run_paths: list[Path], qrels_path: Path, ks: list[int], path: Path | None, *,
             permutations: int = 10000, seed: int = 0) -> dict:
     """Score each run against `qrels_path` (as `evaluate`) and compare every
-    run with the first (see `rag_cli.evaluate.compare.compare_reports`); write
+    run with the first (see `rag_cli.evaluate.compare.compare_reports`), with
+    "run_checks": per run its name and the _RUN_CHECKS of its report; write
     the report to `path` unless None. Returns the report.
     Raises BadInput for fewer than two runs or a missing or malformed file."""
     from rag_cli.errors import BadInput
@@ -43,8 +48,9 @@ def compare(run_paths: list[Path], qrels_path: Path, ks: list[int], path: Path |
     stems = [Path(p).name for p in run_paths]
     names = stems if len(set(stems)) == len(stems) else [str(p) for p in run_paths]
     reports = [evaluate_rows(read_run(p), qrels, ks) for p in run_paths]
+    checks = [{"run": n, **{key: r[key] for key in _RUN_CHECKS}} for n, r in zip(names, reports)]
     report = {"qrels": str(qrels_path), "run_files": [str(p) for p in run_paths],
-              **compare_reports(reports, names, permutations=permutations, seed=seed)}
+              **compare_reports(reports, names, permutations=permutations, seed=seed), "run_checks": checks}
     if path is not None:
         write_report(path, report)
     return report
@@ -76,7 +82,9 @@ def evaluate_answers(answers_path: Path, gold_path: Path | None, chunks_path: Pa
         table = read_chunks(chunks_path, columns=["chunk_id", "text"], required=["chunk_id", "text"])
         texts = {c: t for c, t in zip(table.column("chunk_id").to_pylist(), table.column("text").to_pylist())
                  if c in wanted}
+        unknown = _chunks_not_in_project(wanted, texts, answers_path, chunks_path)
         report.update({"gold": str(gold_path), **answer_metrics(rows, gold, texts)})
+        report["n_chunks_not_in_project"] = unknown
     if unanswerable is not None:
         from rag_cli.evaluate.gate_tuning import looks_gate_off
 
@@ -89,6 +97,21 @@ def evaluate_answers(answers_path: Path, gold_path: Path | None, chunks_path: Pa
     if path is not None:
         write_report(path, report)
     return report
+
+
+def _chunks_not_in_project(wanted: set[str], found, answers_path: Path, chunks_path: Path) -> int:
+    """How many of the chunk ids `wanted` (cited or given as evidence in
+    `answers_path`) are not among `found` (those of `chunks_path`). Raises
+    BadInput when none is found: the answers were recorded in another
+    project."""
+    from rag_cli.errors import BadInput
+
+    unknown = len(wanted) - sum(1 for c in wanted if c in found)
+    if wanted and unknown == len(wanted):
+        raise BadInput(f"the answers in {answers_path} cite chunks that are not in project {chunks_path.parent} "
+                       f"(none of their {len(wanted)} evidence chunk ids is in {chunks_path}): were they recorded "
+                       "in another project? use -p PROJECT of `rag ask --queries`")
+    return unknown
 
 
 def judge_answers(answers_path: Path, chunks_path: Path, completes: list, encode, *, n_questions: int = 3,
@@ -113,5 +136,6 @@ def judge_answers(answers_path: Path, chunks_path: Path, completes: list, encode
     contexts = table.column("context").to_pylist() if has_context else [None] * table.num_rows
     texts = {c: ctx or t for c, t, ctx in zip(table.column("chunk_id").to_pylist(), table.column("text").to_pylist(),
                                                contexts) if c in wanted}
+    _chunks_not_in_project(wanted, texts, answers_path, chunks_path)
     return judge(rows, texts, completes, encode, n_questions=n_questions, context_tokens=context_tokens,
                  progress=progress)

@@ -38,9 +38,10 @@ def write_answers(path: Path, rows: list[dict]) -> None:
 
 
 def read_answers(path: Path) -> pa.Table:
-    """Read an answers file. Raises BadInput naming the file if it is
-    unreadable or lacks the columns query_id, answer, citations, refused."""
-    from rag_cli.store.parquet import read_parquet
+    """Read an answers file. Raises BadInput naming the file if it is a
+    folder, unreadable or lacks the columns query_id, answer, citations, refused."""
+    from rag_cli.store.parquet import not_folder, read_parquet
 
+    not_folder(path, "one answers/NAME.parquet file (written by `rag ask --queries`), not the folder of them")
     return read_parquet(path, "is it an answers file written by `rag ask --queries`?",
                         required=["query_id", "answer", "citations", "refused"])

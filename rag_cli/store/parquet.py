@@ -14,12 +14,20 @@ import pyarrow.parquet as pq
 
 from rag_cli.errors import BadInput
 
-__all__ = ["read_parquet", "open_parquet", "iter_parquet_batches", "rerun"]
+__all__ = ["read_parquet", "open_parquet", "iter_parquet_batches", "rerun", "not_folder"]
 
 
 def rerun(stage: str) -> str:
     """The usual remedy for a damaged stage output: "run `rag STAGE` again"."""
     return f"run `rag {stage}` again"
+
+
+def not_folder(path: Path, want: str) -> None:
+    """Raise BadInput when `path` is a folder (pyarrow would read every
+    Parquet file in it as one dataset): "PATH: is a folder, not a file;
+    give `want`" (e.g. "one answers/NAME.parquet file")."""
+    if Path(path).is_dir():
+        raise BadInput(f"{path}: is a folder, not a file; give {want}")
 
 
 def _unreadable(path: Path, exc: Exception, remedy: str) -> BadInput:
@@ -43,11 +51,12 @@ def read_parquet(path: str | Path, remedy: str, *, columns: Sequence[str] | None
         required: columns the file must have.
 
     Raises:
-        BadInput: the file is missing, is not Parquet (truncated, corrupt,
+        BadInput: the file is missing or a folder, is not Parquet (truncated, corrupt,
             another format) or lacks a `required` column; the message names
             `path` and ends with `remedy`.
     """
     path = Path(path)
+    not_folder(path, f"one Parquet file; {remedy}")
     try:
         table = pq.read_table(path, columns=list(columns) if columns is not None else None)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... for a damaged file
@@ -64,6 +73,7 @@ def open_parquet(path: str | Path, remedy: str, *, required: Sequence[str] = ())
             `required` column.
     """
     path = Path(path)
+    not_folder(path, f"one Parquet file; {remedy}")
     try:
         pf = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... for a damaged file

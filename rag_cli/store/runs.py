@@ -252,7 +252,10 @@ def _read_trec_run(path: Path) -> list[RunRow]:
 
 def read_run(path: str | os.PathLike) -> list[RunRow]:
     """Read a Parquet run or a 6-column TREC run file (detected by content)."""
+    from rag_cli.store.parquet import not_folder
+
     path = Path(path)
+    not_folder(path, "one run file (runs/NAME.parquet or a TREC run), not a folder of them")
     if not path.is_file():
         where = "" if path.is_absolute() else (f" (a relative path is read from the working directory {Path.cwd()}, "
                                                 "not from the project folder: e.g. .rag/runs/NAME.parquet)")

@@ -1,0 +1,163 @@
+"""`rag eval` refuses inputs that would score nothing silently (exit 2, nothing written) and warns on
+suspicious ones: qrels of another query set, a folder given for a file, answers of another project,
+empty --ks items, JSON arrays in a .jsonl query file, --gold without --answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rag_cli.cli import app
+from rag_cli.errors import BadInput
+from rag_cli.evaluate.datasets import queries_with_relevant, read_qrels, read_queries
+from rag_cli.evaluate.report import parse_cutoffs
+from rag_cli.store.answers import read_answers, write_answers
+from rag_cli.store.chunks import read_chunks
+from rag_cli.store.runs import read_run
+from test_tuning import SAMPLE_QRELS, SAMPLE_QUESTIONS, project  # noqa: F401 (the module's built sample project)
+
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, ["eval", *map(str, args)])
+
+
+@pytest.fixture()
+def other_qrels(tmp_path) -> Path:
+    """Qrels of another query set: none of the sample questions is judged."""
+    path = tmp_path / "other.tsv"
+    path.write_text("query-id\tcorpus-id\tscore\nzz1\tdoc-a\t1\nzz2\tdoc-b\t2\nq1\tdoc-c\t0\n")
+    return path
+
+
+def test_queries_with_relevant_keeps_the_judged_in_order():
+    queries = [("a", "x"), ("b", "y"), ("c", "z")]
+    assert queries_with_relevant(queries, {"c": {"d": 2}, "a": {"d": 1}, "b": {"d": 0}}, "Q", "R") == \
+        [("a", "x"), ("c", "z")]
+    with pytest.raises(BadInput, match=r"no query of --queries q.jsonl has a relevant document .* in --qrels r.tsv"):
+        queries_with_relevant(queries, {"b": {"d": 0}, "zz": {"d": 1}}, "--queries q.jsonl", "--qrels r.tsv")
+
+
+def test_tune_fusion_with_qrels_of_another_query_set_refuses_and_writes_nothing(project, other_qrels, tmp_path):
+    before = project.config_path.read_bytes()
+    out = tmp_path / "tune.json"
+    res = invoke("--tune", "fusion", "--queries", SAMPLE_QUESTIONS, "--qrels", other_qrels, "-o", out,
+                 "-p", project.root)
+    assert res.exit_code == 2, res.output
+    assert f"no query of --queries {SAMPLE_QUESTIONS} has a relevant document" in " ".join(res.stderr.split())
+    assert project.config_path.read_bytes() == before and not out.exists()
+    test = invoke("--tune", "fusion", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS,
+                  "--test-queries", SAMPLE_QUESTIONS, "--test-qrels", other_qrels, "-o", out, "-p", project.root)
+    assert test.exit_code == 2, test.output
+    assert f"--test-qrels {other_qrels}" in " ".join(test.stderr.split())
+    assert project.config_path.read_bytes() == before and not out.exists()
+
+
+def test_perturb_and_funnel_with_qrels_of_another_query_set_refuse(project, other_qrels, tmp_path):
+    for mode in (["--perturb", "upper"], ["--funnel"]):
+        out = tmp_path / "r.json"
+        res = invoke(*mode, "--queries", SAMPLE_QUESTIONS, "--qrels", other_qrels, "-o", out, "-p", project.root)
+        assert res.exit_code == 2, (mode, res.output)
+        assert "has a relevant document" in res.stderr and not out.exists()
+
+
+def test_ann_recall_over_no_query_is_not_zero(project):
+    from rag_cli.evaluate.funnel import funnel
+
+    s = project._searcher(project.config, with_embedder=True)
+    report = funnel(s, [("q1", "bm25")], {"zz": {"d": 1}}, k=3, candidates=5, rrf_k=60, ann_ks=(10,))
+    assert report["n_queries"] == 0 and report["ann"] == {"ann_recall@10": None}
+
+
+def test_compare_warns_for_each_run_of_another_query_set(tmp_path):
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("q1\td1\t1\nq2\td2\t1\n")
+    (tmp_path / "a.trec").write_text("q1 Q0 d1 1 2.0 a\nq2 Q0 d2 1 2.0 a\n")
+    (tmp_path / "b.trec").write_text("x1 Q0 d1 1 2.0 b\nx2 Q0 d2 1 2.0 b\n")
+    res = invoke("--qrels", qrels, "--compare", tmp_path / "a.trec", tmp_path / "b.trec", "--permutations", "10",
+                 "-o", tmp_path / "c.json")
+    assert res.exit_code == 0, res.output
+    err = " ".join(res.stderr.split())
+    assert "b.trec: 2 run queries are not in the qrels and ignored: x1, x2" in err
+    assert "b.trec: 2 of 2 qrels queries are not in the run and score 0" in err
+    assert "a.trec:" not in err
+
+
+def test_folders_are_refused_by_name(tmp_path, project):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    for read in (read_queries, read_qrels):
+        with pytest.raises(BadInput, match=r"d: is a folder, not a file"):
+            read(folder)
+    with pytest.raises(BadInput, match="is a folder, not a file; give one answers/NAME.parquet file"):
+        read_answers(folder)
+    with pytest.raises(BadInput, match="is a folder, not a file; give one run file"):
+        read_run(folder)
+    with pytest.raises(BadInput, match="is a folder, not a file"):
+        read_chunks(folder)
+    res = invoke("--make-unanswerable", "1", "--corpus", folder, "--queries", SAMPLE_QUESTIONS, "--qrels",
+                 SAMPLE_QRELS, "-o", tmp_path / "out")
+    assert res.exit_code == 2 and f"--corpus {folder}: is a folder, not a file" in " ".join(res.stderr.split())
+    # a folder of answers files: pyarrow would read them all as one table
+    answers = tmp_path / "answers"
+    answers.mkdir()
+    row = {"query_id": "q1", "question": "q", "answer": "a", "citations": [], "contexts": [], "refused": False}
+    write_answers(answers / "one.parquet", [row])
+    write_answers(answers / "two.parquet", [row])
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text('{"_id": "q1", "answers": ["a"]}\n')
+    res = invoke("--answers", answers, "--gold", gold, "-o", tmp_path / "a.json", "-p", project.root)
+    assert res.exit_code == 2 and "is a folder" in res.stderr and not (tmp_path / "a.json").exists()
+
+
+def test_answers_of_another_project(project, tmp_path):
+    chunk_ids = read_chunks(project.chunks_path, columns=["chunk_id"], required=["chunk_id"]).column("chunk_id").to_pylist()
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text('{"_id": "q1", "answers": ["a"]}\n{"_id": "q2", "answers": ["b"]}\n')
+    base = {"question": "q", "answer": "a [1]", "refused": False}
+    elsewhere = tmp_path / "elsewhere.parquet"
+    write_answers(elsewhere, [{**base, "query_id": "q1", "citations": ["zz#0"], "contexts": ["zz#0", "zz#1"]}])
+    out = tmp_path / "a.json"
+    res = invoke("--answers", elsewhere, "--gold", gold, "-o", out, "-p", project.root)
+    assert res.exit_code == 2, res.output
+    err = " ".join(res.stderr.split())
+    assert f"the answers in {elsewhere} cite chunks that are not in project {project.root}" in err
+    assert "use -p" in err and not out.exists()
+    some = tmp_path / "some.parquet"
+    write_answers(some, [{**base, "query_id": "q1", "citations": [chunk_ids[0]], "contexts": [chunk_ids[0], "zz#1"]},
+                         {**base, "query_id": "q2", "citations": ["zz#2"], "contexts": ["zz#2"]}])
+    res = invoke("--answers", some, "--gold", gold, "-o", out, "-p", project.root)
+    assert res.exit_code == 0, res.output
+    assert "2 chunk id(s) cited or given as evidence" in " ".join(res.stderr.split())
+    assert json.loads(out.read_text())["n_chunks_not_in_project"] == 2
+
+
+def test_ks_with_an_empty_item():
+    assert parse_cutoffs("10, 1,5,5") == [1, 5, 10]
+    for bad in ("1,,5", "1,5,", ""):
+        with pytest.raises(BadInput, match=r"--ks .*empty item.*e\.g\. 1,5,10"):
+            parse_cutoffs(bad)
+    res = invoke("--qrels", SAMPLE_QRELS, "--run", "x.trec", "--ks", "1,,5")
+    assert res.exit_code == 2 and "--ks '1,,5'" in res.stderr
+
+
+def test_json_array_line_in_a_jsonl_query_file(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"_id": "1", "text": "a"}\n["2", "b"]\n')
+    with pytest.raises(BadInput, match=r"q.jsonl:2: a JSON list, not an object; each line of a .jsonl query file "
+                                       r"must be a JSON object with '_id' and 'text'"):
+        read_queries(path)
+    path.write_text('["2", "b"]\n')
+    with pytest.raises(BadInput, match=r"q.jsonl:1: a JSON list, not an object"):
+        read_queries(path)
+
+
+def test_gold_without_answers_names_the_modes():
+    res = invoke("--qrels", SAMPLE_QRELS, "--run", "r.trec", "--gold", "g.jsonl")
+    assert res.exit_code == 2
+    err = " ".join(res.stderr.split())
+    assert "--gold belongs to rag eval --answers (scoring answers), which needs --answers FILE" in err
+    assert "--qrels, --run select another mode" in err and "Leave out --gold" in err
