@@ -10,7 +10,7 @@ searched again, and scored against the same qrels as the originals.
   and last letter; the random generator is seeded with the seed and the
   query id, so a query's typo does not depend on the other queries. A query
   without such a run is left as it is (counted in `n_unchanged`). Han
-  characters are letters (`\w`), so in Chinese two adjacent characters of
+  characters are letters (word characters of `re`), so in Chinese two adjacent characters of
   a clause swap.
 * `punct`: every Unicode punctuation character (categories P*) removed and
   whitespace collapsed (a query of punctuation only is left as it is).
