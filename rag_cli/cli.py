@@ -997,10 +997,10 @@ def eval_(
         _report_queries_truncated(report["n_queries_truncated"], report["max_length"], quiet)
     if json_out:
         if not quiet:
-            _warn_run_checks(report)
+            _warn_run_checks(report, given_run=run is not None)
         _emit_json(report)
     else:
-        _print_report(report, path, quiet)
+        _print_report(report, path, quiet, given_run=run is not None)
     _eval_extras(p, report, path, md, plots, quiet)
 
 
@@ -1127,7 +1127,7 @@ def _eval_extras(p, report: dict, path: Path | None, md: Path | None, plots: Pat
             _note(f"written: {f}")
 
 
-def _print_report(report: dict, path: Path, quiet: bool) -> None:
+def _print_report(report: dict, path: Path, quiet: bool, *, given_run: bool = True) -> None:
     from rich.table import Table
 
     from rag_cli.safe_text import plain_text
@@ -1149,7 +1149,7 @@ def _print_report(report: dict, path: Path, quiet: bool) -> None:
         _stdout().print(f"whole run: {line}", highlight=False)
     if quiet:
         return
-    _warn_run_checks(report)
+    _warn_run_checks(report, given_run=given_run)
     if path is not None:
         _note(f"written: {path}")
     else:
@@ -1327,12 +1327,18 @@ def _ids(ids: list, shown: int = 10) -> str:
     return ", ".join(map(str, ids[:shown])) + (f", ... ({len(ids) - shown} more)" if len(ids) > shown else "")
 
 
-def _warn_run_checks(report: dict, run: str | None = None) -> None:
+def _warn_run_checks(report: dict, run: str | None = None, *, given_run: bool = True) -> None:
     """Say on stderr what trec_eval would have done silently: queries scored 0
-    or ignored (by id), repeated rows, ties ordered by id; each line led by
-    "RUN: " when `run` is given (one run of several)."""
+    or ignored (by id), repeated rows, ties ordered by id, and (for a run file
+    the user gave, `given_run`) a run shallower than the largest k; each line
+    led by "RUN: " when `run` is given (one run of several)."""
     n = report["n_queries"]
     lead = f"{run}: " if run else ""
+    depth, ks = report.get("run_depth", 0), report.get("ks") or [0]
+    if given_run and 0 < depth < max(ks):
+        _warn(f"{lead}the run holds at most {depth} document{'s' if depth != 1 else ''} per query, fewer than "
+              f"k = {max(ks)}: metrics at a larger k count only those (P@{max(ks)} <= {depth / max(ks):.3g}); "
+              f"search deeper or leave out that k (--ks)")
     if report.get("queries_missing_from_run"):
         ids = report["queries_missing_from_run"]
         _warn(f"{lead}{len(ids)} of {n} qrels queries are not in the run and score 0 "

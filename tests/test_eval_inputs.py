@@ -161,3 +161,23 @@ def test_gold_without_answers_names_the_modes():
     err = " ".join(res.stderr.split())
     assert "--gold belongs to rag eval --answers (scoring answers), which needs --answers FILE" in err
     assert "--qrels, --run select another mode" in err and "Leave out --gold" in err
+
+
+def test_a_run_shallower_than_k_is_said(tmp_path):
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("q1\td1\t1\nq2\td2\t1\n")
+    (tmp_path / "a.trec").write_text("q1 Q0 d1 1 2.0 a\nq1 Q0 d3 2 1.0 a\nq2 Q0 d2 1 2.0 a\n")
+    (tmp_path / "b.trec").write_text("q1 Q0 d1 1 2.0 b\nq2 Q0 d2 1 2.0 b\n")
+    res = invoke("--qrels", qrels, "--run", tmp_path / "a.trec", "--ks", "1,2,10", "-o", tmp_path / "a.json")
+    assert res.exit_code == 0, res.output
+    err = " ".join(res.stderr.split())
+    assert "the run holds at most 2 documents per query, fewer than k = 10: metrics at a larger k count only " \
+           "those (P@10 <= 0.2)" in err
+    assert json.loads((tmp_path / "a.json").read_text())["run_depth"] == 2
+    res = invoke("--qrels", qrels, "--run", tmp_path / "a.trec", "--ks", "1,2", "-o", tmp_path / "a2.json")
+    assert "at most" not in res.stderr
+    res = invoke("--qrels", qrels, "--compare", tmp_path / "a.trec", tmp_path / "b.trec", "--ks", "1,2",
+                 "--permutations", "10", "-o", tmp_path / "c.json")
+    err = " ".join(res.stderr.split())
+    assert res.exit_code == 0 and "b.trec: the run holds at most 1 document per query, fewer than k = 2" in err
+    assert "a.trec:" not in err

@@ -138,6 +138,7 @@ def evaluate_run(
           "n_queries_missing_from_run": ..., # scored 0; ids in "queries_missing_from_run"
           "n_queries_without_relevant": ..., # no judgement >= 1: scored 0; ids in "queries_without_relevant"
           "n_run_queries_not_in_qrels": ..., # ignored as trec_eval ignores them; ids in "run_queries_not_in_qrels"
+          "run_depth": ...,                  # most documents the run holds for one scored query (0: none)
           "ties": {"n_queries", "n_ids", "n_groups"},  # see `tie_counts`
           "ks": [...], "metric_names": [...],
           "definitions": "...",
@@ -174,6 +175,7 @@ def evaluate_run(
         "n_queries_missing_from_run": len(missing),
         "n_queries_without_relevant": len(without_relevant),
         "n_run_queries_not_in_qrels": len(not_in_qrels),
+        "run_depth": max((len(run[qid]) for qid in qrels if run.get(qid)), default=0),
         "queries_missing_from_run": missing,
         "queries_without_relevant": without_relevant,
         "run_queries_not_in_qrels": not_in_qrels,

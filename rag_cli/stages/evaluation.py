@@ -27,7 +27,7 @@ def evaluate(run_path: Path, qrels_path: Path, ks: list[int], path: Path | None)
 
 
 # what `compare` keeps of each run's report, per run, under "run_checks" (see `rag_cli.evaluate.report.evaluate_run`)
-_RUN_CHECKS = ("n_queries", "queries_missing_from_run", "run_queries_not_in_qrels", "duplicates")
+_RUN_CHECKS = ("n_queries", "queries_missing_from_run", "run_queries_not_in_qrels", "duplicates", "run_depth", "ks")
 
 
 def compare(run_paths: list[Path], qrels_path: Path, ks: list[int], path: Path | None, *,
