@@ -21,8 +21,9 @@ Measures, over the first N SciFact documents (`passage: ` + title + " " + text):
   outlier split, as `rag models quantize --calibrate` makes), the
   uncalibrated int8 recipe (FFN down-projections float32, the default before
   conversion 4) and SmoothQuant + split (`VARIANTS`, `bench/int8_lib.py`), length-sorted vs plain (input-order) token-budget
-  batching, several token budgets, and the default int8 one batch at a time
-  on all threads instead of one batch per thread;
+  batching, several token budgets, and the default int8 both one batch at a
+  time on all threads and one batch per thread side by side (the library
+  picks one by the CPU: `default_parallel_batches`);
 - passages/s, tokens/s (real tokens, padding not counted), useful GFLOP/s and
   its share of the GEMM rate, cosine agreement with sentence-transformers;
 - a cross-encoder of MiniLM-L6's size (6 layers, hidden 384, 12 heads; the
@@ -272,9 +273,11 @@ def main() -> None:
     docs = load_docs(args.n)
     fp32 = BiEncoder(ModelFolder.load(folder, onnx_file=folder / e5_convert.ONNX_FP32), threads=threads)
     int8 = BiEncoder(ModelFolder.load(folder, onnx_file=folder / e5_convert.ONNX_INT8), threads=threads)
-    # one batch at a time on `threads` intra-op threads (the library runs `threads` batches at once)
+    # the library's default depends on the CPU (`default_parallel_batches`): both ways, explicitly
     int8_serial = BiEncoder(ModelFolder.load(folder, onnx_file=folder / e5_convert.ONNX_INT8), threads=threads,
                             parallel_batches=False)
+    int8_side = BiEncoder(ModelFolder.load(folder, onnx_file=folder / e5_convert.ONNX_INT8), threads=threads,
+                          parallel_batches=True)
     variants_dir = Path(tempfile.mkdtemp(prefix="int8-variants."))
     variants = {}
     for name, rewrites in VARIANTS.items():
@@ -324,9 +327,10 @@ def main() -> None:
     plan = [("int8", int8, True, default_budget), ("fp32", fp32, True, default_budget)]
     plan += [(name, enc, True, default_budget) for name, enc in variants.items()]
     plan += [("int8-one-batch-at-a-time", int8_serial, True, default_budget),
+             ("int8-batches-side-by-side", int8_side, True, default_budget),
              ("int8", int8, False, default_budget), ("fp32", fp32, False, default_budget)]
     plan += [("int8", int8, True, b) for b in budgets if b != default_budget]
-    for enc in (fp32, int8, int8_serial, *variants.values()):
+    for enc in (fp32, int8, int8_serial, int8_side, *variants.values()):
         enc.encode_passages(docs[:4])  # warm-up
     for prec, enc, srt, budget in plan:
         t, c = time.perf_counter(), time.process_time()

@@ -166,7 +166,7 @@ def test_order_restored_after_length_sorting(tmp_path):
 @pytest.mark.parametrize("threads", [1, 3])
 def test_batches_in_parallel_match_numpy_in_order(tmp_path, threads):
     folder = make_bi_encoder(tmp_path / "bi")
-    enc = BiEncoder(ModelFolder.load(folder), threads=threads)
+    enc = BiEncoder(ModelFolder.load(folder), threads=threads, parallel_batches=True)
     assert enc.workers == min(threads, default_threads())  # CPU only: one batch per thread, at most one per core
     texts = TEXTS * 3
     calls = []
@@ -177,7 +177,7 @@ def test_batches_in_parallel_match_numpy_in_order(tmp_path, threads):
 
 
 def test_parallel_batches_stop_early_and_raise(tmp_path):
-    enc = BiEncoder(ModelFolder.load(make_bi_encoder(tmp_path / "bi")), threads=2)
+    enc = BiEncoder(ModelFolder.load(make_bi_encoder(tmp_path / "bi")), threads=2, parallel_batches=True)
     tok = enc.tokenizer.tokenize(TEXTS * 4)
     seen = []
 
@@ -194,6 +194,19 @@ def test_parallel_batches_stop_early_and_raise(tmp_path):
     seen.clear()
     with pytest.raises(ValueError, match="batch 5 fails"):
         list(enc.iter_batched(tok, enc.output, reduce, batch_tokens=10))
+
+
+def test_batches_side_by_side_unless_the_cpu_has_amx(tmp_path, monkeypatch):
+    from rag_cli.models import onnx_runtime
+
+    folder = ModelFolder.load(make_bi_encoder(tmp_path / "bi"))
+    for flags, workers in ((frozenset({"avx2", "avx512_vnni"}), 2), (frozenset({"avx512_vnni", "amx_int8"}), 1)):
+        monkeypatch.setattr(onnx_runtime, "cpu_flags", lambda flags=flags: flags)
+        enc = BiEncoder(folder, threads=2)
+        assert enc.parallel_batches is (workers > 1) and enc.workers == min(workers, default_threads())
+        assert BiEncoder(folder, threads=2, parallel_batches=False).workers == 1
+    got = BiEncoder(folder, threads=2).encode(TEXTS)  # one batch at a time on two threads: the same vectors
+    np.testing.assert_allclose(got, BiEncoder(folder, threads=1).encode(TEXTS), atol=1e-6)
 
 
 def test_prefixes_are_applied(tmp_path):

@@ -58,7 +58,7 @@ class CrossEncoder(OnnxTextModel):
         threads: CPU cores to use (that many batches at once on the CPU);
             default all usable cores.
         providers: onnxruntime execution providers; default CPU.
-        parallel_batches: False: one batch at a time (see `OnnxTextModel`).
+        parallel_batches: True, False or None (by the CPU), see `OnnxTextModel`.
 
     Pairs are tokenized as (query, passage); only the passage is cut to fit
     `folder.max_length` tokens (the query is cut too only when it alone
@@ -70,7 +70,7 @@ class CrossEncoder(OnnxTextModel):
     """
 
     def __init__(self, folder: ModelFolder, threads: int | None = None, providers: Sequence[str] | None = None,
-                 parallel_batches: bool = True):
+                 parallel_batches: bool | None = None):
         if folder.kind != "cross-encoder":
             raise BadInput(
                 f"model {folder.path} is an {folder.kind}, not a cross-encoder; use a reranker "

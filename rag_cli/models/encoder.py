@@ -58,7 +58,7 @@ class BiEncoder(OnnxTextModel):
         threads: CPU cores to use (that many batches at once on the CPU);
             default all usable cores.
         providers: onnxruntime execution providers; default CPU.
-        parallel_batches: False: one batch at a time (see `OnnxTextModel`).
+        parallel_batches: True, False or None (by the CPU), see `OnnxTextModel`.
 
     Queries go through the folder's query graph when it has one
     (`query_encoder`; `rag_cli.models.folder`), passages through its graph;
@@ -74,7 +74,7 @@ class BiEncoder(OnnxTextModel):
     """
 
     def __init__(self, folder: ModelFolder, threads: int | None = None, providers: Sequence[str] | None = None,
-                 parallel_batches: bool = True):
+                 parallel_batches: bool | None = None):
         if folder.kind != "embedder":
             raise BadInput(
                 f"model {folder.path} is a {folder.kind}, not an embedder; "

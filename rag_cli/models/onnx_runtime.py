@@ -16,6 +16,7 @@ speed" has the measurements).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -69,6 +70,31 @@ def execution_providers(provider: str = "cpu") -> list[str]:
             "Install onnxruntime-gpu for cuda, or use --provider cpu"
         )
     return [PROVIDERS[name]] + ([PROVIDERS["cpu"]] if name != "cpu" else [])
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def default_parallel_batches() -> bool:
+    """Whether several batches should run at once on the CPU, one intra-op
+    thread each (True), or one batch at a time on all threads (False).
+
+    One batch at a time where the CPU has AMX int8 tiles (``amx_int8``):
+    onnxruntime's int8 GEMMs there gain more from a larger matrix per call
+    than from running batches side by side; elsewhere (AVX2, AVX-512
+    without AMX) batches side by side. Both measured in
+    docs/performance.md (bench/embed_speed.py)."""
+    return "amx_int8" not in cpu_flags()
 
 
 def default_threads() -> int:
@@ -160,9 +186,10 @@ class OnnxTextModel:
         threads: CPU cores to use; default: the cores this process may use.
         providers: onnxruntime execution providers; default CPU only.
         parallel_batches: False runs one batch at a time on `threads`
-            intra-op threads even on the CPU (for benchmarks).
+            intra-op threads even on the CPU; None (default):
+            `default_parallel_batches()`, which depends on the CPU.
 
-    With CPU only and more than one thread, `threads` batches run at once
+    With CPU only, more than one thread and `parallel_batches`, `threads` batches run at once
     (at most one per usable core: each batch in flight holds its
     activations), one onnxruntime thread each (`workers`); otherwise one
     batch at a time on `threads` intra-op threads.
@@ -171,10 +198,12 @@ class OnnxTextModel:
     """
 
     def __init__(self, folder: ModelFolder, threads: int | None = None, providers: Sequence[str] | None = None,
-                 parallel_batches: bool = True):
+                 parallel_batches: bool | None = None):
         self.folder = folder
         self.threads = int(threads) if threads else default_threads()
         self.providers = list(providers or ["CPUExecutionProvider"])
+        if parallel_batches is None:
+            parallel_batches = default_parallel_batches()
         self.parallel_batches = parallel_batches
         cpu_only = self.providers == ["CPUExecutionProvider"]
         #: batches in flight at once (each on one intra-op thread when > 1)
