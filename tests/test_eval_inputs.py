@@ -78,7 +78,7 @@ def test_compare_warns_for_each_run_of_another_query_set(tmp_path):
     (tmp_path / "a.trec").write_text("q1 Q0 d1 1 2.0 a\nq2 Q0 d2 1 2.0 a\n")
     (tmp_path / "b.trec").write_text("x1 Q0 d1 1 2.0 b\nx2 Q0 d2 1 2.0 b\n")
     res = invoke("--qrels", qrels, "--compare", tmp_path / "a.trec", tmp_path / "b.trec", "--permutations", "10",
-                 "-o", tmp_path / "c.json")
+                 "--ks", "1", "-o", tmp_path / "c.json")
     assert res.exit_code == 0, res.output
     err = " ".join(res.stderr.split())
     assert "b.trec: 2 run queries are not in the qrels and ignored: x1, x2" in err
