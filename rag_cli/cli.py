@@ -959,6 +959,8 @@ def eval_(
             _warn(f"{' and '.join(report['recorded_gate_off'])}: no question was refused by the refusal gate, "
                   "though the gate of this project's [ask] settings refuses some: recorded with `rag ask --gate "
                   "off`? The refusal rates are then the generator's alone, not those of `rag ask`")
+        if json_out and not quiet:
+            _warn_answer_checks(report)
         return _show_report(p, report, path, _print_answer_metrics, json_out, quiet, md, plots)
     if tune is not None:
         with _progress(quiet or json_out) as progress:
@@ -1090,6 +1092,10 @@ def _check_eval_mode(flags: dict) -> str:
     wrong = [f for f in given if f not in accepted]
     if not missing and not wrong:
         return mode
+    if mode in ("answers", "judge") and missing == ["--answers"] and not wrong:
+        selected = [f for f in ("--gold", "--judge") if f in given]
+        raise BadInput(f"{' and '.join(selected)} scores answers: give --answers FILE too (answers/NAME.parquet, "
+                       f"written by `rag ask --queries`)")
     if mode in ("answers", "judge") and "--answers" in missing and wrong:
         selected = [f for f in ("--gold", "--judge") if f in given]
         raise BadInput(f"{' and '.join(selected)} belong{'s' if len(selected) == 1 else ''} to rag eval --answers "
@@ -1196,20 +1202,37 @@ def _print_answer_metrics(report: dict, path: Path, quiet: bool) -> None:
                 table.add_row(m, "n/a" if v is None else f"{v:.4f}")
         _stdout().print(table)
     if "judge" in report:
-        _print_judge(report["judge"], quiet)
+        _print_judge(report["judge"])
     if quiet:
         return
+    _warn_answer_checks(report)
+    _note(f"written: {path}")
+
+
+def _warn_answer_checks(report: dict) -> None:
+    """On stderr (with or without --json): questions without an answer row,
+    rows without gold, and judge outputs that could not be parsed."""
     if report.get("missing_answers"):
         _warn(f"{len(report['missing_answers'])} question(s) of the gold file have no answer row: "
               + _ids(report["missing_answers"]))
     if report.get("no_gold"):
         _warn(f"{len(report['no_gold'])} answer row(s) have no gold answer and were not scored: "
               + _ids(report["no_gold"]))
-    _note(f"written: {path}")
+    if "judge" not in report:
+        return
+    c = report["judge"]["counts"]
+    bad = {k: sum(v) for k, v in c["unparsed"].items() if sum(v)}
+    if bad or sum(c["question_generations_unparsed"]):
+        _warn("judge outputs that could not be parsed (all repeats): "
+              + ", ".join(f"{k} {v}" for k, v in bad.items())
+              + f"; question generations {sum(c['question_generations_unparsed'])}")
+    if c["missing_contexts"]:
+        _warn(f"{len(c['missing_contexts'])} evidence chunk(s) are not in chunks.parquet and were left out of "
+              "the judge's context: " + _ids(c["missing_contexts"]))
 
 
-def _print_judge(judge: dict, quiet: bool) -> None:
-    """The judge's table (mean ± sd over repeats) and, on stderr, what could not be parsed."""
+def _print_judge(judge: dict) -> None:
+    """The judge's table (mean ± sd over repeats)."""
     from rich.table import Table
 
     from rag_cli.evaluate.markdown import judge_model_line
@@ -1225,16 +1248,6 @@ def _print_judge(judge: dict, quiet: bool) -> None:
                       "n/a" if r["sd"] is None else f"{r['sd']:.4f}",
                       " ".join("n/a" if v is None else f"{v:.4f}" for v in r["repeats"]))
     _stdout().print(table)
-    if quiet:
-        return
-    bad = {k: sum(v) for k, v in c["unparsed"].items() if sum(v)}
-    if bad or sum(c["question_generations_unparsed"]):
-        _warn("judge outputs that could not be parsed (all repeats): "
-              + ", ".join(f"{k} {v}" for k, v in bad.items())
-              + f"; question generations {sum(c['question_generations_unparsed'])}")
-    if c["missing_contexts"]:
-        _warn(f"{len(c['missing_contexts'])} evidence chunk(s) are not in chunks.parquet and were left out of "
-              "the judge's context: " + _ids(c["missing_contexts"]))
 
 
 def _print_tuning(report: dict, path: Path, quiet: bool) -> None:

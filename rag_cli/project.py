@@ -854,13 +854,39 @@ class Project:
             path = self.eval_path(name or f"{stem}-{file_stem(qrels)}")  # RUN-QRELS; RUN as search_queries names it
         else:
             path = None
-        _check_eval_files({"--run": run, "--queries": queries, "--qrels": qrels}, path, output, md, plots)
+        self._check_eval_files({"--run": run, "--queries": queries, "--qrels": qrels}, path, output, md, plots)
         if queries is not None:
+            from rag_cli.evaluate.datasets import read_qrels, read_queries
+
+            self._judged_here(read_queries(queries), read_qrels(qrels), f"--queries {queries}", f"--qrels {qrels}")
             searched = run = self.search_queries(queries, mode=mode, k=max(cutoffs), name=name, progress=progress)
         report = evaluate(Path(run), Path(qrels), cutoffs, path)
         if searched is not None:
             report = {**report, "n_queries_truncated": searched.n_queries_truncated, "max_length": searched.max_length}
         return report, path
+
+    def _check_eval_files(self, inputs: dict, path: Path | None, output, md, plots) -> None:
+        """`check_eval_files` of an eval method: its report `path` is named -o
+        when given, else "the report"; outputs inside the project folder go
+        under eval/ only."""
+        from rag_cli.evaluate.outputs import check_eval_files
+
+        check_eval_files(inputs, {"-o" if output is not None else "the report": path, "--md": md}, plots=plots,
+                         project=self.root if self.root.is_dir() else None)
+
+    def _judged_here(self, queries: list, qrels: dict, queries_flag: str, qrels_flag: str) -> list:
+        """The queries with a relevant document in `qrels`
+        (`queries_with_relevant`), after checking that some of their relevant
+        documents are in this project's docs.parquet (`relevant_in_corpus`).
+        Raises BadInput otherwise: the scores would all be 0."""
+        from rag_cli.evaluate.datasets import queries_with_relevant, relevant_in_corpus
+        from rag_cli.store.docs import read_docs
+
+        kept = queries_with_relevant(queries, qrels, queries_flag, qrels_flag)
+        if self.docs_path.exists():
+            relevant_in_corpus({q: qrels[q] for q, _ in kept}, read_docs(self.docs_path).column("doc_id").to_pylist(),
+                               qrels_flag, f"project {self.root}")
+        return kept
 
     def compare(self, qrels: str | os.PathLike, runs: Sequence[str | os.PathLike], *,
                 ks: Sequence[int] = (1, 5, 10, 20, 100), permutations: int = 10000, seed: int = 0,
@@ -884,7 +910,7 @@ class Project:
             path = self.eval_path(name or f"compare-{file_stem(runs[0])}-{file_stem(qrels)}")
         else:
             path = None
-        _check_eval_files({"RUNS": list(runs), "--qrels": qrels}, path, output, md, plots)
+        self._check_eval_files({"RUNS": list(runs), "--qrels": qrels}, path, output, md, plots)
         report = compare([Path(r) for r in runs], Path(qrels), cutoffs, path, permutations=permutations, seed=seed)
         return report, path
 
@@ -924,7 +950,7 @@ class Project:
         self.require_exists()
         self.require(self.chunks_path, "chunk")
         path = Path(output) if output else self.eval_path(name or f"answers-{file_stem(answers)}")
-        _check_eval_files({"--answers": answers, "--gold": gold, "--unanswerable": unanswerable}, path, output, md,
+        self._check_eval_files({"--answers": answers, "--gold": gold, "--unanswerable": unanswerable}, path, output, md,
                           plots)
         cut = Path(unanswerable) if unanswerable is not None else None
         if not judge:
@@ -993,7 +1019,7 @@ class Project:
             raise BadInput("--test-answers and --test-unanswerable go together: give both (the test split) or neither")
         self.require_exists()
         path = Path(output) if output else self.eval_path(name or f"tune-refusal-{file_stem(answers)}")
-        _check_eval_files({"--answers": answers, "--unanswerable": unanswerable, "--test-answers": test_answers,
+        self._check_eval_files({"--answers": answers, "--unanswerable": unanswerable, "--test-answers": test_answers,
                            "--test-unanswerable": test_unanswerable, "rag.toml": self.config_path},
                           path, output, md, plots)
 
@@ -1044,7 +1070,7 @@ class Project:
         the test split when given (see `rag_cli.evaluate.tuning`). Writes
         `output`, else eval/NAME.json (NAME: tune-fusion-QUERIES). Returns
         (report, path)."""
-        from rag_cli.evaluate.datasets import queries_with_relevant, read_qrels, read_queries
+        from rag_cli.evaluate.datasets import read_qrels, read_queries
         from rag_cli.evaluate.tuning import tune_fusion
         from rag_cli.store.eval_reports import write_report
 
@@ -1053,14 +1079,14 @@ class Project:
             raise BadInput("--test-queries and --test-qrels go together: give both (the test split) or neither")
         self.require_exists()
         path = Path(output) if output else self.eval_path(name or f"tune-fusion-{file_stem(queries)}")
-        _check_eval_files({"--queries": queries, "--qrels": qrels, "--test-queries": test_queries,
+        self._check_eval_files({"--queries": queries, "--qrels": qrels, "--test-queries": test_queries,
                            "--test-qrels": test_qrels, "rag.toml": self.config_path}, path, output, md, plots)
         config, _ = self._with("search", {"candidates": candidates})
         train = (read_queries(queries), read_qrels(qrels))
-        queries_with_relevant(*train, f"--queries {queries}", f"--qrels {qrels}")
+        self._judged_here(*train, f"--queries {queries}", f"--qrels {qrels}")
         test = (read_queries(test_queries), read_qrels(test_qrels)) if test_queries is not None else None
         if test is not None:
-            queries_with_relevant(*test, f"--test-queries {test_queries}", f"--test-qrels {test_qrels}")
+            self._judged_here(*test, f"--test-queries {test_queries}", f"--test-qrels {test_qrels}")
         s = self._searcher(config, with_embedder=True)
         report = tune_fusion(s, train, test, candidates=config.search.candidates, permutations=permutations,
                              progress=progress)
@@ -1084,7 +1110,7 @@ class Project:
         original) and its paired tests (`compare_reports`). Writes `output`,
         else eval/NAME.json (NAME: perturb-QUERIES). Returns (report, path)."""
         from rag_cli.evaluate.compare import compare_reports
-        from rag_cli.evaluate.datasets import queries_with_relevant, read_qrels, read_queries
+        from rag_cli.evaluate.datasets import read_qrels, read_queries
         from rag_cli.evaluate.perturb import perturb_queries
         from rag_cli.evaluate.report import evaluate_rows
         from rag_cli.stages.search import search_rows
@@ -1098,10 +1124,10 @@ class Project:
             raise BadInput("--perturb: name one or more of case, upper, lower, typo, punct")
         self.require_exists()
         path = Path(output) if output else self.eval_path(name or f"perturb-{file_stem(queries)}")
-        _check_eval_files({"--queries": queries, "--qrels": qrels}, path, output, md, plots)
+        self._check_eval_files({"--queries": queries, "--qrels": qrels}, path, output, md, plots)
         original = read_queries(queries)
         gold = read_qrels(qrels)
-        queries_with_relevant(original, gold, f"--queries {queries}", f"--qrels {qrels}")
+        self._judged_here(original, gold, f"--queries {queries}", f"--qrels {qrels}")
         config, s, mask = self._search_setup(mode, max(cutoffs), None, None, None)
         base = evaluate_rows(search_rows(s, original, config.search, mask, progress=progress), gold, cutoffs)
         out = {"queries": str(queries), "qrels": str(qrels), "mode": config.search.mode, "seed": seed,
@@ -1149,17 +1175,17 @@ class Project:
         and the citations of `ask` when `answers`), and ANN recall (HNSW vs
         exact search); see `rag_cli.evaluate.funnel`. Writes `output`, else
         eval/NAME.json (NAME: funnel-QUERIES). Returns (report, path)."""
-        from rag_cli.evaluate.datasets import queries_with_relevant, read_qrels, read_queries
+        from rag_cli.evaluate.datasets import read_qrels, read_queries
         from rag_cli.evaluate.funnel import funnel
         from rag_cli.stages.ask import ask
         from rag_cli.store.eval_reports import write_report
 
         check_name(name)
         path = Path(output) if output else self.eval_path(name or f"funnel-{file_stem(queries)}")
-        _check_eval_files({"--queries": queries, "--qrels": qrels}, path, output, md, plots)
+        self._check_eval_files({"--queries": queries, "--qrels": qrels}, path, output, md, plots)
         self.require_exists()
         asked, gold = read_queries(queries), read_qrels(qrels)
-        queries_with_relevant(asked, gold, f"--queries {queries}", f"--qrels {qrels}")
+        self._judged_here(asked, gold, f"--queries {queries}", f"--qrels {qrels}")
         config, _ = self._with("search", {"k": k, "candidates": candidates, "rrf_k": rrf_k, "mode": "hybrid"})
         s = self._searcher(config, with_embedder=True)
         reranker = None
@@ -1194,14 +1220,6 @@ class Project:
         report = {"queries": str(queries), "qrels": str(qrels), **report}
         write_report(path, report)
         return report, path
-
-
-def _check_eval_files(inputs: dict, path: Path | None, output, md, plots) -> None:
-    """`check_eval_files` of an eval method: its report `path` is named -o
-    when given, else "the report"."""
-    from rag_cli.evaluate.outputs import check_eval_files
-
-    check_eval_files(inputs, {"-o" if output is not None else "the report": path, "--md": md}, plots=plots)
 
 
 def _max_length(searcher) -> int | None:

@@ -133,3 +133,16 @@ def test_reads_the_cmrc_gold_file(cmrc_dir):
     gold = read_gold_answers(cmrc_dir / "answers.jsonl")
     assert len(gold) == 1000
     assert gold["TRIAL_800_QUERY_0"] == ["踢爆"]
+
+
+def test_cli_eval_answers_warns_with_and_without_json(tmp_path):
+    proj, gold = _project(tmp_path)
+    extra = tmp_path / "more.jsonl"  # one more gold question that has no answer row
+    extra.write_text(gold.read_text(encoding="utf-8") + json.dumps({"_id": "q99", "answers": ["x"]}) + "\n",
+                     encoding="utf-8")
+    for fmt in ([], ["--json"]):
+        res = CliRunner().invoke(app, ["eval", "--answers", str(proj / "answers" / "hand.parquet"), "--gold",
+                                       str(extra), "-p", str(proj), "--name", "w", *fmt])
+        assert res.exit_code == 0, res.output
+        assert "2 question(s) of the gold file have no answer row: q5, q99" in " ".join(res.stderr.split()), fmt
+    assert json.loads(res.stdout)["missing_answers"] == ["q5", "q99"]

@@ -181,3 +181,76 @@ def test_a_run_shallower_than_k_is_said(tmp_path):
     err = " ".join(res.stderr.split())
     assert res.exit_code == 0 and "b.trec: the run holds at most 1 document per query, fewer than k = 2" in err
     assert "a.trec:" not in err
+
+
+@pytest.fixture()
+def foreign_doc_qrels(tmp_path) -> Path:
+    """The sample qrels with every document id renamed: the right queries, another collection's documents."""
+    lines = SAMPLE_QRELS.read_text(encoding="utf-8").splitlines()
+    path = tmp_path / "foreign.tsv"
+    path.write_text("\n".join([lines[0], *("\t".join([q, "nope-" + d, r]) for q, d, r in
+                                           (line.split("\t") for line in lines[1:] if line.strip()))]) + "\n")
+    return path
+
+
+def test_qrels_of_another_collection_refuse_before_any_search(project, foreign_doc_qrels, tmp_path):
+    before = project.config_path.read_bytes()
+    runs = sorted(p.name for p in (project.root / "runs").glob("*")) if (project.root / "runs").exists() else []
+    for mode in (["--tune", "fusion"], ["--perturb", "upper"], ["--funnel"], []):
+        out = tmp_path / "r.json"
+        res = invoke(*mode, "--queries", SAMPLE_QUESTIONS, "--qrels", foreign_doc_qrels, "-o", out, "-p", project.root)
+        assert res.exit_code == 2, (mode, res.output)
+        err = " ".join(res.stderr.split())
+        assert f"relevant documents of --qrels {foreign_doc_qrels} (nope-" in err, err
+        assert f"is in project {project.root}" in err and not out.exists()
+    assert project.config_path.read_bytes() == before
+    after = sorted(p.name for p in (project.root / "runs").glob("*")) if (project.root / "runs").exists() else []
+    assert after == runs, "eval --queries searched and wrote a run before refusing"
+
+
+def test_outputs_inside_the_project_go_under_eval_only(project, tmp_path):
+    chunks = project.root / "chunks.parquet"
+    before = chunks.read_bytes()
+    for flag, path in (("-o", chunks), ("-o", project.root / "runs" / "x.json"), ("--md", project.root / "s.md"),
+                       ("--plots", project.root / "plots")):
+        res = invoke("--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS, flag, path, "-p", project.root)
+        assert res.exit_code == 2, (flag, res.output)
+        assert f"{flag} {path} is inside the project folder {project.root}" in " ".join(res.stderr.split())
+    assert chunks.read_bytes() == before and not (project.root / "plots").exists()
+    ok = invoke("--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS, "-o", project.root / "eval" / "mine.json",
+                "-p", project.root)
+    assert ok.exit_code == 0, ok.output
+
+
+def test_plots_folder_holding_an_input_is_refused(tmp_path):
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("q1\td1\t1\n")
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    run = plots / "eval-metrics.png"  # the very name the metric plot would get
+    run.write_text("q1 Q0 d1 1 2.0 a\n")
+    res = invoke("--qrels", qrels, "--run", run, "--plots", plots, "-o", tmp_path / "r.json")
+    assert res.exit_code == 2, res.output
+    assert f"--plots {plots} holds --run {run}" in " ".join(res.stderr.split())
+    assert run.read_text() == "q1 Q0 d1 1 2.0 a\n"
+
+
+def test_corpus_not_utf8_is_bad_input_naming_the_flag(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(b'{"_id": "d1", "text": "caf\xe9"}\n')
+    qrels = tmp_path / "q.tsv"
+    qrels.write_text("q1\td1\t1\n")
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"_id": "q1", "text": "x"}\n')
+    res = invoke("--make-unanswerable", "1", "--corpus", corpus, "--queries", queries, "--qrels", qrels,
+                 "-o", tmp_path / "out")
+    assert res.exit_code == 2, res.output
+    assert f"--corpus {corpus}: not UTF-8 text" in " ".join(res.stderr.split())
+    assert not (tmp_path / "out").exists()
+
+
+def test_gold_or_judge_alone_ask_for_answers():
+    for flags in (["--gold", "g.jsonl"], ["--judge"]):
+        res = invoke(*flags)
+        assert res.exit_code == 2
+        assert f"{flags[0]} scores answers: give --answers FILE too" in " ".join(res.stderr.split())

@@ -82,7 +82,7 @@ def test_md_folder_in_a_project_leaves_the_old_report(files):
     report.parent.mkdir(parents=True)
     report.write_text("old")
     res = _eval("--qrels", files / "qrels.tsv", "--run", files / "a.trec", "--md", files / "proj", "-p", files / "proj")
-    assert res.exit_code == 2 and "--md" in res.output and "is a folder" in res.output, res.output
+    assert res.exit_code == 2 and "--md" in res.output and "is inside the project folder" in res.output, res.output
     assert report.read_text() == "old"
     res = _eval("--qrels", files / "qrels.tsv", "--run", files / "a.trec", "-p", files / "proj")
     assert res.exit_code == 0 and json.loads(report.read_text())["n_queries"] == 2  # the default path checked

@@ -59,16 +59,18 @@ def require_file(path: Path, flag: str = "") -> Path:
     return path
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line without its newline) for every line of `path`."""
-    require_file(path)
+def text_lines(path: Path, flag: str = "") -> Iterator[tuple[int, str]]:
+    """(line number, line without its newline) for every line of `path`
+    (gzip when it ends in .gz). Raises BadInput naming it (after `flag`) when
+    it is missing, a folder, or not UTF-8."""
+    require_file(path, flag)
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8-sig", newline=None) as f:
             for lineno, line in enumerate(f, 1):
                 yield lineno, line.rstrip("\r\n")
     except UnicodeDecodeError as e:
-        raise BadInput(f"{path}: not UTF-8 text ({e})") from e
+        raise BadInput(f"{f'{flag} ' if flag else ''}{path}: not UTF-8 text ({e})") from e
 
 
 def _id_str(value, path: Path, lineno: int, what: str) -> str:
@@ -92,7 +94,7 @@ def read_queries(path: str | os.PathLike) -> list[tuple[str, str]]:
     seen: dict[str, int] = {}
     fmt = None
     first_row = True
-    for lineno, line in _lines(path):
+    for lineno, line in text_lines(path):
         if not line.strip():
             continue
         if fmt is None:
@@ -186,7 +188,7 @@ def read_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
     qrels: dict[str, dict[str, int]] = {}
     where: dict[tuple[str, str], int] = {}
     first = True
-    for lineno, line in _lines(path):
+    for lineno, line in text_lines(path):
         if not line.strip():
             continue
         fields = _split_qrels_line(line)
@@ -240,6 +242,23 @@ def queries_with_relevant(queries: list[tuple[str, str]], qrels: dict[str, dict[
     return out
 
 
+def relevant_in_corpus(qrels: dict[str, dict[str, int]], doc_ids, qrels_file: str, where: str) -> None:
+    """Raises BadInput when no document `qrels` judges relevant (relevance >=
+    `RELEVANCE_LEVEL`) is among `doc_ids` (the searched collection's document
+    ids): the qrels are of another collection, and every score would be 0.
+    `qrels_file` ("--qrels x.tsv") and `where` (the project folder) name the
+    inputs in the message."""
+    from rag_cli.evaluate.metrics import RELEVANCE_LEVEL
+
+    relevant = {d for docs in qrels.values() for d, rel in docs.items() if rel >= RELEVANCE_LEVEL}
+    have = set(doc_ids)
+    if relevant and not relevant & have:
+        ex = ", ".join(sorted(relevant)[:3]) + (", ..." if len(relevant) > 3 else "")
+        mine = ", ".join(sorted(have)[:3]) + (", ..." if len(have) > 3 else "")
+        raise BadInput(f"none of the {len(relevant)} relevant documents of {qrels_file} ({ex}) is in {where} (its "
+                       f"documents: {mine}): give the qrels of this collection, or -p the project indexed from it")
+
+
 _GOLD_WANT = "a JSON object with '_id' (the query id) and 'answers' (a list of gold answer strings) per line"
 
 
@@ -255,7 +274,7 @@ def read_gold_answers(path: str | os.PathLike) -> dict[str, list[str]]:
     path = Path(path)
     out: dict[str, list[str]] = {}
     seen: dict[str, int] = {}
-    for lineno, line in _lines(path):
+    for lineno, line in text_lines(path):
         if not line.strip():
             continue
         try:

@@ -56,8 +56,20 @@ def _writable_folder(folder: Path, flag: str, given: Path) -> None:
                 d.rmdir()
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def _not_in_project(flag: str, out: Path, project: Path | None) -> None:
+    """BadInput when `out` is inside `project` but not under its eval/ folder:
+    there it could replace a file of the project (chunks.parquet, a run, ...)."""
+    if project is not None and _inside(out, project) and not _inside(out, project / "eval"):
+        raise BadInput(f"{flag} {out} is inside the project folder {project}, whose files rag keeps (chunks, index, "
+                       f"runs, answers); write it under {project / 'eval'} or outside the project")
+
+
 def check_eval_files(inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, plots: Any = None,
-                     folder: tuple[str, Any] | None = None) -> None:
+                     folder: tuple[str, Any] | None = None, project: Path | None = None) -> None:
     """The output checks of every `rag eval` mode, made before any work.
 
     Args:
@@ -70,17 +82,24 @@ def check_eval_files(inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, p
             must import.
         folder: (flag, path) of an output folder replaced as a whole
             (--make-unanswerable's -o DIR), or None.
+        project: the project folder, or None; an output inside it must be
+            under its eval/ folder.
 
     Raises:
         BadInput naming both flags when an output is an input or another
         output (same resolved path, or the same file by `os.path.samefile`),
-        when --make-unanswerable's folder holds an input, or naming the flag
-        of an output that cannot be written.
+        when --make-unanswerable's folder or the --plots folder holds an
+        input, or naming the flag of an output that is empty, inside the
+        project folder outside eval/, or cannot be written.
     """
     read = [(flag, p) for flag, v in inputs.items() for p in _paths(v)]
+    for flag, v in [*outputs.items(), ("--plots", plots), *([folder] if folder else [])]:
+        if v is not None and not str(v).strip():
+            raise BadInput(f"{flag} is empty; give a path")
     files = [(flag, Path(v)) for flag, v in outputs.items() if v is not None]
     written: list[tuple[str, Path]] = []
     for flag, out in files:
+        _not_in_project(flag, out, project)
         for other, path in read + written:
             if _same(out, path):
                 raise BadInput(f"{flag} {out} is also {other} {path}: it would be overwritten; "
@@ -96,6 +115,11 @@ def check_eval_files(inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, p
                 raise BadInput(f"--plots {plots} is also {other} {path}: give --plots a folder of its own")
         if plots.exists() and not plots.is_dir():
             raise BadInput(f"--plots {plots}: is a file; give a folder (created if missing)")
+        for other, path in read:
+            if _inside(path, plots):
+                raise BadInput(f"--plots {plots} holds {other} {path}: a plot could replace it; "
+                               f"give --plots a folder of its own")
+        _not_in_project("--plots", plots, project)
         _writable_folder(plots, "--plots", plots)
         from rag_cli.evaluate.plots import check_matplotlib
 
@@ -103,7 +127,9 @@ def check_eval_files(inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, p
     if folder is not None:
         flag, out = folder[0], Path(folder[1])
         for other, path in read:
-            if _same(out, path) or _same(out, path.parent):
+            if _same(out, path):
+                raise BadInput(f"{flag} {out} is {other} {path}: -o names the folder to write; give a new folder")
+            if _same(out, path.parent):
                 raise BadInput(f"{flag} {out} is the folder of {other} {path}: its files would be replaced; "
                                f"give {flag} a new folder")
         _writable_folder(out.parent, flag, out)

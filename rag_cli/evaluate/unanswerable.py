@@ -81,22 +81,17 @@ def sample_unanswerable(qrels: Mapping[str, Mapping[str, int]], n: int, seed: in
 
 def _corpus_lines(path: Path):
     """(doc id, raw line) of a BEIR JSONL corpus. Raises BadInput naming the line."""
-    import gzip
+    from rag_cli.evaluate.datasets import text_lines
 
-    from rag_cli.evaluate.datasets import require_file
-
-    require_file(path, "--corpus")
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8-sig") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                doc_id = json.loads(line)["_id"]
-            except (ValueError, KeyError, TypeError):
-                raise BadInput(f"{path}:{lineno}: expected a JSON object with an '_id' (BEIR corpus JSONL), "
-                               f"got {line[:120]!r}") from None
-            yield str(doc_id), line if line.endswith("\n") else line + "\n"
+    for lineno, line in text_lines(path, "--corpus"):
+        if not line.strip():
+            continue
+        try:
+            doc_id = json.loads(line)["_id"]
+        except (ValueError, KeyError, TypeError):
+            raise BadInput(f"{path}:{lineno}: expected a JSON object with an '_id' (BEIR corpus JSONL), "
+                           f"got {line[:120]!r}") from None
+        yield str(doc_id), line + "\n"
 
 
 def write_unanswerable(corpus: str | os.PathLike, queries: str | os.PathLike, qrels: str | os.PathLike,
