@@ -955,6 +955,10 @@ def eval_(
             _warn(f"{report['n_chunks_not_in_project']} chunk id(s) cited or given as evidence in {answers} are not "
                   f"in this project's chunks ({p.chunks_path}): their citations and has-answer count as missing. "
                   "Recorded before the project was rebuilt, or in another project (-p)?")
+        elif report.get("evidence_changed") and not quiet:
+            _warn(f"the chunks cited or given as evidence in {answers} had other texts when they were answered than "
+                  f"this project's ({p.chunks_path}) now: recorded in another project (-p), or before the documents "
+                  "changed? has-answer and citation precision are measured on the current texts")
         if report.get("recorded_gate_off") and not quiet:
             _warn(f"{' and '.join(report['recorded_gate_off'])}: no question was refused by the refusal gate, "
                   "though the gate of this project's [ask] settings refuses some: recorded with `rag ask --gate "

@@ -254,3 +254,38 @@ def test_gold_or_judge_alone_ask_for_answers():
         res = invoke(*flags)
         assert res.exit_code == 2
         assert f"{flags[0]} scores answers: give --answers FILE too" in " ".join(res.stderr.split())
+
+
+def test_answers_whose_chunk_texts_changed_are_said(project, tmp_path):
+    table = read_chunks(project.chunks_path, columns=["chunk_id", "text"], required=["chunk_id", "text"])
+    cid, text = table.column("chunk_id")[0].as_py(), table.column("text")[0].as_py()
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text('{"_id": "q1", "answers": ["a"]}\n')
+    row = {"question": "q", "answer": "a [1]", "refused": False, "query_id": "q1", "citations": [cid],
+           "contexts": [cid]}
+    out = tmp_path / "a.json"
+    for evidence, changed in (({cid: text}, False), ({cid: text + " (another project's text)"}, True),
+                              (None, None)):
+        answers = tmp_path / "a.parquet"
+        write_answers(answers, [row], evidence)
+        res = invoke("--answers", answers, "--gold", gold, "-o", out, "-p", project.root)
+        assert res.exit_code == 0, res.output
+        assert json.loads(out.read_text())["evidence_changed"] is changed
+        said = "had other texts when they were answered" in " ".join(res.stderr.split())
+        assert said is bool(changed), res.stderr
+
+
+def test_rag_ask_queries_keeps_the_evidence_fingerprint(project, tmp_path):
+    import pyarrow.parquet as pq
+
+    from rag_cli.store.answers import evidence_fingerprint, read_evidence_fingerprint
+
+    res = CliRunner().invoke(app, ["ask", "--queries", str(SAMPLE_QUESTIONS), "--name", "fp", "-p", str(project.root),
+                                   "-q"])
+    assert res.exit_code == 0, res.output
+    table = pq.read_table(project.root / "answers" / "fp.parquet")
+    ids = {c for cs in table.column("contexts").to_pylist() for c in cs}
+    chunks = read_chunks(project.chunks_path, columns=["chunk_id", "text"], required=["chunk_id", "text"])
+    texts = {c: t for c, t in zip(chunks.column("chunk_id").to_pylist(), chunks.column("text").to_pylist())
+             if c in ids}
+    assert ids and read_evidence_fingerprint(table) == evidence_fingerprint(texts)

@@ -275,10 +275,11 @@ def answer_queries(project: "Project", searcher: Searcher, generator, queries_pa
     """
     from rag_cli.evaluate.datasets import read_queries
 
-    rows = []
+    rows, evidence = [], {}
     queries = read_queries(queries_path)
     for i, (qid, text) in enumerate(queries):
         res = ask(searcher, generator, text, cfg, search, mask, reranker)
+        evidence.update((e.chunk_id, e.text) for e in res.evidence)
         rows.append({"query_id": qid, "question": text, "answer": res.answer.text,
                      "citations": res.answer.citations, "contexts": [e.chunk_id for e in res.evidence],
                      "refused": res.answer.refused, "generator": res.answer.generator,
@@ -287,7 +288,7 @@ def answer_queries(project: "Project", searcher: Searcher, generator, queries_pa
                      "reason": res.reason, "generator_refused": res.generator_refused})
         if progress is not None:
             progress("answering", i + 1, len(queries))
-    write_answers(path, rows)
+    write_answers(path, rows, evidence)
     project.record(f"ask:{path.name}", params=dict(cfg.__dict__, mode=search.mode, reranked=reranker is not None),
                    inputs={"queries": str(queries_path)}, outputs=[str(path)], rows=len(rows))
     return path, len(rows), sum(r["refused"] for r in rows)

@@ -71,10 +71,11 @@ def evaluate_answers(answers_path: Path, gold_path: Path | None, chunks_path: Pa
     Raises BadInput for a missing or malformed answers, gold or chunks file."""
     from rag_cli.evaluate.answers import answer_metrics, refusal_rates
     from rag_cli.evaluate.datasets import read_gold_answers
-    from rag_cli.store.answers import read_answers
+    from rag_cli.store.answers import evidence_fingerprint, read_answers, read_evidence_fingerprint
     from rag_cli.store.chunks import read_chunks
 
-    rows = read_answers(answers_path).to_pylist()  # checked first: a bad file fails before a judge loads
+    answers = read_answers(answers_path)  # checked first: a bad file fails before a judge loads
+    rows = answers.to_pylist()
     report: dict = {"answers": str(answers_path)}
     if gold_path is not None:
         gold = read_gold_answers(gold_path)
@@ -85,6 +86,10 @@ def evaluate_answers(answers_path: Path, gold_path: Path | None, chunks_path: Pa
         unknown = _chunks_not_in_project(wanted, texts, answers_path, chunks_path)
         report.update({"gold": str(gold_path), **answer_metrics(rows, gold, texts)})
         report["n_chunks_not_in_project"] = unknown
+        recorded = read_evidence_fingerprint(answers)
+        # None: written before the fingerprint was kept; else whether this project's texts of those chunks differ
+        report["evidence_changed"] = (None if recorded is None else
+                                      recorded != evidence_fingerprint({c: texts.get(c, "") for c in wanted}))
     if unanswerable is not None:
         from rag_cli.evaluate.gate_tuning import looks_gate_off
 

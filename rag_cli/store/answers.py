@@ -14,6 +14,13 @@ null when the gate refused before the generator ran).
 Files written before the gate signals were recorded lack the last four
 columns; they are read as they are (`read_answers` requires only query_id,
 answer, citations, refused), and what needs a signal says which is missing.
+
+The file's schema metadata holds `rag.evidence_sha256`: `evidence_fingerprint`
+of the texts of every chunk the answers cite or were given, as they were
+when answered. Scoring compares it with the project's current texts of the
+same chunk ids (`read_evidence_fingerprint`): answers recorded in another
+project, or before the documents changed, are then told apart from answers
+that merely cite chunks that still exist.
 """
 
 from __future__ import annotations
@@ -32,9 +39,37 @@ ANSWERS_SCHEMA = pa.schema([("query_id", pa.string()), ("question", pa.string())
                             ("reason", pa.string()), ("generator_refused", pa.bool_())])
 
 
-def write_answers(path: Path, rows: list[dict]) -> None:
-    """Write answer rows (dicts with the ANSWERS_SCHEMA keys) atomically."""
-    atomic.write_parquet(path, pa.Table.from_pylist(rows, schema=ANSWERS_SCHEMA))
+EVIDENCE_KEY = b"rag.evidence_sha256"
+
+
+def evidence_fingerprint(texts: dict[str, str]) -> str:
+    """sha256 (hex) of {chunk_id: text}, over the ids in sorted order (each
+    id and text length-prefixed, so no two mappings share a digest)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for cid in sorted(texts):
+        for part in (cid, texts[cid]):
+            data = part.encode("utf-8")
+            h.update(len(data).to_bytes(8, "little") + data)
+    return h.hexdigest()
+
+
+def write_answers(path: Path, rows: list[dict], evidence: dict[str, str] | None = None) -> None:
+    """Write answer rows (dicts with the ANSWERS_SCHEMA keys) atomically;
+    `evidence` ({chunk_id: text} of the chunks cited or given) is kept as
+    its `evidence_fingerprint` in the schema metadata."""
+    schema = ANSWERS_SCHEMA
+    if evidence is not None:
+        schema = schema.with_metadata({EVIDENCE_KEY: evidence_fingerprint(evidence).encode()})
+    atomic.write_parquet(path, pa.Table.from_pylist(rows, schema=schema))
+
+
+def read_evidence_fingerprint(table: pa.Table) -> str | None:
+    """The `evidence_fingerprint` an answers table was written with, or None (older files)."""
+    meta = table.schema.metadata or {}
+    value = meta.get(EVIDENCE_KEY)
+    return value.decode() if value else None
 
 
 def read_answers(path: Path) -> pa.Table:
