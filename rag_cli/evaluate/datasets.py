@@ -219,6 +219,12 @@ def read_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
     return qrels
 
 
+def _some(ids) -> str:
+    """The first three of `ids` for a message, "..." when there are more."""
+    ids = list(ids)
+    return ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
+
+
 def queries_with_relevant(queries: list[tuple[str, str]], qrels: dict[str, dict[str, int]], queries_file: str,
                           qrels_file: str) -> list[tuple[str, str]]:
     """The `(query_id, text)` of `queries` that have a relevant document
@@ -235,10 +241,9 @@ def queries_with_relevant(queries: list[tuple[str, str]], qrels: dict[str, dict[
     judged = {q for q, docs in qrels.items() if any(rel >= RELEVANCE_LEVEL for rel in docs.values())}
     out = [(q, t) for q, t in queries if q in judged]
     if not out:
-        shown = lambda ids: ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")  # noqa: E731
         raise BadInput(f"no query of {queries_file} has a relevant document (relevance >= {RELEVANCE_LEVEL}) in "
-                       f"{qrels_file}: give the qrels of the same query set (query ids {shown([q for q, _ in queries])}"
-                       f"; the qrels judge {shown(sorted(judged)) or 'none as relevant'})")
+                       f"{qrels_file}: give the qrels of the same query set (query ids {_some(q for q, _ in queries)}"
+                       f"; the qrels judge {_some(sorted(judged)) or 'none as relevant'})")
     return out
 
 
@@ -253,10 +258,9 @@ def relevant_in_corpus(qrels: dict[str, dict[str, int]], doc_ids, qrels_file: st
     relevant = {d for docs in qrels.values() for d, rel in docs.items() if rel >= RELEVANCE_LEVEL}
     have = set(doc_ids)
     if relevant and not relevant & have:
-        ex = ", ".join(sorted(relevant)[:3]) + (", ..." if len(relevant) > 3 else "")
-        mine = ", ".join(sorted(have)[:3]) + (", ..." if len(have) > 3 else "")
-        raise BadInput(f"none of the {len(relevant)} relevant documents of {qrels_file} ({ex}) is in {where} (its "
-                       f"documents: {mine}): give the qrels of this collection, or -p the project indexed from it")
+        raise BadInput(f"none of the {len(relevant)} relevant documents of {qrels_file} ({_some(sorted(relevant))}) "
+                       f"is in {where} (its documents: {_some(sorted(have))}): give the qrels of this collection, or "
+                       f"-p the project indexed from it")
 
 
 _GOLD_WANT = "a JSON object with '_id' (the query id) and 'answers' (a list of gold answer strings) per line"
