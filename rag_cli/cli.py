@@ -955,7 +955,7 @@ def eval_(
             _warn(f"{report['n_chunks_not_in_project']} chunk id(s) cited or given as evidence in {answers} are not "
                   f"in this project's chunks ({p.chunks_path}): their citations and has-answer count as missing. "
                   "Recorded before the project was rebuilt, or in another project (-p)?")
-        elif report.get("evidence_changed") and not quiet:
+        if report.get("evidence_changed") and not quiet:
             _warn(f"the chunks cited or given as evidence in {answers} had other texts when they were answered than "
                   f"this project's ({p.chunks_path}) now: recorded in another project (-p), or before the documents "
                   "changed? has-answer and citation precision are measured on the current texts")
@@ -1098,7 +1098,8 @@ def _check_eval_mode(flags: dict) -> str:
         return mode
     if mode in ("answers", "judge") and missing == ["--answers"] and not wrong:
         selected = [f for f in ("--gold", "--judge") if f in given]
-        raise BadInput(f"{' and '.join(selected)} scores answers: give --answers FILE too (answers/NAME.parquet, "
+        raise BadInput(f"{' and '.join(selected)} score{'s' if len(selected) == 1 else ''} answers: give --answers "
+                       f"FILE too (answers/NAME.parquet, "
                        f"written by `rag ask --queries`)")
     if mode in ("answers", "judge") and "--answers" in missing and wrong:
         selected = [f for f in ("--gold", "--judge") if f in given]

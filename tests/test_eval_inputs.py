@@ -289,3 +289,17 @@ def test_rag_ask_queries_keeps_the_evidence_fingerprint(project, tmp_path):
     texts = {c: t for c, t in zip(chunks.column("chunk_id").to_pylist(), chunks.column("text").to_pylist())
              if c in ids}
     assert ids and read_evidence_fingerprint(table) == evidence_fingerprint(texts)
+
+
+def test_qrels_of_chunk_ids_are_still_scored(project, tmp_path):
+    """Qrels may judge chunk ids (a chunk-level evaluation); the collection check accepts them."""
+    chunks = read_chunks(project.chunks_path, columns=["chunk_id", "doc_id"], required=["chunk_id", "doc_id"])
+    first = dict(zip(chunks.column("doc_id").to_pylist()[::-1], chunks.column("chunk_id").to_pylist()[::-1]))
+    lines = SAMPLE_QRELS.read_text(encoding="utf-8").splitlines()
+    qrels = tmp_path / "chunks.tsv"
+    qrels.write_text("\n".join([lines[0], *("\t".join([q, first[d], r]) for q, d, r in
+                                           (line.split("\t") for line in lines[1:] if line.strip()))]) + "\n")
+    res = invoke("--queries", SAMPLE_QUESTIONS, "--qrels", qrels, "--ks", "1,3", "-o", tmp_path / "r.json",
+                 "-p", project.root, "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["level"] == "chunk"
