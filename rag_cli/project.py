@@ -878,17 +878,17 @@ class Project:
         """The queries with a relevant document in `qrels`
         (`queries_with_relevant`), after checking that some of their relevant
         documents (or chunks: qrels may judge chunk ids) are in this project's
-        docs.parquet or chunks.parquet (`relevant_in_corpus`).
+        chunks.parquet (`relevant_in_corpus`).
         Raises BadInput otherwise: the scores would all be 0."""
         from rag_cli.evaluate.datasets import queries_with_relevant, relevant_in_corpus
         from rag_cli.store.chunks import read_chunks
-        from rag_cli.store.docs import read_docs
 
         kept = queries_with_relevant(queries, qrels, queries_flag, qrels_flag)
-        if self.docs_path.exists() and self.chunks_path.exists():  # qrels may judge documents or chunks
-            ids = read_docs(self.docs_path).column("doc_id").to_pylist() + read_chunks(
-                self.chunks_path, columns=["chunk_id"], required=["chunk_id"]).column("chunk_id").to_pylist()
-            relevant_in_corpus({q: qrels[q] for q, _ in kept}, ids, qrels_flag, f"project {self.root}")
+        if self.chunks_path.exists():  # qrels may judge documents or chunks
+            ids = read_chunks(self.chunks_path, columns=["doc_id", "chunk_id"], required=["doc_id", "chunk_id"])
+            relevant_in_corpus({q: qrels[q] for q, _ in kept},
+                               ids.column("doc_id").to_pylist() + ids.column("chunk_id").to_pylist(),
+                               qrels_flag, f"project {self.root}")
         return kept
 
     def compare(self, qrels: str | os.PathLike, runs: Sequence[str | os.PathLike], *,

@@ -25,14 +25,13 @@ relevance.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
 from pathlib import Path
-from typing import Iterator
 
 from rag_cli.errors import BadInput
+from rag_cli.textfiles import text_lines
 
 _QUERY_ID_HEADERS = {"_id", "id", "qid", "query-id", "query_id", "queryid", "topic", "topic_id"}
 _QUERY_TEXT_HEADERS = {"text", "query", "question", "title", "query_text"}
@@ -46,31 +45,6 @@ _QUERIES_WANT = (
 _JSONL_WANT = ("each line of a .jsonl query file must be a JSON object with '_id' and 'text' (BEIR) "
                "or 'query_id' and 'query', e.g. {\"_id\": \"1\", \"text\": \"what is BM25?\"}")
 _QRELS_WANT = "'query-id<TAB>corpus-id<TAB>score' (BEIR) or 'qid iter docid rel' (TREC)"
-
-
-def require_file(path: Path, flag: str = "") -> Path:
-    """`path` if it is a file. Raises BadInput naming it (after `flag`, e.g.
-    "--corpus", when given): "no such file", or "is a folder, not a file"."""
-    where = f"{flag} {path}" if flag else str(path)
-    if path.is_dir():
-        raise BadInput(f"{where}: is a folder, not a file; give the path of a file")
-    if not path.is_file():
-        raise BadInput(f"{where}: no such file")
-    return path
-
-
-def text_lines(path: Path, flag: str = "") -> Iterator[tuple[int, str]]:
-    """(line number, line without its newline) for every line of `path`
-    (gzip when it ends in .gz). Raises BadInput naming it (after `flag`) when
-    it is missing, a folder, or not UTF-8."""
-    require_file(path, flag)
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt", encoding="utf-8-sig", newline=None) as f:
-            for lineno, line in enumerate(f, 1):
-                yield lineno, line.rstrip("\r\n")
-    except UnicodeDecodeError as e:
-        raise BadInput(f"{f'{flag} ' if flag else ''}{path}: not UTF-8 text ({e})") from e
 
 
 def _id_str(value, path: Path, lineno: int, what: str) -> str:

@@ -81,7 +81,7 @@ def sample_unanswerable(qrels: Mapping[str, Mapping[str, int]], n: int, seed: in
 
 def _corpus_lines(path: Path):
     """(doc id, raw line) of a BEIR JSONL corpus. Raises BadInput naming the line."""
-    from rag_cli.evaluate.datasets import text_lines
+    from rag_cli.textfiles import text_lines
 
     for lineno, line in text_lines(path, "--corpus"):
         if not line.strip():

@@ -75,7 +75,8 @@ def read_evidence_fingerprint(table: pa.Table) -> str | None:
 def read_answers(path: Path) -> pa.Table:
     """Read an answers file. Raises BadInput naming the file if it is a
     folder, unreadable or lacks the columns query_id, answer, citations, refused."""
-    from rag_cli.store.parquet import not_folder, read_parquet
+    from rag_cli.store.parquet import read_parquet
+    from rag_cli.textfiles import not_folder
 
     not_folder(path, "one answers/NAME.parquet file (written by `rag ask --queries`), not the folder of them")
     return read_parquet(path, "is it an answers file written by `rag ask --queries`?",

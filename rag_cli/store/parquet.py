@@ -13,21 +13,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rag_cli.errors import BadInput
+from rag_cli.textfiles import not_folder
 
-__all__ = ["read_parquet", "open_parquet", "iter_parquet_batches", "rerun", "not_folder"]
+__all__ = ["read_parquet", "open_parquet", "iter_parquet_batches", "rerun"]
 
 
 def rerun(stage: str) -> str:
     """The usual remedy for a damaged stage output: "run `rag STAGE` again"."""
     return f"run `rag {stage}` again"
-
-
-def not_folder(path: Path, want: str) -> None:
-    """Raise BadInput when `path` is a folder (pyarrow would read every
-    Parquet file in it as one dataset): "PATH: is a folder, not a file;
-    give `want`" (e.g. "one answers/NAME.parquet file")."""
-    if Path(path).is_dir():
-        raise BadInput(f"{path}: is a folder, not a file; give {want}")
 
 
 def _unreadable(path: Path, exc: Exception, remedy: str) -> BadInput:

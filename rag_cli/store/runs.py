@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
 from rag_cli.errors import BadInput
+from rag_cli.textfiles import not_folder, text_lines
 
 RUN_COLUMNS = ("query_id", "query", "rank", "chunk_id", "doc_id", "score", "stage")
 STAGES = ("dense", "sparse", "hybrid", "rerank")
@@ -215,18 +216,9 @@ def _read_parquet_run(path: Path) -> list[RunRow]:
     return rows
 
 
-def _trec_lines(path: Path):
-    """(line number, line) of a TREC run; BadInput naming the file when it is not UTF-8 text."""
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            yield from enumerate(f, 1)
-    except UnicodeDecodeError as e:
-        raise BadInput(f"{path}: not UTF-8 text ({e}); a run is Parquet or a UTF-8 TREC run file") from e
-
-
 def _read_trec_run(path: Path) -> list[RunRow]:
     rows = []
-    for lineno, line in _trec_lines(path):
+    for lineno, line in text_lines(path, hint="a run is Parquet or a UTF-8 TREC run file"):
         if not line.strip():
             continue
         fields = line.split()
@@ -252,8 +244,6 @@ def _read_trec_run(path: Path) -> list[RunRow]:
 
 def read_run(path: str | os.PathLike) -> list[RunRow]:
     """Read a Parquet run or a 6-column TREC run file (detected by content)."""
-    from rag_cli.store.parquet import not_folder
-
     path = Path(path)
     not_folder(path, "one run file (runs/NAME.parquet or a TREC run), not a folder of them")
     if not path.is_file():
