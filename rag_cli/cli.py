@@ -230,10 +230,15 @@ def chunk(
         _note(f"{summary['n_oversized']} chunk(s) exceed the size: each is one unbreakable unit")
     for warning in summary["warnings"]:
         _warn(warning)
-    for s in summary["skipped"][:20]:
+    _note_skipped(summary["skipped"])
+
+
+def _note_skipped(skipped: list[dict]) -> None:
+    """The files a chunking pass skipped, and why (the first 20)."""
+    for s in skipped[:20]:
         _note(f"skipped {s['path']}: {s['reason']}")
-    if len(summary["skipped"]) > 20:
-        _note(f"... and {len(summary['skipped']) - 20} more skipped")
+    if len(skipped) > 20:
+        _note(f"... and {len(skipped) - 20} more skipped")
 
 
 # --------------------------------------------------------------------------- embed
@@ -341,6 +346,7 @@ def build(
         c, e, i = out["chunk"], out["embed"], out["index"]
         _note(f"{c['n_docs']} documents -> {c['n_chunks']} chunks; {e['n_embedded']} embedded, {e['n_reused']} "
               f"reused; index {i['generation']} ({i['n_chunks']} chunks) -> {p.index_dir}")
+        _note_skipped(c.get("skipped", []))
 
 
 @app.command()

@@ -169,8 +169,13 @@ class Project:
     # -- opening -------------------------------------------------------------
     @classmethod
     def open(cls, path: str | os.PathLike | None = None) -> "Project":
-        """The project at `path` (else `$RAG_PROJECT`, else `./.rag`); it need not exist yet."""
-        return cls(project_dir(path))
+        """The project at `path` (else `$RAG_PROJECT`, else `./.rag`); it need not exist yet.
+        Raises BadInput when `path` is a file."""
+        root = project_dir(path)
+        if root.exists() and not root.is_dir():
+            raise BadInput(f"project folder {root} is a file, not a folder: give -p/--project (or RAG_PROJECT) "
+                           "a folder, new or made by `rag chunk` or `rag build`")
+        return cls(root)
 
     @classmethod
     def create(cls, path: str | os.PathLike | None = None, **sections: Any) -> "Project":
@@ -383,6 +388,7 @@ class Project:
         from rag_cli.index.searcher import Searcher
         from rag_cli.store.index_folder import current_generation
 
+        self.require_exists()
         gen = current_generation(self.index_dir)
         if gen is None:
             raise BadInput(f"{self.index_dir} has no index: run `rag index` first (project folder {self.root})")

@@ -637,3 +637,27 @@ def test_help_of_every_command_keeps_bracketed_text():
                 checked.append(bracketed)
                 assert bracketed.lstrip("\\") in out, (path, bracketed)
     assert {r"\[api,cli]", r"\[generator]", r"\[ask]"} <= set(checked)
+
+
+def test_project_given_as_a_file_or_missing(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("not a project")
+    for args in (["search", "foo"], ["status"], ["build", tmp_path / "nothing"], ["ask", "foo"]):
+        res = rag(*args, "-p", afile)
+        assert res.exit_code == 2, (args, res.output)
+        assert f"project folder {afile} is a file, not a folder" in " ".join(res.output.split())
+    assert afile.read_text() == "not a project"
+    for args in (["search", "foo"], ["ask", "foo"]):
+        res = rag(*args, "-p", tmp_path / "none.rag")
+        assert res.exit_code == 2 and "does not exist: run `rag chunk` first" in " ".join(res.output.split())
+        assert not (tmp_path / "none.rag").exists()
+
+
+def test_build_says_which_files_it_skipped(tmp_path, tiny_bi_encoder):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nBM25 ranks documents by term frequency.\n")
+    (docs / "empty.md").write_text("")
+    res = rag("build", docs, "--model", tiny_bi_encoder, "--unit", "chars", "-p", tmp_path / "p.rag")
+    assert res.exit_code == 0, res.output
+    assert f"skipped {docs / 'empty.md'}: no text" in " ".join(res.stderr.split())
