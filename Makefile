@@ -17,9 +17,12 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 
 # the llm extra builds llama-cpp-python from source once (minutes); pip caches the wheel.
 # GGML_NATIVE=OFF: the -march=native build crashed (SIGSEGV) on the first decode on a
-# virtual machine whose CPU reports AMX/AVX-512.
+# virtual machine whose CPU reports AMX/AVX-512. Only libllama and libggml are built:
+# no multimodal library (LLAVA_BUILD), no llama.cpp server, tools, tests or examples.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_SERVER=OFF \
+	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF
 $(VENV)/.dev: $(VENV)/.installed
-	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF}" $(BIN)/python -m pip install -q -e '.[dev,llm]'
+	CMAKE_ARGS="$${CMAKE_ARGS:-$(LLAMA_CMAKE_ARGS)}" $(BIN)/python -m pip install -q -e '.[dev,llm]'
 	touch $@
 
 install: $(VENV)/.installed

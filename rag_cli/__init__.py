@@ -8,7 +8,7 @@ The Python API is `Project` (see `rag_cli.project`)::
     hits = p.search("how does RRF work?", mode="hybrid", k=5)
 """
 
-__version__ = "0.1.0"
+from rag_cli.version import __version__
 
 __all__ = ["Project", "Config", "__version__"]
 

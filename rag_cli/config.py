@@ -16,59 +16,104 @@ import math
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rag_cli.errors import BadInput
+
+
+def setting(default: Any, help: str, *, limits: tuple | None = None, flag: str | None = None,
+            check: Callable[[Any], str | None] | None = None, cli: bool = True) -> Any:
+    """A config key, declared once: its default (whose type is the key's
+    type), its `help` (the flag's help and the config reference), its
+    `limits` ((lowest, highest), None = unbounded, ends included; or a tuple
+    of str choices), its `flag` (default `--` + the key with `-` for `_`),
+    an extra `check` (value -> problem or None), and whether a command takes
+    it as a flag (`cli`). Everything else (`check_setting`, the CLI's option
+    groups in `rag_cli.cli.options`, docs/commands.md's config table) is
+    derived from these (`setting_info`)."""
+    meta = {"help": help, "limits": limits, "flag": flag, "check": check, "cli": cli}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def url_problem(value: str) -> str | None:
+    """What is wrong with an HTTP API root (`generator.base_url`): it needs the
+    http or https scheme and a host; None if it has both."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError:
+        ok = False
+    return None if ok else "must be an http:// or https:// URL with a host, like 'http://127.0.0.1:8080/v1'"
+
+
+# Limits and their sources:
+# - hnsw_m >= 2: hnswlib's level multiplier is 1/ln(M) (Malkov & Yashunin 2018, HNSW).
+# - bm25_k1 >= 0, 0 <= bm25_b <= 1 (Robertson & Zaragoza 2009, "The Probabilistic
+#   Relevance Framework: BM25 and Beyond"; b is a share of length normalisation).
+# - rrf_k >= 0: RRF score 1/(k + rank), rank from 1 (Cormack, Clarke & Büttcher 2009; k = 60).
+# - min_score, strong_score: bi-encoder cosines, in [-1, 1]; min_coverage: a share, in [0, 1].
+# The chunk keys are checked, with the other chunk flags, by `rag_cli.chunking.units.validate`.
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """`[model]`: which models run, and where."""
 
-    embedder: str = "multilingual-e5-small"  # a default name or a model folder
-    precision: str = "int8"  # int8 | fp32 (which ONNX file of a default model)
-    reranker: str = ""  # a cross-encoder model folder; empty = none configured
-    threads: int = 0  # CPU cores for the models (that many batches at once); 0 = all cores
-    provider: str = "cpu"  # onnxruntime execution provider: cpu | cuda | coreml (if the build has it)
-    on_truncate: str = "warn"  # embed: a chunk longer than the embedder's max_length: warn (named) | error (exit 2)
+    embedder: str = setting("multilingual-e5-small", "Bi-encoder: a model folder or a default name",
+                            flag="--model")
+    precision: str = setting("int8", "int8 or fp32, for a default model", limits=("int8", "fp32"))
+    reranker: str = setting("", "Cross-encoder model folder; empty = none configured", flag="--model")
+    threads: int = setting(0, "CPU cores for the models (that many batches at once); 0 = all cores",
+                           limits=(0, None))
+    provider: str = setting("cpu", "onnxruntime execution provider: cpu, cuda or coreml, if onnxruntime has it")
+    on_truncate: str = setting("warn", "A chunk longer than the model's max_length: warn (name it) | "
+                               "error (exit 2, nothing written)", limits=("warn", "error"))
 
 
 @dataclass(frozen=True)
 class ChunkConfig:
     """`[chunk]`: how documents are split (sizes in `unit`)."""
 
-    strategy: str = "recursive"
-    size: int = 256
-    overlap: int = 32
-    unit: str = "tokens"  # tokens (of the embedder's tokenizer) | chars
-    context_sentences: int = 2  # sentence: sentences of context on each side, for ask
-    parent_size: int = 512  # parent-child: parent size in `unit` (> size, the child size)
-    breakpoint_percentile: float = 95.0  # semantic: break above this percentile of sentence distances
+    strategy: str = setting("recursive", "recursive | fixed | markdown | code | sentence | parent-child | semantic")
+    size: int = setting(256, "Chunk size in --unit")
+    overlap: int = setting(32, "Overlap in --unit, < size")
+    unit: str = setting("tokens", "tokens (of the embedder's tokenizer) | chars")
+    context_sentences: int = setting(2, "sentence: sentences on each side given to `ask` as context")
+    parent_size: int = setting(512, "parent-child: parent size in --unit, > --size")
+    breakpoint_percentile: float = setting(95.0, "semantic: break where the sentence distance exceeds this "
+                                           "percentile, 0-100")
 
 
 @dataclass(frozen=True)
 class IndexConfig:
     """`[index]`: HNSW (M, ef_construction, ef) and BM25 (k1, b, variant) parameters."""
 
-    hnsw_m: int = 32
-    hnsw_ef_construction: int = 200
-    hnsw_ef: int = 128
-    bm25_k1: float = 1.2
-    bm25_b: float = 0.75
-    bm25_method: str = "lucene"
-    keep: int = 2  # old index generations kept besides the current one (for `rag rollback`)
+    hnsw_m: int = setting(32, "HNSW graph degree M", limits=(2, None))
+    hnsw_ef_construction: int = setting(200, "HNSW build beam", limits=(1, None), flag="--ef-construction")
+    hnsw_ef: int = setting(128, "HNSW query beam (raised to k)", limits=(1, None), flag="--ef")
+    bm25_k1: float = setting(1.2, "BM25 k1", limits=(0, None), flag="--k1")
+    bm25_b: float = setting(0.75, "BM25 b", limits=(0, 1), flag="--b")
+    bm25_method: str = setting("lucene", "BM25 variant: lucene | robertson | atire | bm25l | bm25+")
+    keep: int = setting(2, "Old index generations kept for `rag rollback`", limits=(0, None))
 
 
 @dataclass(frozen=True)
 class SearchConfig:
     """`[search]`: retrieval mode, depth and hybrid fusion (see `rag_cli.index.fusion`)."""
 
-    mode: str = "hybrid"  # dense | sparse | hybrid
-    k: int = 10
-    rrf_k: int = 60
-    candidates: int = 100  # per retriever, before fusion
-    fusion: str = "rrf"  # rrf | minmax | zscore (weighted sums of normalised scores)
-    dense_weight: float = 0.5  # minmax/zscore: weight of the dense scores (sparse: 1 - this)
+    mode: str = setting("hybrid", "dense | sparse | hybrid")
+    k: int = setting(10, "Results per query", limits=(1, None), flag="-k")
+    rrf_k: int = setting(60, "RRF constant k in 1/(k + rank)", limits=(0, None))
+    candidates: int = setting(100, "Hybrid: hits per retriever before fusion", limits=(1, None))
+    fusion: str = setting("rrf", "Hybrid: rrf | minmax | zscore (weighted sums of normalised scores)",
+                          limits=("rrf", "minmax", "zscore"))
+    dense_weight: float = setting(0.5, "minmax/zscore: weight of the dense scores, 0-1 (sparse: 1 - this)",
+                                  limits=(0, 1))
 
 
 @dataclass(frozen=True)
@@ -91,24 +136,36 @@ class AskConfig:
     Cross-encoder rule: with `model.reranker` set, refuse when the best
     cross-encoder score (a raw logit, per model) is below `min_rerank_score`;
     0 switches it off. `gate` "off" switches every rule off (the generator
-    still reads the evidence and may refuse); `rag eval --tune refusal`
+    still reads the evidence and may refuse); `rag eval tune refusal`
     searches the thresholds on answers recorded that way.
     """
 
-    k: int = 5
-    generator: str = "extractive"
-    min_score: float = 0.82
-    min_coverage: float = 0.3
-    strong_score: float = 0.9
-    max_sentences: int = 3
-    min_entity_coverage: float = 0.5
-    key_idf: float = 0.3
-    entity_scope: str = "zh"  # zh | all
-    rewrite: str = "none"  # none | multi-query | hyde (an LLM generator writes them; rag_cli.generate.rewrite)
-    rerank_candidates: int = 20  # with model.reranker: chunks retrieved and reranked, of which the best k are kept
-    min_rerank_score: float = 0.0  # with model.reranker: refuse below this best cross-encoder logit; 0 = off (per model)
-    gate: str = "on"  # on | off: off answers every question (recording the gate's signals for `rag eval --tune refusal`)
-    grade: str = "off"  # off | llm: an LLM generator first judges whether the sources answer (rag_cli.generate.grade)
+    k: int = setting(5, "Evidence chunks given to the generator", limits=(1, None), flag="-k")
+    generator: str = setting("extractive", "extractive | openai (an OpenAI-compatible server) | llama-cpp "
+                             "(a local GGUF, the llm extra)", limits=("extractive", "openai", "llama-cpp"))
+    min_score: float = setting(0.82, "Refuse below this bi-encoder cosine of the best evidence", limits=(-1, 1))
+    min_coverage: float = setting(0.3, "Refuse below this idf-weighted share of question terms in the "
+                                  "evidence, unless the cosine reaches ask.strong_score", limits=(0, 1))
+    strong_score: float = setting(0.9, "A cosine at or above this answers without the --min-coverage check",
+                                  limits=(-1, 1))
+    max_sentences: int = setting(3, "Sentences at most in an extractive answer", limits=(1, None))
+    min_entity_coverage: float = setting(0.5, "Refuse when no evidence holds this share of the question's "
+                                         "key terms (below ask.strong_score); 0 = off", limits=(0, 1), cli=False)
+    key_idf: float = setting(0.3, "A key term's idf is at least this share of the question's largest idf",
+                             limits=(0, 1), cli=False)
+    entity_scope: str = setting("zh", "Questions the key-term rule judges: zh (with CJK characters) | all",
+                                limits=("zh", "all"), cli=False)
+    rewrite: str = setting("none", "none | multi-query | hyde: the LLM generator rewrites the question, each "
+                           "rewrite's retrieval fused with the question's by RRF",
+                           limits=("none", "multi-query", "hyde"))
+    rerank_candidates: int = setting(20, "With model.reranker: chunks retrieved and reranked, of which the best "
+                                     "k are kept", limits=(1, None), cli=False)
+    min_rerank_score: float = setting(0.0, "With model.reranker: refuse below this best cross-encoder logit; "
+                                      "0 = off")
+    gate: str = setting("on", "on | off: off refuses nothing itself (the generator may) and still records the "
+                        "gate's signals, for `rag eval tune refusal`", limits=("on", "off"))
+    grade: str = setting("off", "off | llm: the LLM generator first judges whether the sources answer the "
+                         "question and refuses if not (CRAG)", limits=("off", "llm"))
 
 
 @dataclass(frozen=True)
@@ -116,15 +173,17 @@ class SourcesConfig:
     """`[sources]`: what `rag build` loaded (absolute paths, folders or globs,
     and the --format), which `rag update` rescans."""
 
-    paths: list = field(default_factory=list)
-    format: str = "auto"
+    paths: list = setting([], "Sources remembered by `rag build` (absolute paths, folders or globs)",
+                          flag="SRC", cli=False)
+    format: str = setting("auto", "The --format of `rag build`", cli=False)
 
 
 @dataclass(frozen=True)
 class LockConfig:
     """`[lock]`: how a writing command waits for another writer of the project."""
 
-    wait: float = 0.0  # seconds to wait for the project lock; 0 = fail at once
+    wait: float = setting(0.0, "Seconds to wait for another writer of the project, then exit 1; "
+                          "0 = fail at once", limits=(0, None))
 
 
 @dataclass(frozen=True)
@@ -138,15 +197,19 @@ class GeneratorConfig:
     `context_tokens` is the token budget of the sources in the prompt.
     """
 
-    base_url: str = "http://127.0.0.1:8080/v1"
-    model: str = ""
-    api: str = "chat"  # chat | completions
-    api_key_env: str = ""
-    timeout: float = 60.0  # seconds per request
-    max_retries: int = 2
-    temperature: float = 0.0
-    max_tokens: int = 256
-    context_tokens: int = 2048
+    base_url: str = setting("http://127.0.0.1:8080/v1", "openai: the server's API root, e.g. "
+                            "http://127.0.0.1:8080/v1", check=url_problem)
+    model: str = setting("", "openai: the model name sent; llama-cpp: a .gguf path, empty = Gemma 3 270M",
+                         flag="--llm-model")
+    api: str = setting("chat", "openai: chat | completions (base models)", limits=("chat", "completions"))
+    api_key_env: str = setting("", "openai: NAME of the environment variable holding the API key")
+    timeout: float = setting(60.0, "openai: seconds per request", limits=(0.001, None))
+    max_retries: int = setting(2, "openai: retries after a connection error, timeout, 429 or 5xx",
+                               limits=(0, 10))
+    temperature: float = setting(0.0, "LLM sampling temperature", limits=(0, 2))
+    max_tokens: int = setting(256, "LLM answer length at most, tokens", limits=(1, None))
+    context_tokens: int = setting(2048, "LLM token budget of the sources; the lowest-ranked evidence is cut "
+                                  "first", limits=(64, None))
 
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "chunk": ChunkConfig, "index": IndexConfig,
@@ -228,87 +291,38 @@ class Config:
 #: The defaults as plain dicts ({section: {key: value}}).
 DEFAULT_CONFIG: dict[str, dict[str, Any]] = Config().to_dict()
 
-#: Flags that set a config key, where the flag is not `--` + the key with `-` for `_`.
-CONFIG_FLAGS: dict[tuple[str, str], str] = {
-    ("model", "embedder"): "--model",
-    ("model", "reranker"): "--model",
-    ("index", "hnsw_ef_construction"): "--ef-construction",
-    ("index", "hnsw_ef"): "--ef",
-    ("index", "bm25_k1"): "--k1",
-    ("index", "bm25_b"): "--b",
-    ("search", "k"): "-k",
-    ("ask", "k"): "-k",
-    ("sources", "paths"): "SRC",
-    ("generator", "model"): "--llm-model",
-}
+@dataclass(frozen=True)
+class SettingInfo:
+    """One config key as `setting` declared it (see there)."""
 
-#: Allowed values: (section, key) -> (lowest, highest) (None = unbounded, ends
-#: included) or a tuple of choices. The chunk keys are checked, with the other
-#: chunk flags, by `rag_cli.chunking.units.validate`.
-#: - hnsw_m >= 2: hnswlib's level multiplier is 1/ln(M) (Malkov & Yashunin 2018, HNSW).
-#: - bm25_k1 >= 0, 0 <= bm25_b <= 1 (Robertson & Zaragoza 2009, "The Probabilistic
-#:   Relevance Framework: BM25 and Beyond"; b is a share of length normalisation).
-#: - rrf_k >= 0: RRF score 1/(k + rank), rank from 1 (Cormack, Clarke & Büttcher 2009; k = 60).
-#: - min_score, strong_score: bi-encoder cosines, in [-1, 1]; min_coverage: a share, in [0, 1].
-CONFIG_LIMITS: dict[tuple[str, str], tuple] = {
-    ("model", "precision"): ("int8", "fp32"),
-    ("model", "on_truncate"): ("warn", "error"),
-    ("model", "threads"): (0, None),
-    ("index", "hnsw_m"): (2, None),
-    ("index", "hnsw_ef_construction"): (1, None),
-    ("index", "hnsw_ef"): (1, None),
-    ("index", "bm25_k1"): (0, None),
-    ("index", "bm25_b"): (0, 1),
-    ("search", "k"): (1, None),
-    ("search", "rrf_k"): (0, None),
-    ("search", "candidates"): (1, None),
-    ("search", "fusion"): ("rrf", "minmax", "zscore"),
-    ("search", "dense_weight"): (0, 1),
-    ("ask", "k"): (1, None),
-    ("ask", "min_score"): (-1, 1),
-    ("ask", "strong_score"): (-1, 1),
-    ("ask", "min_coverage"): (0, 1),
-    ("ask", "min_entity_coverage"): (0, 1),
-    ("ask", "key_idf"): (0, 1),
-    ("ask", "entity_scope"): ("zh", "all"),
-    ("ask", "max_sentences"): (1, None),
-    ("ask", "rerank_candidates"): (1, None),
-    ("ask", "rewrite"): ("none", "multi-query", "hyde"),
-    ("ask", "gate"): ("on", "off"),
-    ("ask", "grade"): ("off", "llm"),
-    ("index", "keep"): (0, None),
-    ("lock", "wait"): (0, None),
-    ("ask", "generator"): ("extractive", "openai", "llama-cpp"),
-    ("generator", "api"): ("chat", "completions"),
-    ("generator", "timeout"): (0.001, None),
-    ("generator", "max_retries"): (0, 10),
-    ("generator", "temperature"): (0, 2),
-    ("generator", "max_tokens"): (1, None),
-    ("generator", "context_tokens"): (64, None),
-}
+    section: str
+    key: str
+    default: Any
+    help: str
+    limits: tuple | None
+    flag: str
+    check: Callable[[Any], str | None] | None
+    cli: bool
 
 
-def url_problem(value: str) -> str | None:
-    """What is wrong with an HTTP API root (`generator.base_url`): it needs the
-    http or https scheme and a host; None if it has both."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(value)
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
-    except ValueError:
-        ok = False
-    return None if ok else "must be an http:// or https:// URL with a host, like 'http://127.0.0.1:8080/v1'"
+def setting_info(section: str, key: str) -> SettingInfo:
+    """What `setting` declared for `section.key`. Raises KeyError for an unknown one."""
+    for f in fields(SECTIONS[section]):
+        if f.name == key:
+            m = f.metadata
+            return SettingInfo(section, key, DEFAULT_CONFIG[section][key], m["help"], m["limits"],
+                               m["flag"] or "--" + key.replace("_", "-"), m["check"], m["cli"])
+    raise KeyError(f"{section}.{key}")
 
 
-#: Checks of values that CONFIG_LIMITS cannot express: (section, key) -> f(value) -> problem or None.
-CONFIG_CHECKS = {("generator", "base_url"): url_problem}
+def all_settings() -> list[SettingInfo]:
+    """Every config key, section by section, in rag.toml's order."""
+    return [setting_info(s, f.name) for s, cls in SECTIONS.items() for f in fields(cls)]
 
 
 def config_flag(section: str, key: str) -> str:
     """The command-line flag of a config key (`index.bm25_k1` -> `--k1`)."""
-    return CONFIG_FLAGS.get((section, key), "--" + key.replace("_", "-"))
+    return setting_info(section, key).flag
 
 
 def limit_problem(value: Any, limits: tuple) -> str | None:
@@ -342,7 +356,7 @@ _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "tru
 
 def check_setting(section: str, key: str, value: Any, source: str | None = None, flag: str | None = None) -> None:
     """Check one config value's type (that of its default; an int is fine
-    for a float) and range (CONFIG_LIMITS).
+    for a float) and range (`setting`'s limits and check).
 
     `source` is the rag.toml path the value comes from, None for a flag;
     `flag` the flag it was given with (None: the key's own, `config_flag`).
@@ -357,8 +371,9 @@ def check_setting(section: str, key: str, value: Any, source: str | None = None,
                        f"like {default!r}")
     if isinstance(default, list) and not all(isinstance(v, str) for v in value):
         raise BadInput(f"{where} should be a list of strings")
-    problem = limit_problem(value, CONFIG_LIMITS.get((section, key), (None, None)))
-    if not problem and (section, key) in CONFIG_CHECKS:
-        problem = CONFIG_CHECKS[section, key](value)
+    info = setting_info(section, key)
+    problem = limit_problem(value, info.limits or (None, None))
+    if not problem and info.check is not None:
+        problem = info.check(value)
     if problem:
         raise BadInput(f"{where}: {problem}" + (f" (flag {flag})" if source else ""))

@@ -22,7 +22,7 @@ from rag_cli.errors import BadInput, WorkFailed
 from rag_cli.store.embeddings import NAMED_IDS, bad_vector_rows
 from rag_cli.index.fusion import fuse
 from rag_cli.loaders.normalize import normalize_text
-from rag_cli.store.index_folder import IndexFolder
+from rag_cli.index.generation import IndexFolder
 
 MODES = ("dense", "sparse", "hybrid")
 

@@ -41,7 +41,8 @@ from rag_cli.loaders.document import Document
 from rag_cli.progress import Progress
 from rag_cli.store.chunks import chunks_table, read_chunks, write_tables
 from rag_cli.store.docs import docs_table, read_docs
-from rag_cli.store.index_folder import IndexFolder, clean_index_dir, write_index_folder
+from rag_cli.index.generation import IndexFolder
+from rag_cli.store.index_folder import clean_index_dir, write_index_folder
 
 if TYPE_CHECKING:
     from rag_cli.project import Project

@@ -10,6 +10,7 @@ from typing import Any
 
 from rag_cli import atomic
 from rag_cli.errors import BadInput
+from rag_cli.version import __version__
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -25,8 +26,6 @@ def read_manifest(path: Path) -> dict[str, Any]:
 def record(path: Path, stage: str, entry: dict[str, Any]) -> None:
     """Write one stage's `entry` into the manifest at `path` (atomically),
     adding `tool_version` and `time` (ISO 8601, UTC) unless given."""
-    from rag_cli import __version__
-
     manifest = read_manifest(path)
     entry = dict(entry)
     entry.setdefault("tool_version", __version__)
