@@ -116,6 +116,8 @@ def _json_safe(obj):
     """`obj` with every float NaN or +-inf replaced by None (JSON has no such numbers)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
+    if hasattr(obj, "to_dict"):  # a typed result (rag_cli.results)
+        return _json_safe(obj.to_dict())
     if isinstance(obj, dict):
         return {k: _json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

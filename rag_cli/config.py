@@ -377,3 +377,22 @@ def check_setting(section: str, key: str, value: Any, source: str | None = None,
         problem = info.check(value)
     if problem:
         raise BadInput(f"{where}: {problem}" + (f" (flag {flag})" if source else ""))
+
+
+def split_options(options: dict[str, Any], sections: tuple[str, ...],
+                  renamed: dict[str, tuple[str, str]] | None = None) -> dict[str, dict[str, Any]]:
+    """Keyword options named after config keys, by section: {section: {key:
+    value}} for the first of `sections` that has the key (`renamed` maps an
+    option to its (section, key) where the name differs, e.g. "model" ->
+    ("model", "embedder")); values are not checked here (`with_options` does).
+    Raises TypeError for an option no section has, naming the known ones."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, value in options.items():
+        section, key = (renamed or {}).get(name, (None, name))
+        if section is None or section not in sections:
+            section = next((s for s in sections if key in {f.name for f in fields(SECTIONS[s])}), None)
+        if section is None:
+            known = sorted({f.name for s in sections for f in fields(SECTIONS[s])} | set(renamed or {}))
+            raise TypeError(f"unknown option {name!r}; known: {', '.join(known)}")
+        out.setdefault(section, {})[key] = value
+    return out

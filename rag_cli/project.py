@@ -1,6 +1,5 @@
-"""The project: a folder with its config, manifest, lock and files, and every
-operation on it. The CLI is a thin layer over this class; a Python program
-uses it directly::
+"""The project's pipeline: every operation on a project folder. The CLI is
+a thin layer over this class; a Python program uses it directly::
 
     from rag_cli import Project
     p = Project.open("my.rag")              # or Project.create("my.rag", chunk={"size": 200})
@@ -8,70 +7,51 @@ uses it directly::
     hits = p.search("how does RRF work?", mode="hybrid", k=5)
     answer = p.ask("What does ef control?")
 
-Layout (docs/layout.md)::
-
-    .rag/
-      rag.toml  manifest.json  docs.parquet  chunks.parquet
-      parents.parquet (parent-child only)
-      embeddings.parquet  index/  runs/  answers/  eval/  cache/vectors/
+The folder itself (paths, rag.toml, manifest.json, the writer lock) is
+`p.folder` (`rag_cli.store.folder.ProjectFolder`; its paths and `config`
+are also read through `p`); the loaded models and index are `p.engines`
+(`rag_cli.engines.Engines`). Evaluation is `rag_cli.lab`.
 
 Options of an operation are its command's flags, as keyword arguments named
-after the config keys (`p.index(hnsw_m=16)`, `p.chunk(src, size=200)`); None
-means "not given": the value in rag.toml (or the default) is used. Each
-option is checked before any work (BadInput names the flag and the key).
-`chunk`, `embed`, `index` and a `rerank` with a new model write the options
-they were given back to rag.toml once they have succeeded, so rag.toml stays
-the config actually used; `search`, `ask` and `evaluate` never change it.
+after the config keys (`p.index(hnsw_m=16)`, `p.chunk(src, size=200)`;
+`model` is the bi-encoder, or the cross-encoder for `rerank`); None means
+"not given": the value in rag.toml (or the default) is used. Each option is
+checked before any work (BadInput names the flag and the key). `chunk`,
+`embed`, `index` and a `rerank` with a new model write the options they
+were given back to rag.toml once they have succeeded, so rag.toml stays the
+config actually used; `search` and `ask` never change it.
 
 Operations that write the project (chunk, embed, index, build, update,
-rollback) hold the project lock (a file lock on `.lock`; the holder's pid,
-command and start time in `.lock.json`) from start to end; another writer
-waits up to `wait` seconds (the operation's `wait`, else `lock_timeout`,
-else config `lock.wait`, default 0), then gets WorkFailed (exit 1) naming
-the holder. Readers (search, ask, status) never take the lock: they read
-the index generation that is current when they open it. Errors: BadInput (exit 2) for bad
-usage or input, naming the file, row or flag; WorkFailed (exit 1) otherwise.
+rollback) hold the project lock from start to end (`ProjectFolder.writing`);
+readers (search, ask, status) never take it: they read the index generation
+that is current when they open it. Errors: BadInput (exit 2) for bad usage
+or input, naming the file, row or flag; WorkFailed (exit 1) otherwise.
+Results are typed (`rag_cli.results`), each with `to_dict()`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from rag_cli.config import Config, check_flag
-from rag_cli.errors import BadInput, Interrupted, WorkFailed
+from rag_cli.config import Config, check_flag, split_options
+from rag_cli.engines import Engines, max_length, model_value
+from rag_cli.errors import BadInput, Interrupted
 from rag_cli.progress import Progress
+from rag_cli.results import (AnswersFile, BuildSummary, ChunkSummary, EmbedSummary, IndexSummary, Rollback,
+                             RunFile, SearchResult, Status, UpdateSummary)
+from rag_cli.store.folder import DEFAULT_PROJECT, ProjectFolder, check_name, file_stem, project_dir
 
-DEFAULT_PROJECT = ".rag"
+__all__ = ["Project", "SearchResult", "RunFile", "DEFAULT_PROJECT", "project_dir", "check_name", "file_stem"]
+
+#: Keyword options of the pipeline that are not named after their config key.
+_RENAMED = {"model": ("model", "embedder")}
 
 #: The flags of `rag eval --judge` that set [ask]/[generator] keys for the judge (named in errors).
 JUDGE_FLAGS = {"generator": "--judge-generator", "base_url": "--judge-base-url", "model": "--judge-model",
                "api": "--judge-api"}
-
-
-def project_dir(option: str | os.PathLike | None = None) -> Path:
-    """The project folder: `option`, else `$RAG_PROJECT`, else `./.rag`."""
-    return Path(option or os.environ.get("RAG_PROJECT") or DEFAULT_PROJECT)
-
-
-def check_name(name: str | None, flag: str = "--name") -> None:
-    """Raise BadInput unless `name` (None = not given) is a plain file name
-    stem: not empty, not `.` or `..`, no path separator, no NUL; output names
-    stay inside the project's runs/, answers/ and eval/ folders."""
-    if name is None:
-        return
-    seps = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
-    if not name.strip() or name in (".", "..") or any(c in name for c in seps | {"\0"}):
-        raise BadInput(f"{flag} {name!r}: give a plain name without path separators (not '.' or '..'), "
-                       "e.g. --name bm25-test; use -o/--output to write elsewhere")
-
-
-def file_stem(path: str | os.PathLike) -> str:
-    """A file's name up to its first dot (`queries.jsonl.gz` -> `queries`), for default output names."""
-    return Path(path).name.split(".")[0]
 
 
 def one_of(a_name: str, a: Any, b_name: str, b: Any) -> None:
@@ -80,15 +60,6 @@ def one_of(a_name: str, a: Any, b_name: str, b: Any) -> None:
         raise BadInput(f"give {a_name} or {b_name}; neither was given")
     if a is not None and b is not None:
         raise BadInput(f"give either {a_name} or {b_name}, not both")
-
-
-def _model_value(value: str | os.PathLike | None) -> str | None:
-    """A `--model` value as rag.toml keeps it: a folder as its absolute path (see `model_setting`)."""
-    if value is None:
-        return None
-    from rag_cli.models.defaults import model_setting
-
-    return model_setting(value)
 
 
 @contextlib.contextmanager
@@ -104,78 +75,40 @@ def _chunks_written(command: str) -> Iterator[None]:
                           "finishes the work (texts already embedded are not embedded again)") from None
 
 
-@dataclass
-class SearchResult:
-    """The hits of one query (`Hit`s: rank, chunk_id, doc_id, score, stage, text),
-    the mode used, whether the query was cut to the bi-encoder's max_length
-    (`n_queries_truncated`, `max_length` in tokens) and, after a rerank, how
-    many (query, passage) pairs were cut to the cross-encoder's."""
-
-    query: str
-    mode: str
-    hits: list
-    n_queries_truncated: int = 0
-    max_length: int | None = None
-    n_pairs_truncated: int = 0
-    reranker_max_length: int | None = None
-    score_scale: str | None = None  # after a rerank: what the scores are (`stages.rerank.SCORE_SCALES`)
-
-    def __iter__(self):
-        return iter(self.hits)
-
-    def __len__(self) -> int:
-        return len(self.hits)
-
-    def __getitem__(self, i):
-        return self.hits[i]
+def _options(options: dict[str, Any], *sections: str) -> dict[str, dict[str, Any]]:
+    """{section: {key: value}} of keyword options (`split_options`), a model folder kept absolute."""
+    out = split_options(options, sections, _RENAMED)
+    if "model" in out:
+        out["model"] = {k: model_value(v) if k in ("embedder", "reranker") and v else v
+                        for k, v in out["model"].items()}
+    return out
 
 
-@dataclass
-class RunFile:
-    """A run written by `search_queries` or `rerank_run`: its `path` (usable
-    wherever a path is, `os.fspath(run)`), the mode and depth k, and the
-    queries / (query, passage) pairs cut to a model's max_length (tokens),
-    and the ids a TREC run holds percent-encoded (`escaped_ids`)."""
-
-    path: Path
-    mode: str
-    k: int
-    n_queries_truncated: int = 0
-    max_length: int | None = None
-    n_pairs_truncated: int = 0
-    reranker_max_length: int | None = None
-    escaped_ids: tuple[str, ...] = ()  # ids with whitespace, percent-encoded in a TREC run
-    score_scale: str | None = None  # after a rerank: what the scores are (`stages.rerank.SCORE_SCALES`)
-
-    def __fspath__(self) -> str:
-        return os.fspath(self.path)
-
-
-@dataclass
 class Project:
-    """A project folder. Paths are properties; nothing is created until written.
+    """A project folder and its pipeline. `Project(root, lock_timeout=None)`:
+    nothing is created until written; `lock_timeout` is the seconds a writer
+    waits for another writer when an operation gets no `wait` (None =
+    config `lock.wait`). Reads the folder's paths, `config`, `manifest()`,
+    `record()` and `require()` through to `self.folder`."""
 
-    Attributes:
-        root: the folder.
-        lock_timeout: seconds a writer waits for another writer's lock when
-            an operation gets no `wait`; None = config `lock.wait`.
-    """
+    def __init__(self, root: str | os.PathLike, lock_timeout: float | None = None):
+        self.folder = ProjectFolder(Path(root), lock_timeout)
+        self.engines = Engines(self.folder)
 
-    root: Path
-    lock_timeout: float | None = None
-    _searchers: dict = field(default_factory=dict, repr=False, init=False)
-    _lock_depth: int = field(default=0, repr=False, init=False)
+    def __getattr__(self, name: str) -> Any:
+        if name in ("folder", "engines") or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.folder, name)
+
+    def __repr__(self) -> str:
+        return f"Project({str(self.root)!r})"
 
     # -- opening -------------------------------------------------------------
     @classmethod
     def open(cls, path: str | os.PathLike | None = None) -> "Project":
         """The project at `path` (else `$RAG_PROJECT`, else `./.rag`); it need not exist yet.
         Raises BadInput when `path` is a file."""
-        root = project_dir(path)
-        if root.exists() and not root.is_dir():
-            raise BadInput(f"project folder {root} is a file, not a folder: give -p/--project (or RAG_PROJECT) "
-                           "a folder, new or made by `rag chunk` or `rag build`")
-        return cls(root)
+        return cls(ProjectFolder.at(path).root)
 
     @classmethod
     def create(cls, path: str | os.PathLike | None = None, **sections: Any) -> "Project":
@@ -185,6 +118,8 @@ class Project:
         Raises BadInput if the folder already has a rag.toml, or for an
         unknown section or key or a bad value (naming it).
         """
+        from dataclasses import asdict
+
         p = cls.open(path)
         if p.config_path.exists():
             raise BadInput(f"{p.config_path} already exists; use Project.open({str(p.root)!r})")
@@ -194,9 +129,9 @@ class Project:
                 raise BadInput(f"unknown config section {section!r}; known: {', '.join(config.to_dict())}")
             values = asdict(values) if hasattr(values, "__dataclass_fields__") else dict(values)
             if section == "model":
-                values = {k: _model_value(v) if k in ("embedder", "reranker") and v else v for k, v in values.items()}
+                values = {k: model_value(v) if k in ("embedder", "reranker") and v else v for k, v in values.items()}
             config, _ = config.with_options(section, values)
-        with p._writing():
+        with p.folder.writing():
             config.save(p.config_path)
         return p
 
@@ -206,348 +141,128 @@ class Project:
         existed = self.config_path.exists()
         config = self.config
         if not existed:
-            with self._writing():
+            with self.folder.writing():
                 config.save(self.config_path)
         return config, not existed
 
-    # -- paths ---------------------------------------------------------------
-    @property
-    def config_path(self) -> Path:
-        return self.root / "rag.toml"
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.root / "manifest.json"
-
-    @property
-    def docs_path(self) -> Path:
-        return self.root / "docs.parquet"
-
-    @property
-    def chunks_path(self) -> Path:
-        return self.root / "chunks.parquet"
-
-    @property
-    def parents_path(self) -> Path:
-        return self.root / "parents.parquet"
-
-    @property
-    def embeddings_path(self) -> Path:
-        return self.root / "embeddings.parquet"
-
-    @property
-    def index_dir(self) -> Path:
-        return self.root / "index"
-
-    def run_path(self, name: str, fmt: str = "parquet") -> Path:
-        """runs/NAME.parquet (or .trec); BadInput if NAME is not a plain name (`check_name`)."""
-        check_name(name)
-        return self.root / "runs" / (f"{name}.parquet" if fmt == "parquet" else f"{name}.trec")
-
-    def answers_path(self, name: str) -> Path:
-        """answers/NAME.parquet; BadInput if NAME is not a plain name (`check_name`)."""
-        check_name(name)
-        return self.root / "answers" / f"{name}.parquet"
-
-    def eval_path(self, name: str) -> Path:
-        """eval/NAME.json; BadInput if NAME is not a plain name (`check_name`)."""
-        check_name(name)
-        return self.root / "eval" / f"{name}.json"
-
-    def require(self, path: Path, stage: str) -> Path:
-        """Return `path` or raise BadInput saying which stage writes it."""
-        if not path.exists():
-            raise BadInput(
-                f"{path} does not exist: run `rag {stage}` first "
-                f"(project folder {self.root}; choose another with -p/--project or RAG_PROJECT)"
-            )
-        return path
-
-    def require_exists(self) -> None:
-        """Raise BadInput unless the project folder exists (for operations that read a project)."""
-        if not self.root.is_dir():
-            raise BadInput(f"project folder {self.root} does not exist: run `rag chunk` first, "
-                           "or choose another with -p/--project or RAG_PROJECT")
-
-    # -- config --------------------------------------------------------------
-    @property
-    def config(self) -> Config:
-        """rag.toml over the defaults (read each time: another process may have changed it).
-        Raises BadInput for a bad rag.toml, naming the file and the key."""
-        return Config.load(self.config_path)
-
-    def _with(self, section: str, options: dict[str, Any]) -> tuple[Config, bool]:
-        """The config with `options` applied to `section` (checked; see `Config.with_options`)."""
-        return self.config.with_options(section, options)
-
-    def _save(self, *updates: tuple[str, dict[str, Any]]) -> None:
-        """Write the given options back to rag.toml (call under the lock, after success)
-        if one changed a value or there is no rag.toml yet."""
-        config, changed = self.config, False
-        for section, options in updates:
-            config, c = config.with_options(section, options)
-            changed = changed or c
-        if changed or not self.config_path.exists():
-            config.save(self.config_path)
-
-    # -- manifest ------------------------------------------------------------
-    def manifest(self) -> dict[str, Any]:
-        """manifest.json ({} when there is none). Raises BadInput if it is not JSON."""
-        from rag_cli.store.manifest import read_manifest
-
-        return read_manifest(self.manifest_path)
-
-    def record(self, stage: str, **entry: Any) -> None:
-        """Write one stage's entry (params, inputs, outputs, rows, ...) into
-        manifest.json, with `tool_version` and `time` (ISO 8601, UTC)."""
-        from rag_cli.store.manifest import record
-
-        record(self.manifest_path, stage, entry)
-
-    # -- lock ----------------------------------------------------------------
-    @contextlib.contextmanager
-    def _writing(self, command: str = "write", wait: float | None = None) -> Iterator[None]:
-        """Hold the project lock while writing (reentrant within this object).
-
-        Waits up to `wait` seconds (None: `lock_timeout`, else config
-        `lock.wait`) for another writer, then raises WorkFailed naming the
-        holder (pid, command, start time from `.lock.json`). A project folder
-        this call created is removed again if the work fails and left it
-        empty, so a bad flag or source creates nothing. Raises BadInput first
-        if manifest.json cannot be read (the stage would record into it after
-        writing)."""
-        from filelock import FileLock, Timeout
-
-        if self._lock_depth:
-            self._lock_depth += 1
-            try:
-                yield
-            finally:
-                self._lock_depth -= 1
-            return
-        if wait is None:
-            wait = self.lock_timeout if self.lock_timeout is not None else self.config.lock.wait
-        check_flag("--wait", wait, (0, None))
-        created = not self.root.exists()
-        self.root.mkdir(parents=True, exist_ok=True)
-        lock_file = self.root / ".lock"
-        try:
-            try:
-                lock = FileLock(str(lock_file), timeout=wait)
-                lock.acquire()
-            except Timeout as exc:
-                raise WorkFailed(f"another rag process is writing to {self.root}{self._holder()}; "
-                                 f"wait for it to finish and try again, or give --wait SECONDS "
-                                 f"(config lock.wait; waited {wait:g} s)") from exc
-            try:
-                self.manifest()  # a damaged manifest.json fails now, before any output is written
-                self._write_holder(command)
-                self._lock_depth = 1
-                yield
-            finally:
-                self._lock_depth = 0
-                (self.root / ".lock.json").unlink(missing_ok=True)
-                lock.release()
-        except BaseException:
-            if created:
-                lock_file.unlink(missing_ok=True)
-                with contextlib.suppress(OSError):
-                    self.root.rmdir()
-            raise
-
-    def _write_holder(self, command: str) -> None:
-        import json
-        import time
-
-        from rag_cli import atomic
-
-        atomic.write_text(self.root / ".lock.json", json.dumps(
-            {"pid": os.getpid(), "command": command,
-             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
-
-    def _holder(self) -> str:
-        """` (pid P, `rag COMMAND`, since TIME)` from .lock.json, or "" if unknown."""
-        import json
-
-        try:
-            h = json.loads((self.root / ".lock.json").read_text(encoding="utf-8"))
-            return f" (pid {h['pid']}, `rag {h['command']}`, since {h['started']})"
-        except (OSError, ValueError, KeyError, TypeError):
-            return ""
-
-    # -- models --------------------------------------------------------------
-    def _embedder(self, config: Config):
-        from rag_cli.models.loading import load_embedder
-
-        return load_embedder(asdict(config.model))
-
-    def _searcher(self, config: Config, *, with_embedder: bool, parts: tuple[str, ...] = ("dense", "sparse")):
-        """The loaded index (kept while the current generation is the same),
-        with the indexes in `parts` and the embedder when `with_embedder`.
-        Raises BadInput if there is no index or the embedder differs from the index's."""
-        from rag_cli.index.searcher import Searcher
-        from rag_cli.store.index_folder import current_generation
-
-        self.require_exists()
-        gen = current_generation(self.index_dir)
-        if gen is None:
-            raise BadInput(f"{self.index_dir} has no index: run `rag index` first (project folder {self.root})")
-        stamp = (gen, (gen / "meta.json").stat().st_mtime_ns if gen == self.index_dir else None)
-        key = (with_embedder, asdict(config.model).__repr__() if with_embedder else None, parts)
-        cached = self._searchers.get(key)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        embedder = None
-        if with_embedder:
-            embedder = self._embedder(config)
-            embedder.query_encoder.preload()  # the graph loads while the index and the tokenizer do
-        searcher = Searcher.open(self.index_dir, embedder, self.root, parts)
-        stamp = (searcher.index_dir, stamp[1])  # the generation actually opened (CURRENT may have moved)
-        self._searchers = {key: (stamp, searcher)}
-        return searcher
-
     # -- chunk, embed, index -------------------------------------------------
-    def chunk(self, sources: Sequence[str | os.PathLike], *, format: str = "auto", strategy: str | None = None,
-              size: int | None = None, overlap: int | None = None, unit: str | None = None,
-              context_sentences: int | None = None, parent_size: int | None = None,
-              breakpoint_percentile: float | None = None, model: str | os.PathLike | None = None,
-              precision: str | None = None, encoding: str | None = None, wait: float | None = None,
-              progress: Progress | None = None) -> dict:
+    def chunk(self, sources: Sequence[str | os.PathLike], *, format: str = "auto", encoding: str | None = None,
+              wait: float | None = None, progress: Progress | None = None, **options: Any) -> ChunkSummary:
         """Load documents (files, folders, globs; a BEIR corpus with
         format="beir") and split them into chunks: docs.parquet, chunks.parquet
-        (see `rag_cli.stages.chunk.chunk_sources`). `encoding` forces the
-        text files' encoding (None: detected). Returns its summary.
+        (see `rag_cli.stages.chunk.chunk_sources`). `options`: [chunk] keys
+        (strategy, size, overlap, unit, context_sentences, parent_size,
+        breakpoint_percentile), `model` and `precision`. `encoding` forces the
+        text files' encoding (None: detected).
         Raises BadInput for bad options, missing sources or no documents."""
         from rag_cli.stages.chunk import chunk_sources
 
-        chunk_opts = {"strategy": strategy, "size": size, "overlap": overlap, "unit": unit,
-                      "context_sentences": context_sentences, "parent_size": parent_size,
-                      "breakpoint_percentile": breakpoint_percentile}
-        model_opts = {"embedder": _model_value(model), "precision": precision}
-        config, _ = self._with("chunk", chunk_opts)
-        config, _ = config.with_options("model", model_opts)
-        with self._writing("chunk", wait):
-            summary = chunk_sources(self, [os.fspath(s) for s in sources], fmt=format, params=config.chunk,
+        opts = _options(options, "chunk", "model")
+        config = self.folder.with_options("chunk", opts.get("chunk")).with_options("model", opts.get("model"))[0]
+        with self.folder.writing("chunk", wait):
+            summary = chunk_sources(self.folder, [os.fspath(s) for s in sources], fmt=format, params=config.chunk,
                                     model=config.model, progress=progress, encoding=encoding)
-            self._save(("chunk", chunk_opts), ("model", model_opts))
-        return summary
+            self.folder.save(*opts.items())
+        return ChunkSummary.from_dict(summary)
 
-    def embed(self, *, model: str | os.PathLike | None = None, precision: str | None = None,
-              threads: int | None = None, provider: str | None = None, on_truncate: str | None = None,
-              wait: float | None = None,
-              progress: Progress | None = None) -> dict:
+    def embed(self, *, wait: float | None = None, progress: Progress | None = None,
+              **options: Any) -> EmbedSummary:
         """Embed chunks.parquet with the bi-encoder: embeddings.parquet, only
         new or changed texts computed (see `rag_cli.stages.embed.embed_chunks`).
-        `on_truncate` ("warn" | "error", config model.on_truncate): what a
-        chunk longer than the model's max_length does.
-        Returns its summary (plus `model`, the model folder's name).
+        `options`: [model] keys (`model`, precision, threads, provider,
+        on_truncate: what a chunk longer than the model's max_length does).
         Raises BadInput for bad options, a missing model or chunks.parquet,
         or a truncated chunk with on_truncate="error"."""
         from rag_cli.stages.embed import embed_chunks
 
         self.require(self.chunks_path, "chunk")
-        opts = {"embedder": _model_value(model), "precision": precision, "threads": threads, "provider": provider,
-                "on_truncate": on_truncate}
-        config, _ = self._with("model", opts)
-        encoder = self._embedder(config)  # checks every option before rag.toml records it
-        with self._writing("embed", wait):
-            summary = embed_chunks(self, encoder, progress, on_truncate=config.model.on_truncate)
-            self._save(("model", opts))
-        return {**summary, "model": encoder.folder.name}
+        opts = _options(options, "model")
+        config = self.folder.with_options("model", opts.get("model"))
+        encoder = self.engines.embedder(config)  # checks every option before rag.toml records it
+        with self.folder.writing("embed", wait):
+            summary = embed_chunks(self.folder, encoder, progress, on_truncate=config.model.on_truncate)
+            self.folder.save(*opts.items())
+        return EmbedSummary.from_dict({**summary, "model": encoder.folder.name})
 
-    def index(self, *, hnsw_m: int | None = None, hnsw_ef_construction: int | None = None,
-              hnsw_ef: int | None = None, bm25_k1: float | None = None, bm25_b: float | None = None,
-              bm25_method: str | None = None, keep: int | None = None, wait: float | None = None,
-              progress: Progress | None = None) -> dict:
+    def index(self, *, wait: float | None = None, progress: Progress | None = None,
+              **options: Any) -> IndexSummary:
         """Build a new generation of index/: HNSW (cosine) over the embeddings
         and BM25 over the chunk texts (see `rag_cli.stages.index.build_index`),
-        keeping `keep` older generations. Returns its summary."""
+        keeping `keep` older generations. `options`: [index] keys."""
         from rag_cli.stages.index import build_index
 
-        opts = {"hnsw_m": hnsw_m, "hnsw_ef_construction": hnsw_ef_construction, "hnsw_ef": hnsw_ef,
-                "bm25_k1": bm25_k1, "bm25_b": bm25_b, "bm25_method": bm25_method, "keep": keep}
-        config, _ = self._with("index", opts)
+        opts = _options(options, "index")
+        config = self.folder.with_options("index", opts.get("index"))
         self.require(self.chunks_path, "chunk")  # before the lock, which would create the folder
         self.require(self.embeddings_path, "embed")
-        with self._writing("index", wait):
-            summary = build_index(self, config.index, threads=config.model.threads, progress=progress,
+        with self.folder.writing("index", wait):
+            summary = build_index(self.folder, config.index, threads=config.model.threads, progress=progress,
                                   keep=config.index.keep)
-            self._save(("index", opts))
-        return summary
+            self.folder.save(*opts.items())
+        return IndexSummary.from_dict(summary)
 
     # -- build, update, rollback, status ---------------------------------------
-    def build(self, sources: Sequence[str | os.PathLike], *, format: str = "auto", strategy: str | None = None,
-              size: int | None = None, overlap: int | None = None, unit: str | None = None,
-              context_sentences: int | None = None, parent_size: int | None = None,
-              breakpoint_percentile: float | None = None, model: str | os.PathLike | None = None,
-              precision: str | None = None, threads: int | None = None, provider: str | None = None,
-              hnsw_m: int | None = None, hnsw_ef_construction: int | None = None, hnsw_ef: int | None = None,
-              bm25_k1: float | None = None, bm25_b: float | None = None, bm25_method: str | None = None,
-              keep: int | None = None, wait: float | None = None, progress: Progress | None = None) -> dict:
-        """`chunk`, `embed` and `index` under one lock, with the same options;
-        the sources (as absolute paths) and --format are remembered in rag.toml
-        `[sources]` for `update`. Returns {"chunk": ..., "embed": ..., "index": ...} summaries."""
+    def build(self, sources: Sequence[str | os.PathLike], *, format: str = "auto", wait: float | None = None,
+              progress: Progress | None = None, **options: Any) -> BuildSummary:
+        """`chunk`, `embed` and `index` under one lock, with the same options
+        (keys of [chunk], [model] and [index]); the sources (as absolute
+        paths) and `format` are remembered in rag.toml `[sources]` for `update`."""
+        split = split_options(options, ("chunk", "model", "index"), _RENAMED)  # unknown options fail first
+        model = {("model" if k == "embedder" else k): v for k, v in split.get("model", {}).items()}
         sources = [os.path.abspath(os.fspath(s)) for s in sources]
-        with self._writing("build", wait):
-            c = self.chunk(sources, format=format, strategy=strategy, size=size, overlap=overlap, unit=unit,
-                           context_sentences=context_sentences, parent_size=parent_size,
-                           breakpoint_percentile=breakpoint_percentile, model=model, precision=precision,
-                           progress=progress)
+        with self.folder.writing("build", wait):
+            c = self.chunk(sources, format=format, progress=progress, **split.get("chunk", {}),
+                           **{k: v for k, v in model.items() if k in ("model", "precision")})
             with _chunks_written("build SRC..."):
-                e = self.embed(threads=threads, provider=provider, progress=progress)
-                i = self.index(hnsw_m=hnsw_m, hnsw_ef_construction=hnsw_ef_construction, hnsw_ef=hnsw_ef,
-                               bm25_k1=bm25_k1, bm25_b=bm25_b, bm25_method=bm25_method, keep=keep,
-                               progress=progress)
-            self._save(("sources", {"paths": sources, "format": format}))
-        return {"chunk": c, "embed": e, "index": i}
+                e = self.embed(progress=progress, **{k: v for k, v in model.items() if k not in ("model", "precision")})
+                i = self.index(progress=progress, **split.get("index", {}))
+            self.folder.save(("sources", {"paths": sources, "format": format}))
+        return BuildSummary(c, e, i)
 
     def update(self, *, keep: int | None = None, wait: float | None = None,
-               progress: Progress | None = None) -> dict:
+               progress: Progress | None = None) -> UpdateSummary:
         """Rescan the sources remembered by `build`, rechunk new and changed
         documents, embed only new texts and write a new index generation
         updated in place (see `rag_cli.stages.update`). A change of the chunk
         settings rechunks everything; another embedder or HNSW M /
-        ef_construction rebuilds the index (`full` says why).
-        Returns {"chunk": counts, "embed": summary, "index": summary, "full_rechunk": reason or None};
-        also recorded in manifest.json under `update`.
+        ef_construction rebuilds the index (`index.full` says why).
+        Also recorded in manifest.json under `update`.
         Raises BadInput when no sources are remembered (run `build` first)."""
         from rag_cli.chunking.setup import chunk_settings
         from rag_cli.stages.embed import embed_chunks
         from rag_cli.stages.update import add_pending, pending_counts, update_chunks, update_index
 
-        config, _ = self._with("index", {"keep": keep})
+        f = self.folder
+        config = f.with_options("index", {"keep": keep})
         src = config.sources
         if not src.paths:
-            raise BadInput(f"{self.config_path} remembers no sources ([sources] paths): run "
-                           f"`rag build SRC...` first (project folder {self.root})")
-        with self._writing("update", wait):
-            previous = self.manifest().get("chunk", {}).get("params")
+            raise BadInput(f"{f.config_path} remembers no sources ([sources] paths): run "
+                           f"`rag build SRC...` first (project folder {f.root})")
+        with f.writing("update", wait):
+            previous = f.manifest().get("chunk", {}).get("params")
             settings = chunk_settings(config.chunk, config.model, src.format)
             rechunk = None if previous == settings else (
                 "the chunk settings changed" if previous else "no earlier chunk settings recorded")
-            pending = pending_counts(self)
-            c = update_chunks(self, list(src.paths), fmt=src.format, params=config.chunk, model=config.model,
+            pending = pending_counts(f)
+            c = update_chunks(f, list(src.paths), fmt=src.format, params=config.chunk, model=config.model,
                               full=rechunk is not None, progress=progress)
             c = add_pending(c, pending)
             with _chunks_written("update"):
-                e = embed_chunks(self, self._embedder(config), progress)
-                i = update_index(self, config.index, threads=config.model.threads, keep=config.index.keep,
+                e = embed_chunks(f, self.engines.embedder(config), progress)
+                i = update_index(f, config.index, threads=config.model.threads, keep=config.index.keep,
                                  progress=progress)
-            out = {"chunk": c, "embed": e, "index": i, "full_rechunk": rechunk}
-            self.record("update", chunk={k: v for k, v in c.items() if k not in ("skipped", "seconds")},
-                        n_embedded=e["n_embedded"], index={k: v for k, v in i.items() if k != "seconds"},
-                        full_rechunk=rechunk)
-        return out
+            f.record("update", chunk={k: v for k, v in c.items() if k not in ("skipped", "seconds")},
+                     n_embedded=e["n_embedded"], index={k: v for k, v in i.items() if k != "seconds"},
+                     full_rechunk=rechunk)
+        return UpdateSummary(c, EmbedSummary.from_dict(e), IndexSummary.from_dict(i), rechunk)
 
     def watch(self, sources: Sequence[str | os.PathLike] = (), *, debounce: float = 2.0, format: str = "auto",
-              strategy: str | None = None, size: int | None = None, overlap: int | None = None,
-              unit: str | None = None, model: str | os.PathLike | None = None, precision: str | None = None,
               keep: int | None = None, wait: float | None = None, stop=None, on_start=None, on_batch=None,
-              on_update=None, on_error=None, progress: Progress | None = None) -> int:
+              on_update=None, on_error=None, progress: Progress | None = None, **options: Any) -> int:
         """Keep the index current as the sources change (see `rag_cli.stages.watch`).
 
         First brings the project up to date: `build(sources, ...)` when
-        sources or chunk/model options are given that differ from the
+        sources or chunk/model `options` are given that differ from the
         remembered ones (or nothing is built yet), else `update()`; its result
         goes to `on_start`. Then each debounced batch of file changes
         (`debounce` seconds, > 0) is applied as one `update(keep, wait)`,
@@ -559,18 +274,17 @@ class Project:
         from rag_cli.stages.watch import watch_changes, watch_roots
 
         check_flag("--debounce", debounce, (0.001, None))
+        split_options(options, ("chunk", "model"), _RENAMED)  # unknown options fail before any work
         given = [os.path.abspath(os.fspath(s)) for s in sources]
         remembered = self.config.sources if self.config_path.exists() else None
-        opts = {"strategy": strategy, "size": size, "overlap": overlap, "unit": unit, "model": model,
-                "precision": precision}
         fresh = (not remembered or not remembered.paths or not self.index_dir.exists()
                  or (given and (given != list(remembered.paths) or format != remembered.format))
-                 or any(v is not None for v in opts.values()))
+                 or any(v is not None for v in options.values()))
         if fresh:
             if not given:
                 raise BadInput(f"give the folders or files to watch (SRC...): {self.config_path} remembers no "
                                f"sources (project folder {self.root})")
-            first = self.build(given, format=format, keep=keep, wait=wait, progress=progress, **opts)
+            first = self.build(given, format=format, keep=keep, wait=wait, progress=progress, **options)
         else:
             first = self.update(keep=keep, wait=wait, progress=progress)
         if on_start:
@@ -580,104 +294,80 @@ class Project:
                              debounce=debounce, stop=stop, on_batch=on_batch, on_update=on_update,
                              on_error=on_error)
 
-    def rollback(self, *, wait: float | None = None) -> dict:
+    def rollback(self, *, wait: float | None = None) -> Rollback:
         """Make the previous index generation current again (the chunk and
         embedding files are not changed: `status` shows them as newer).
-        Returns {"from": name, "to": name}. Raises BadInput when there is no
-        older generation."""
+        Raises BadInput when there is no older generation."""
         from rag_cli.store.index_folder import rollback
 
-        self.require_exists()
-        with self._writing("rollback", wait):
+        self.folder.require_exists()
+        with self.folder.writing("rollback", wait):
             old, new = rollback(self.index_dir)
-        return {"from": old, "to": new}
+        return Rollback(old, new)
 
-    def status(self, *, verify: bool = False) -> dict:
-        """The project's state (see `rag_cli.store.status.project_status`);
+    def status(self, *, verify: bool = False) -> Status:
+        """The project's state (see `rag_cli.stages.status.project_status`);
         `verify` hashes every generation's files against its files.json."""
-        from rag_cli.store.status import project_status
+        from rag_cli.stages.status import project_status
 
-        self.require_exists()
-        return project_status(self, verify=verify)
+        self.folder.require_exists()
+        return Status.from_dict(project_status(self.folder, verify=verify))
 
     # -- search --------------------------------------------------------------
-    def _search_setup(self, mode, k, rrf_k, candidates, filter, *, for_ask: bool = False, fusion=None,
-                      dense_weight=None):
-        from rag_cli.index.searcher import check_mode
-
-        config, _ = self._with("search", {"mode": mode, "k": k, "rrf_k": rrf_k, "candidates": candidates,
-                                          "fusion": fusion, "dense_weight": dense_weight})
-        mode = check_mode(config.search.mode)
-        # ask scores evidence with both indexes (cosines, term coverage); a search loads what its mode needs
-        parts = ("dense", "sparse") if for_ask or mode == "hybrid" else (mode,)
-        searcher = self._searcher(config, with_embedder=mode != "sparse", parts=parts)
-        return config, searcher, searcher.mask(filter)
-
-    def search(self, query: str, *, mode: str | None = None, k: int | None = None,
-               filter: str | Sequence[str] | None = None, rrf_k: int | None = None, candidates: int | None = None,
-               fusion: str | None = None, dense_weight: float | None = None) -> SearchResult:
+    def search(self, query: str, *, filter: str | Sequence[str] | None = None, **options: Any) -> SearchResult:
         """Search one query: the top-k chunks (dense, sparse or hybrid).
-        `filter`: one expression or a list (AND) over chunk and document
-        fields and front-matter metadata, e.g. ["doc_id=guides/*",
+        `options`: [search] keys (mode, k, rrf_k, candidates, fusion,
+        dense_weight). `filter`: one expression or a list (AND) over chunk and
+        document fields and front-matter metadata, e.g. ["doc_id=guides/*",
         "date>=2025-01-01", "tags in [api,cli]"] (`rag_cli.index.filters`);
         applied before ranking, so k hits come back whenever k chunks match.
-        `fusion` (rrf | minmax | zscore) and `dense_weight` as search.fusion
-        and search.dense_weight.
 
         Raises BadInput for bad options, an empty query, or no index.
         """
         from rag_cli.stages.search import search_one
 
-        config, s, mask = self._search_setup(mode, k, rrf_k, candidates, filter, fusion=fusion,
-                                             dense_weight=dense_weight)
+        config, s, mask = self.engines.search_setup(_options(options, "search").get("search"), filter)
         before = s.n_queries_truncated
         hits = search_one(s, query, config.search, mask)
-        return SearchResult(query, config.search.mode, hits, s.n_queries_truncated - before, _max_length(s))
+        return SearchResult(query, config.search.mode, hits, s.n_queries_truncated - before, max_length(s))
 
-    def search_queries(self, queries: str | os.PathLike, *, mode: str | None = None, k: int | None = None,
-                       filter: str | Sequence[str] | None = None, rrf_k: int | None = None, candidates: int | None = None,
+    def search_queries(self, queries: str | os.PathLike, *, filter: str | Sequence[str] | None = None,
                        name: str | None = None, format: str = "parquet", output: str | os.PathLike | None = None,
-                       level: str = "chunk", fusion: str | None = None, dense_weight: float | None = None,
-                       progress: Progress | None = None) -> RunFile:
+                       level: str = "chunk", progress: Progress | None = None, **options: Any) -> RunFile:
         """Search every query of a query file (JSONL or TSV) and write a run:
         runs/NAME.parquet (NAME: the file's stem-mode) or .trec, or `output`.
         Each query gets the chunks that hold its top k distinct documents, so a
         document-level (MaxP) evaluation is at depth k; `level` "doc" writes
         one row per document instead of per chunk (docno = doc id).
-        Returns the `RunFile` written."""
+        `options` as for `search`. Returns the `RunFile` written."""
         from rag_cli.stages.search import run_queries
 
         check_name(name)
-        config, s, mask = self._search_setup(mode, k, rrf_k, candidates, filter, fusion=fusion,
-                                             dense_weight=dense_weight)
+        config, s, mask = self.engines.search_setup(_options(options, "search").get("search"), filter)
         path = Path(output) if output else self.run_path(name or f"{file_stem(queries)}-{config.search.mode}", format)
         before = s.n_queries_truncated
         self.manifest()  # recorded into after the run is written: check it first
-        out, escaped = run_queries(self, s, Path(queries), config.search, mask, path=path, fmt=format, level=level,
-                                   progress=progress)
-        return RunFile(out, config.search.mode, config.search.k, s.n_queries_truncated - before, _max_length(s),
+        out, escaped = run_queries(self.folder, s, Path(queries), config.search, mask, path=path, fmt=format,
+                                   level=level, progress=progress)
+        return RunFile(out, config.search.mode, config.search.k, s.n_queries_truncated - before, max_length(s),
                        escaped_ids=tuple(escaped))
 
     # -- rerank --------------------------------------------------------------
-    def _reranker_config(self, model) -> tuple[Config, dict]:
-        opts = {"reranker": _model_value(model)}
-        config, _ = self._with("model", opts)
+    def _reranker(self, model) -> tuple[Any, Callable[[], None]]:
+        """(cross-encoder, remember): the configured or given cross-encoder,
+        and a function that writes a given `model` to rag.toml once it has worked."""
+        opts = {"reranker": model_value(model)}
+        config = self.folder.with_options("model", opts)
         if not config.model.reranker:
             raise BadInput("no cross-encoder: pass --model DIR (an ONNX cross-encoder folder) or set "
                            "model.reranker in rag.toml")
-        return config, opts
+        ce = self.engines.cross_encoder(config)
 
-    @staticmethod
-    def _cross_encoder(config: Config):
-        from rag_cli.models.loading import load_cross_encoder
-
-        return load_cross_encoder(config.model.reranker, threads=config.model.threads,
-                                  provider=config.model.provider)
-
-    def _remember_reranker(self, model, opts) -> None:
-        if model is not None:
-            with self._writing():  # the reranker is remembered once it has worked
-                self._save(("model", opts))
+        def remember() -> None:
+            if model is not None:
+                with self.folder.writing():
+                    self.folder.save(("model", opts))
+        return ce, remember
 
     def rerank(self, query: str, *, model: str | os.PathLike | None = None, candidates: int = 100,
                top_n: int = 10, mode: str | None = None, sigmoid: bool = False,
@@ -692,9 +382,8 @@ class Project:
 
         check_flag("--candidates", candidates, (1, None))
         check_flag("--top-n/-k", top_n, (1, None))
-        config, opts = self._reranker_config(model)
-        ce = self._cross_encoder(config)
-        sconfig, s, _ = self._search_setup(mode, candidates, None, None, None)
+        ce, remember = self._reranker(model)
+        sconfig, s, _ = self.engines.search_setup({"mode": mode, "k": candidates})
         before = s.n_queries_truncated
         hits = search_one(s, query, sconfig.search, None)
         rows = [RunRow("q", query, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits]
@@ -702,10 +391,10 @@ class Project:
         texts = {h.chunk_id: s.text(h.row, column) for h in hits}
         out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, probability=sigmoid,
                                  min_score=min_score, progress=progress)
-        self._remember_reranker(model, opts)
+        remember()
         reranked = [Hit(rank=r.rank, row=s.row_of(r.chunk_id), chunk_id=r.chunk_id, doc_id=r.doc_id, score=r.score,
                         stage=r.stage, text=s.text(s.row_of(r.chunk_id))) for r in out]
-        return SearchResult(query, "rerank", reranked, s.n_queries_truncated - before, _max_length(s), n_cut,
+        return SearchResult(query, "rerank", reranked, s.n_queries_truncated - before, max_length(s), n_cut,
                             ce.folder.max_length, score_scale=SCORE_SCALES[sigmoid])
 
     def rerank_run(self, run: str | os.PathLike, *, model: str | os.PathLike | None = None,
@@ -721,50 +410,25 @@ class Project:
         check_name(name)
         check_flag("--candidates", candidates, (1, None))
         check_flag("--top-n/-k", top_n, (1, None))
-        config, opts = self._reranker_config(model)
         self.require(self.chunks_path, "chunk")
-        ce = self._cross_encoder(config)
+        ce, remember = self._reranker(model)
         rows = read_run(run)
         texts = chunk_texts(self.chunks_path, {r.chunk_id for r in rows})
         out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, source=str(run),
                                  probability=sigmoid, min_score=min_score, progress=progress)
         path = write_run(self.run_path(name or f"{file_stem(run)}-rerank", format), out, fmt=format)
-        self._remember_reranker(model, opts)
+        remember()
         return RunFile(path, "rerank", top_n, n_pairs_truncated=n_cut, reranker_max_length=ce.folder.max_length,
                        escaped_ids=tuple(trec_escaped(out) if format == "trec" else ()),
                        score_scale=SCORE_SCALES[sigmoid])
 
     # -- ask -----------------------------------------------------------------
-    def _ask_setup(self, k, mode, min_score, min_coverage, strong_score, max_sentences, filter,
-                   generator=None, llm=None, rewrite=None, gate=None, min_rerank_score=None, grade=None):
-        from rag_cli.generate.factory import load_generator
+    def _ask_setup(self, options: dict[str, Any], filter, llm: dict | None):
+        opts = split_options(options, ("ask", "search"), {"mode": ("search", "mode"), "k": ("ask", "k")})
+        return self.engines.ask_setup(opts.get("ask"), llm, opts.get("search"), filter)
 
-        config, _ = self._with("ask", {"k": k, "min_score": min_score, "min_coverage": min_coverage,
-                                       "strong_score": strong_score, "max_sentences": max_sentences,
-                                       "generator": generator, "rewrite": rewrite, "gate": gate,
-                                       "min_rerank_score": min_rerank_score, "grade": grade})
-        config, _ = config.with_options("generator", llm)
-        sconfig, s, mask = self._search_setup(mode, None, None, None, filter, for_ask=True)
-        if s.embedder is None:  # sparse retrieval: the evidence is still scored by the bi-encoder
-            s.embedder = self._embedder(config)
-        gen = load_generator(config.ask, s.embedder, s.sparse, config.generator, threads=config.model.threads)
-        return config.ask, sconfig.search, s, mask, gen
-
-    def _ask_reranker(self):
-        """(question, [text]) -> (n,) float32 cross-encoder logits with
-        model.reranker, for `ask` to rerank its evidence; None when no
-        reranker is set."""
-        if not self.config.model.reranker:
-            return None
-        ce = self._cross_encoder(self.config)
-        return lambda question, texts: ce.score_pairs([(question, t) for t in texts])
-
-    def ask(self, question: str, *, k: int | None = None, mode: str | None = None,
-            min_score: float | None = None, min_coverage: float | None = None,
-            strong_score: float | None = None, max_sentences: int | None = None,
-            filter: str | Sequence[str] | None = None, generator: str | None = None, llm: dict | None = None,
-            rewrite: str | None = None, gate: str | None = None, min_rerank_score: float | None = None,
-            grade: str | None = None, on_text: Callable[[str], None] | None = None):
+    def ask(self, question: str, *, filter: str | Sequence[str] | None = None, llm: dict | None = None,
+            on_text: Callable[[str], None] | None = None, **options: Any):
         """Answer `question` from the indexed sources only, citing the
         evidence as [n], or refuse (see `rag_cli.stages.ask`). Returns an
         `AskResult` (`.answer.text`, `.answer.citations`, `.refused`,
@@ -773,15 +437,12 @@ class Project:
         `.n_queries_truncated`: 1 if the question was cut to the bi-encoder's
         `.max_length` tokens).
 
-        `generator` is ask.generator (extractive | openai | llama-cpp);
-        `llm` overrides keys of the `[generator]` section ({key: value}, e.g.
-        {"base_url": "http://127.0.0.1:8080/v1", "timeout": 30.0}); `rewrite`
-        is ask.rewrite (none | multi-query | hyde; needs an LLM generator,
-        `.rewrites` holds what it wrote). `gate` is ask.gate (on | off: no
-        rule refuses, the gate's signals are still measured),
-        `min_rerank_score` ask.min_rerank_score, and `grade` ask.grade (off |
-        llm: the LLM generator first judges whether the sources answer,
-        `.grade`).
+        `options`: [ask] keys (k, min_score, min_coverage, strong_score,
+        max_sentences, generator: extractive | openai | llama-cpp, rewrite:
+        none | multi-query | hyde, gate: on | off, min_rerank_score, grade:
+        off | llm, ...) and `mode` ([search]); `llm` overrides keys of the
+        `[generator]` section ({key: value}, e.g. {"base_url":
+        "http://127.0.0.1:8080/v1", "timeout": 30.0}).
 
         `on_text(piece)` is called with the answer text as it is written
         (streamed by an LLM generator, plain, markers checked as they close;
@@ -791,39 +452,28 @@ class Project:
         """
         from rag_cli.stages.ask import ask
 
-        acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
-                                                   max_sentences, filter, generator, llm, rewrite, gate,
-                                                   min_rerank_score, grade)
+        acfg, scfg, s, mask, gen = self._ask_setup(options, filter, llm)
         before = s.n_queries_truncated
-        res = ask(s, gen, question, acfg, scfg, mask, self._ask_reranker(), on_text=on_text)
-        res.n_queries_truncated, res.max_length = s.n_queries_truncated - before, _max_length(s)
+        res = ask(s, gen, question, acfg, scfg, mask, self.engines.ask_reranker(), on_text=on_text)
+        res.n_queries_truncated, res.max_length = s.n_queries_truncated - before, max_length(s)
         return res
 
-    def ask_queries(self, queries: str | os.PathLike, *, k: int | None = None, mode: str | None = None,
-                    min_score: float | None = None, min_coverage: float | None = None,
-                    strong_score: float | None = None, max_sentences: int | None = None,
-                    filter: str | Sequence[str] | None = None, name: str | None = None,
-                    generator: str | None = None, llm: dict | None = None, rewrite: str | None = None,
-                    gate: str | None = None, min_rerank_score: float | None = None,
-                    grade: str | None = None, progress: Progress | None = None) -> dict:
+    def ask_queries(self, queries: str | os.PathLike, *, filter: str | Sequence[str] | None = None,
+                    name: str | None = None, llm: dict | None = None, progress: Progress | None = None,
+                    **options: Any) -> AnswersFile:
         """Answer every question of a query file into answers/NAME.parquet
         (NAME: the file's stem), with the gate's signals per question (see
-        `rag_cli.store.answers`). Returns {"answers": path, "n": answers, "refused": refusals,
-        "n_queries_truncated": questions cut to the bi-encoder's "max_length"}.
-        `generator`, `llm`, `rewrite`, `gate`, `min_rerank_score` and `grade` as for `ask`."""
+        `rag_cli.store.answers`). `options`, `llm` as for `ask`."""
         from rag_cli.stages.ask import answer_queries
 
         check_name(name)
-        acfg, scfg, s, mask, gen = self._ask_setup(k, mode, min_score, min_coverage, strong_score,
-                                                   max_sentences, filter, generator, llm, rewrite, gate,
-                                                   min_rerank_score, grade)
+        acfg, scfg, s, mask, gen = self._ask_setup(options, filter, llm)
         before = s.n_queries_truncated
         self.manifest()  # recorded into after the answers are written: check it first
-        path, n, n_refused = answer_queries(self, s, gen, Path(queries), acfg, scfg, mask,
+        path, n, n_refused = answer_queries(self.folder, s, gen, Path(queries), acfg, scfg, mask,
                                             path=self.answers_path(name or file_stem(queries)),
-                                            reranker=self._ask_reranker(), progress=progress)
-        return {"answers": path, "n": n, "refused": n_refused,
-                "n_queries_truncated": s.n_queries_truncated - before, "max_length": _max_length(s)}
+                                            reranker=self.engines.ask_reranker(), progress=progress)
+        return AnswersFile(path, n, n_refused, s.n_queries_truncated - before, max_length(s))
 
     # -- eval ----------------------------------------------------------------
     def evaluate(self, qrels: str | os.PathLike, *, run: str | os.PathLike | None = None,
@@ -990,7 +640,7 @@ class Project:
                            "(or set ask.generator), with the [generator] settings of that model")
         gen = load_generator(config.ask, None, None, config.generator, threads=config.model.threads,
                              model_flag="--judge-model" if (llm or {}).get("model") else "--llm-model")
-        embedder = self._embedder(config)
+        embedder = self.engines.embedder(config)
         completes = [lambda prompt, max_tokens, seed=seed: gen.complete(prompt, max_tokens, temperature=temperature,
                                                                         seed=seed)
                      for seed in range(repeats)]
@@ -1043,8 +693,8 @@ class Project:
         train = pair(answers, unanswerable)
         test = pair(test_answers, test_unanswerable) if test_answers is not None else None
         report = tune_refusal(train, test, self.config.ask, max_false_refusal=max_false_refusal)
-        with self._writing("eval --tune"):
-            self._save(("ask", {k: report["best"][k] for k in TUNED}))
+        with self.folder.writing("eval --tune"):
+            self.folder.save(("ask", {k: report["best"][k] for k in TUNED}))
         report = {"answers": str(answers), "unanswerable": str(unanswerable),
                   "test_answers": str(test_answers or ""), "test_unanswerable": str(test_unanswerable or ""),
                   "written_to": str(self.config_path), **report}
@@ -1090,18 +740,18 @@ class Project:
         path = Path(output) if output else self.eval_path(name or f"tune-fusion-{file_stem(queries)}")
         self._check_eval_files({"--queries": queries, "--qrels": qrels, "--test-queries": test_queries,
                            "--test-qrels": test_qrels, "rag.toml": self.config_path}, path, output, md, plots)
-        config, _ = self._with("search", {"candidates": candidates})
+        config = self.folder.with_options("search", {"candidates": candidates})
         train = (read_queries(queries), read_qrels(qrels))
         self._judged_here(*train, f"--queries {queries}", f"--qrels {qrels}")
         test = (read_queries(test_queries), read_qrels(test_qrels)) if test_queries is not None else None
         if test is not None:
             self._judged_here(*test, f"--test-queries {test_queries}", f"--test-qrels {test_qrels}")
-        s = self._searcher(config, with_embedder=True)
+        s = self.engines.searcher(config, with_embedder=True)
         report = tune_fusion(s, train, test, candidates=config.search.candidates, permutations=permutations,
                              progress=progress)
         best = report["best"]
-        with self._writing("eval --tune"):
-            self._save(("search", {"fusion": best["fusion"], **{key: best[key] for key in ("rrf_k", "dense_weight")
+        with self.folder.writing("eval --tune"):
+            self.folder.save(("search", {"fusion": best["fusion"], **{key: best[key] for key in ("rrf_k", "dense_weight")
                                                                 if key in best}}))
         report = {"queries": str(queries), "qrels": str(qrels), "test_queries": str(test_queries or ""),
                   "test_qrels": str(test_qrels or ""), "written_to": str(self.config_path), **report}
@@ -1137,7 +787,7 @@ class Project:
         original = read_queries(queries)
         gold = read_qrels(qrels)
         self._judged_here(original, gold, f"--queries {queries}", f"--qrels {qrels}")
-        config, s, mask = self._search_setup(mode, max(cutoffs), None, None, None)
+        config, s, mask = self.engines.search_setup({"mode": mode, "k": max(cutoffs)})
         base = evaluate_rows(search_rows(s, original, config.search, mask, progress=progress), gold, cutoffs)
         out = {"queries": str(queries), "qrels": str(qrels), "mode": config.search.mode, "seed": seed,
                "n_queries": base["n_queries"], "original": base["metrics"], "perturbations": {}}
@@ -1195,15 +845,15 @@ class Project:
         self.require_exists()
         asked, gold = read_queries(queries), read_qrels(qrels)
         self._judged_here(asked, gold, f"--queries {queries}", f"--qrels {qrels}")
-        config, _ = self._with("search", {"k": k, "candidates": candidates, "rrf_k": rrf_k, "mode": "hybrid"})
-        s = self._searcher(config, with_embedder=True)
+        config = self.folder.with_options("search", {"k": k, "candidates": candidates, "rrf_k": rrf_k, "mode": "hybrid"})
+        s = self.engines.searcher(config, with_embedder=True)
         reranker = None
         if config.model.reranker:
             from rag_cli.index.searcher import Hit
             from rag_cli.stages.rerank import rerank_rows
             from rag_cli.store.runs import RunRow
 
-            ce = self._cross_encoder(config)
+            ce = self.engines.cross_encoder(config)
 
             def reranker(text, hits):
                 rows = [RunRow("q", text, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits]
@@ -1213,8 +863,8 @@ class Project:
                             stage=r.stage) for r in out]
         answerer = None
         if answers:
-            acfg, scfg, s2, mask, gen = self._ask_setup(None, None, None, None, None, None, None)
-            ask_reranker = self._ask_reranker()
+            acfg, scfg, s2, mask, gen = self.engines.ask_setup()
+            ask_reranker = self.engines.ask_reranker()
 
             def answerer(text):
                 res = ask(s2, gen, text, acfg, scfg, mask, ask_reranker)
@@ -1230,6 +880,3 @@ class Project:
         write_report(path, report)
         return report, path
 
-
-def _max_length(searcher) -> int | None:
-    return searcher.embedder.folder.max_length if searcher.embedder is not None else None

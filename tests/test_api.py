@@ -117,12 +117,12 @@ def test_a_second_writer_waits_then_fails_naming_the_folder(tiny_project):
 
 def test_the_searcher_is_reused_until_the_index_changes(tiny_project):
     tiny_project.search("hnsw", mode="sparse", k=1)
-    first = next(iter(tiny_project._searchers.values()))[1]
+    first = next(iter(tiny_project.engines._searchers.values()))[1]
     tiny_project.search("bm25", mode="sparse", k=1)
-    assert next(iter(tiny_project._searchers.values()))[1] is first
+    assert next(iter(tiny_project.engines._searchers.values()))[1] is first
     tiny_project.index()
     tiny_project.search("bm25", mode="sparse", k=1)
-    assert next(iter(tiny_project._searchers.values()))[1] is not first
+    assert next(iter(tiny_project.engines._searchers.values()))[1] is not first
 
 
 @pytest.mark.e2e

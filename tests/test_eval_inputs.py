@@ -67,7 +67,7 @@ def test_perturb_and_funnel_with_qrels_of_another_query_set_refuse(project, othe
 def test_ann_recall_over_no_query_is_not_zero(project):
     from rag_cli.evaluate.funnel import funnel
 
-    s = project._searcher(project.config, with_embedder=True)
+    s = project.engines.searcher(project.config, with_embedder=True)
     report = funnel(s, [("q1", "bm25")], {"zz": {"d": 1}}, k=3, candidates=5, rrf_k=60, ann_ks=(10,))
     assert report["n_queries"] == 0 and report["ann"] == {"ann_recall@10": None}
 

@@ -96,7 +96,7 @@ def test_update_equals_a_fresh_build(tmp_path, scifact_docs, tiny_bi_encoder):
 
     assert pq.read_table(p.chunks_path).equals(pq.read_table(fresh.chunks_path))
     # dense: the updated graph finds the exact top 10 (brute force over the vectors) as well as a fresh one
-    s_upd, s_fresh = p._searcher(p.config, with_embedder=True), fresh._searcher(fresh.config, with_embedder=True)
+    s_upd, s_fresh = p.engines.searcher(p.config, with_embedder=True), fresh.engines.searcher(fresh.config, with_embedder=True)
     qv = s_upd.encode_queries(QUERIES)
     vecs = s_fresh.dense.vectors(range(s_fresh.chunks.num_rows))
     exact = np.argsort(-(qv @ vecs.T / np.linalg.norm(vecs, axis=1)), axis=1)[:, :10]
@@ -122,14 +122,14 @@ def test_changed_chunk_settings_rechunk_everything(tmp_path, scifact_docs, tiny_
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:30])
     p = build(tmp_path / "p", src, tiny_bi_encoder)
-    with p._writing():
-        p._save(("chunk", {"size": 300}))
+    with p.folder.writing():
+        p.folder.save(("chunk", {"size": 300}))
     out = p.update()
     assert out["full_rechunk"] == "the chunk settings changed"
     assert out["chunk"]["docs_changed"] == 30
     fresh = build(tmp_path / "fresh", src, tiny_bi_encoder)
-    with fresh._writing():
-        fresh._save(("chunk", {"size": 300}))
+    with fresh.folder.writing():
+        fresh.folder.save(("chunk", {"size": 300}))
     fresh.build([src])
     assert sparse_results(p) == sparse_results(fresh)
 
@@ -341,7 +341,7 @@ def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path, scifact_docs,
     write_corpus(src, scifact_docs[:5])
     p = build(tmp_path / "p", src, tiny_bi_encoder)
     other = Project.open(p.root)
-    with p._writing("update"):
+    with p.folder.writing("update"):
         t0 = time.monotonic()
         with pytest.raises(WorkFailed, match=rf"pid {os.getpid()}, `rag update`, since 20"):
             other.update()
@@ -512,7 +512,7 @@ def test_disk_use_tolerates_files_removed_while_it_measures(tmp_path, monkeypatc
     # `rag status` reads while a writer works: the lock's holder file can vanish between listing and stat
     from pathlib import Path
 
-    from rag_cli.store.status import disk_use
+    from rag_cli.stages.status import disk_use
 
     (tmp_path / "a.parquet").write_bytes(b"x" * 10)
     (tmp_path / ".lock.json").write_text("{}")

@@ -94,7 +94,7 @@ from rag_cli.safe_text import PlainStream, plain
 from rag_cli.store.answers import write_answers
 
 if TYPE_CHECKING:
-    from rag_cli.project import Project
+    from rag_cli.store.folder import ProjectFolder
 
 
 @dataclass
@@ -265,7 +265,7 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
                      rerank_score=signals.rerank_score, generator_refused=generator_refused, grade=graded)
 
 
-def answer_queries(project: "Project", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,
+def answer_queries(project: "ProjectFolder", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,
                    search: SearchConfig, mask=None, *, path: Path, reranker=None,
                    progress: Progress | None = None) -> tuple[Path, int, int]:
     """Answer every question of a query file into `path` (answers/NAME.parquet).

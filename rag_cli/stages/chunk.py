@@ -23,10 +23,10 @@ ROW_GROUP = 65536
 ROW_GROUP_CHARS = 8 << 20
 
 if TYPE_CHECKING:
-    from rag_cli.project import Project
+    from rag_cli.store.folder import ProjectFolder
 
 
-def chunk_sources(project: "Project", sources: list[str], *, fmt: str, params: ChunkConfig, model: ModelConfig,
+def chunk_sources(project: "ProjectFolder", sources: list[str], *, fmt: str, params: ChunkConfig, model: ModelConfig,
                   progress: Progress | None = None, encoding: str | None = None) -> dict:
     """Load `sources` (text files in `encoding`, None = detected) and chunk
     them with `params` (the `[chunk]` config).

@@ -45,7 +45,7 @@ from rag_cli.store.embeddings import (NAMED_IDS, VectorCache, bad_vector_rows, d
                                       describe_truncated, embeddings_writer, stored_fingerprint, vector_cache_dir)
 
 if TYPE_CHECKING:
-    from rag_cli.project import Project
+    from rag_cli.store.folder import ProjectFolder
 
 #: Chunk rows read, tokenized, embedded and written at a time.
 WINDOW = 4096
@@ -53,7 +53,7 @@ WINDOW = 4096
 PART_BATCHES = 16
 
 
-def embed_chunks(project: "Project", encoder, progress: Progress | None = None, *, batch_tokens: int | None = None,
+def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = None, *, batch_tokens: int | None = None,
                  window: int = WINDOW, part_batches: int = PART_BATCHES, on_truncate: str = "warn") -> dict:
     """Embed every chunk of `chunks.parquet` that has no cached vector for this model,
     then write `embeddings.parquet` (see the module doc).

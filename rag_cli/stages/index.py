@@ -17,10 +17,10 @@ from rag_cli.progress import Progress
 from rag_cli.store.index_folder import write_index_folder
 
 if TYPE_CHECKING:
-    from rag_cli.project import Project
+    from rag_cli.store.folder import ProjectFolder
 
 
-def build_index(project: "Project", params: IndexConfig, threads: int = 0,
+def build_index(project: "ProjectFolder", params: IndexConfig, threads: int = 0,
                 progress: Progress | None = None, keep: int = 2, command: str = "index") -> dict:
     """Build a new generation of `index/` from `chunks.parquet` and
     `embeddings.parquet` and make it current, keeping `keep` older ones.

@@ -18,7 +18,7 @@ from rag_cli.progress import Progress
 from rag_cli.store.runs import RunRow, trec_escaped, write_run
 
 if TYPE_CHECKING:
-    from rag_cli.project import Project
+    from rag_cli.store.folder import ProjectFolder
 
 
 def search_one(searcher: Searcher, query: str, cfg: SearchConfig, mask: np.ndarray | None = None) -> list[Hit]:
@@ -115,7 +115,7 @@ def search_rows(searcher: Searcher, queries: list[tuple[str, str]], cfg: SearchC
     return rows
 
 
-def run_queries(project: "Project", searcher: Searcher, queries_path: Path, cfg: SearchConfig,
+def run_queries(project: "ProjectFolder", searcher: Searcher, queries_path: Path, cfg: SearchConfig,
                 mask: np.ndarray | None = None, *, path: Path, fmt: str = "parquet", level: str = "chunk",
                 progress: Progress | None = None) -> tuple[Path, list[str]]:
     """Search every query of `queries_path` down to `cfg.k` distinct documents

@@ -45,13 +45,13 @@ from rag_cli.index.generation import IndexFolder
 from rag_cli.store.index_folder import clean_index_dir, write_index_folder
 
 if TYPE_CHECKING:
-    from rag_cli.project import Project
+    from rag_cli.store.folder import ProjectFolder
 
 #: The HNSW graph is rebuilt when more than this share of its labels is deleted.
 COMPACT_FRACTION = 0.2
 
 
-def _old_docs(project: "Project") -> dict[str, list[Document]]:
+def _old_docs(project: "ProjectFolder") -> dict[str, list[Document]]:
     """docs.parquet as Documents without text, grouped by file path (in table order)."""
     by_path: dict[str, list[Document]] = defaultdict(list)
     for r in read_docs(project.docs_path).to_pylist():
@@ -61,7 +61,7 @@ def _old_docs(project: "Project") -> dict[str, list[Document]]:
     return by_path
 
 
-def update_chunks(project: "Project", sources: list[str], *, fmt: str, params: ChunkConfig, model: ModelConfig,
+def update_chunks(project: "ProjectFolder", sources: list[str], *, fmt: str, params: ChunkConfig, model: ModelConfig,
                   full: bool = False, progress: Progress | None = None) -> dict:
     """Step 1 (see the module doc). `full` rechunks every document (the
     chunk settings changed). Writes docs.parquet, chunks.parquet (and
@@ -119,7 +119,7 @@ def update_chunks(project: "Project", sources: list[str], *, fmt: str, params: C
 _ADDING = ("docs_added", "docs_changed", "docs_removed", "chunks_added", "chunks_removed")
 
 
-def pending_counts(project: "Project") -> dict | None:
+def pending_counts(project: "ProjectFolder") -> dict | None:
     """The document and chunk counts of an update whose chunks never reached
     an index (it was interrupted after `update_chunks` wrote chunks.parquet):
     the `update` counts of manifest.json's chunk entry when the index entry
@@ -170,7 +170,7 @@ def _merge(old: pa.Table | None, new: pa.Table, order: list[str], keep: set[str]
     return table, old.num_rows - n_kept
 
 
-def update_index(project: "Project", params: IndexConfig, *, threads: int = 0, keep: int = 2,
+def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int = 0, keep: int = 2,
                  progress: Progress | None = None) -> dict:
     """Step 2 (see the module doc): write a new index generation from the
     current one and chunks.parquet + embeddings.parquet, and make it current.

@@ -10,7 +10,7 @@ from rag_cli.hashing import sha256_file
 from rag_cli.store.index_folder import current_generation, generation_info
 
 if TYPE_CHECKING:
-    from rag_cli.project import Project
+    from rag_cli.store.folder import ProjectFolder
 
 
 def _rows(path: Path) -> tuple[int | None, str | None]:
@@ -58,7 +58,7 @@ def disk_use(root: Path) -> dict[str, int]:
     return out
 
 
-def _changed_sources(project: "Project") -> dict[str, list[str]]:
+def _changed_sources(project: "ProjectFolder") -> dict[str, list[str]]:
     """Source files that differ from docs.parquet: {"changed": [...],
     "removed": [...], "added": [...]} (paths). Changed: another mtime;
     removed: gone from disk; added: a file of the remembered sources
@@ -88,7 +88,7 @@ def _changed_sources(project: "Project") -> dict[str, list[str]]:
     return {k: v for k, v in out.items() if v}
 
 
-def stale_stages(project: "Project") -> list[dict[str, Any]]:
+def stale_stages(project: "ProjectFolder") -> list[dict[str, Any]]:
     """Stages whose output is missing or older than their input:
     [{stage, why, command}], the chunk entry also with `files` (see
     `_changed_sources`).
@@ -140,7 +140,7 @@ def stale_stages(project: "Project") -> list[dict[str, Any]]:
     return out
 
 
-def project_status(project: "Project", verify: bool = False) -> dict[str, Any]:
+def project_status(project: "ProjectFolder", verify: bool = False) -> dict[str, Any]:
     """{project, documents, chunks, vectors (row counts, None when the file
     is missing or damaged), generations (`generation_info`), current (name
     or None), model_fingerprints {embeddings, index}, disk_bytes {entry:

@@ -1,0 +1,118 @@
+"""The loaded models and index of one project, kept while they are current.
+
+`Engines` loads what a query needs (the bi-encoder, the cross-encoder, the
+current index generation, a generator) from a `ProjectFolder`'s config and
+keeps the searcher while the current generation stays the same, so a
+long-lived `Project` (a script, a server) pays the load once. `Project`
+and the evaluation lab (`rag_cli.lab`) use it; it runs no stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rag_cli.config import AskConfig, Config, SearchConfig
+from rag_cli.errors import BadInput
+from rag_cli.store.folder import ProjectFolder
+
+
+def model_value(value: Any) -> str | None:
+    """A `--model` value as rag.toml keeps it: a folder as its absolute path
+    (see `rag_cli.models.defaults.model_setting`); None stays None."""
+    if value is None:
+        return None
+    from rag_cli.models.defaults import model_setting
+
+    return model_setting(value)
+
+
+@dataclass
+class Engines:
+    """The models and searcher of the project at `folder`, loaded on first use."""
+
+    folder: ProjectFolder
+    _searchers: dict = field(default_factory=dict, repr=False, init=False)
+
+    def embedder(self, config: Config):
+        """The configured bi-encoder (`BiEncoder`). Raises BadInput for a bad model setting."""
+        from rag_cli.models.loading import load_embedder
+
+        return load_embedder(asdict(config.model))
+
+    @staticmethod
+    def cross_encoder(config: Config):
+        """The configured cross-encoder (`CrossEncoder`, model.reranker)."""
+        from rag_cli.models.loading import load_cross_encoder
+
+        return load_cross_encoder(config.model.reranker, threads=config.model.threads,
+                                  provider=config.model.provider)
+
+    def searcher(self, config: Config, *, with_embedder: bool, parts: tuple[str, ...] = ("dense", "sparse")):
+        """The loaded current index generation (kept while it stays current),
+        with the indexes in `parts` and the bi-encoder when `with_embedder`.
+        Raises BadInput if there is no index or the embedder differs from the index's."""
+        from rag_cli.index.searcher import Searcher
+        from rag_cli.store.index_folder import current_generation
+
+        f = self.folder
+        f.require_exists()
+        gen = current_generation(f.index_dir)
+        if gen is None:
+            raise BadInput(f"{f.index_dir} has no index: run `rag index` first (project folder {f.root})")
+        stamp = (gen, (gen / "meta.json").stat().st_mtime_ns if gen == f.index_dir else None)
+        key = (with_embedder, asdict(config.model).__repr__() if with_embedder else None, parts)
+        cached = self._searchers.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        embedder = None
+        if with_embedder:
+            embedder = self.embedder(config)
+            embedder.query_encoder.preload()  # the graph loads while the index and the tokenizer do
+        searcher = Searcher.open(f.index_dir, embedder, f.root, parts)
+        stamp = (searcher.index_dir, stamp[1])  # the generation actually opened (CURRENT may have moved)
+        self._searchers = {key: (stamp, searcher)}
+        return searcher
+
+    def search_setup(self, options: dict[str, Any] | None = None, filter=None, *, for_ask: bool = False):
+        """(config, searcher, mask) for a search with `options` ([search]
+        keys, None = not given) and `filter` (expressions, `Searcher.mask`).
+        `for_ask` loads both indexes (ask scores evidence with both)."""
+        from rag_cli.index.searcher import check_mode
+
+        config = self.folder.with_options("search", options)
+        mode = check_mode(config.search.mode)
+        parts = ("dense", "sparse") if for_ask or mode == "hybrid" else (mode,)
+        searcher = self.searcher(config, with_embedder=mode != "sparse", parts=parts)
+        return config, searcher, searcher.mask(filter)
+
+    def ask_setup(self, options: dict[str, Any] | None = None, llm: dict[str, Any] | None = None,
+                  search: dict[str, Any] | None = None, filter=None
+                  ) -> tuple[AskConfig, SearchConfig, Any, Any, Any]:
+        """(ask config, search config, searcher, mask, generator) for `ask`
+        with `options` ([ask] keys), `llm` ([generator] keys) and `search`
+        ([search] keys); None values are "not given"."""
+        from rag_cli.generate.factory import load_generator
+
+        config = self.folder.with_options("ask", options)
+        config, _ = config.with_options("generator", llm)
+        sconfig, s, mask = self.search_setup(search, filter, for_ask=True)
+        if s.embedder is None:  # sparse retrieval: the evidence is still scored by the bi-encoder
+            s.embedder = self.embedder(config)
+        gen = load_generator(config.ask, s.embedder, s.sparse, config.generator, threads=config.model.threads)
+        return config.ask, sconfig.search, s, mask, gen
+
+    def ask_reranker(self):
+        """(question, [text]) -> (n,) float32 cross-encoder logits with
+        model.reranker, for `ask` to rerank its evidence; None when no
+        reranker is set."""
+        config = self.folder.config
+        if not config.model.reranker:
+            return None
+        ce = self.cross_encoder(config)
+        return lambda question, texts: ce.score_pairs([(question, t) for t in texts])
+
+
+def max_length(searcher) -> int | None:
+    """The bi-encoder's max_length (tokens) of a searcher, None without one."""
+    return searcher.embedder.folder.max_length if searcher.embedder is not None else None
