@@ -42,3 +42,78 @@ def test_file_formats_live_in_store():
             continue
         source = path.read_text(encoding="utf-8")
         assert "pa.schema(" not in source, f"{path.relative_to(PKG)} defines an Arrow schema"
+
+
+def module_graph() -> dict[str, set[str]]:
+    """{module: the rag_cli modules it imports} over the whole package (lazy imports included);
+    `from rag_cli.x import name` counts as an import of rag_cli.x.name when that is a module."""
+    mods = {}
+    for path in PKG.rglob("*.py"):
+        parts = ("rag_cli", *path.relative_to(PKG).with_suffix("").parts)
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in mods.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [f"{node.module}.{a.name}" for a in node.names]
+                deps.update(n if n in mods else node.module for n in names)
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names)
+        graph[name] = {d for d in deps if d in mods} - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan 1972)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_package_has_no_import_circle():
+    assert cycles(module_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_stages_and_store_never_import_the_project():
+    """The stages and the file formats take a `ProjectFolder`; only the facade (and the CLI, the lab) know `Project`."""
+    graph = module_graph()
+    for name, deps in graph.items():
+        if name.startswith(("rag_cli.stages", "rag_cli.store", "rag_cli.index")):
+            assert "rag_cli.project" not in deps and "rag_cli" not in deps, f"{name} imports the project"
+
+
+def test_the_version_is_a_leaf():
+    assert module_graph()["rag_cli.version"] == set()

@@ -102,11 +102,11 @@ class LlamaCppGenerator:
 
     def __init__(self, model: str = "", *, temperature: float = 0.0, max_tokens: int = 256,
                  context_tokens: int = 2048, threads: int = 0, model_flag: str = "--llm-model"):
+        self.path = gguf_path(model, model_flag)  # a missing file fails before llama_cpp is imported
         try:
             from llama_cpp import Llama
         except ImportError:
             raise BadInput(f"--generator llama-cpp needs llama-cpp-python: {_INSTALL}") from None
-        self.path = gguf_path(model, model_flag)
         self.temperature, self.max_tokens, self.context_tokens = temperature, max_tokens, context_tokens
         quiet_llama_logs()
         try:

@@ -215,6 +215,9 @@ def iter_sources(sources: list[str], *, fmt: str = "auto", encoding: str | None 
         raise BadInput("no sources given; give files, folders or globs to load")
     if encoding is not None:
         encoding = check_encoding(encoding)
+    for source in sources:  # a missing path fails now, before any model or tokenizer is loaded
+        if not os.path.exists(source) and not _GLOB_CHARS & set(source):
+            _expand(source)
     if fmt == "beir":
         sources = [_beir_corpus_of(s) if os.path.isdir(s) else s for s in sources]
     return _iter_sources(sources, fmt, encoding, known)

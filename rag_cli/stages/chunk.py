@@ -51,8 +51,8 @@ def chunk_sources(project: "ProjectFolder", sources: list[str], *, fmt: str, par
     from rag_cli.models.loading import embedder_token_room
 
     t0 = time.perf_counter()
+    items = iter_sources(sources, fmt=fmt, encoding=encoding)  # a missing source fails before the tokenizer loads
     options = chunk_options(params, model)  # checks the settings before any document is read
-    items = iter_sources(sources, fmt=fmt, encoding=encoding)
     warnings: list[str] = []
     room = embedder_token_room(model.__dict__) if params.unit == "tokens" else None
     if room is not None and params.size > room[1]:  # chunks are embedded, parents are not
