@@ -102,7 +102,7 @@ def results(root: Path, queries: list[str]) -> tuple[list, float]:
     vecs = s.dense.vectors(range(s.chunks.num_rows))
     vecs = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
     exact = np.argsort(-(qv / np.linalg.norm(qv, axis=1, keepdims=True)) @ vecs.T, axis=1)[:, :10]
-    got = s.search(queries, mode="dense", k=10, query_vectors=qv)
+    got = s.batch_search(queries, mode="dense", k=10, query_vectors=qv)
     recall = np.mean([len({h.row for h in hits} & set(row.tolist())) / 10 for hits, row in zip(got, exact)])
     return sparse, float(recall)
 

@@ -324,11 +324,13 @@ class Project:
 
         Raises BadInput for bad options, an empty query, or no index.
         """
-        from rag_cli.stages.search import search_one
+        from dataclasses import asdict
+
+        from rag_cli.index.searcher import check_query
 
         config, s, mask = self.engines.search_setup(_options(options, "search").get("search"), filter)
         before = s.n_queries_truncated
-        hits = search_one(s, query, config.search, mask)
+        hits = s.search(check_query(query), **asdict(config.search), mask=mask)
         return SearchResult(query, config.search.mode, hits, s.n_queries_truncated - before, max_length(s))
 
     def search_queries(self, queries: str | os.PathLike, *, filter: str | Sequence[str] | None = None,
@@ -375,25 +377,24 @@ class Project:
         """Retrieve the top `candidates` chunks of `query`, rescore them with
         the cross-encoder (raw logits, or their sigmoid) and keep `top_n`
         scoring at least `min_score` (on that scale)."""
-        from rag_cli.index.searcher import Hit
+        from dataclasses import asdict
+
+        from rag_cli.index.searcher import check_query
         from rag_cli.stages.rerank import SCORE_SCALES, rerank_rows
-        from rag_cli.stages.search import search_one
-        from rag_cli.store.runs import RunRow
+        from rag_cli.store.chunks import embedded_column
 
         check_flag("--candidates", candidates, (1, None))
         check_flag("--top-n/-k", top_n, (1, None))
         ce, remember = self._reranker(model)
         sconfig, s, _ = self.engines.search_setup({"mode": mode, "k": candidates})
         before = s.n_queries_truncated
-        hits = search_one(s, query, sconfig.search, None)
-        rows = [RunRow("q", query, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits]
-        column = "embed_text" if "embed_text" in s.chunks.column_names else "text"
+        hits = [h._replace(query_id="q", query=query) for h in s.search(check_query(query), **asdict(sconfig.search))]
+        column = embedded_column(s.chunks.column_names)
         texts = {h.chunk_id: s.text(h.row, column) for h in hits}
-        out, n_cut = rerank_rows(rows, texts, ce, top_in=candidates, top_out=top_n, probability=sigmoid,
+        out, n_cut = rerank_rows(hits, texts, ce, top_in=candidates, top_out=top_n, probability=sigmoid,
                                  min_score=min_score, progress=progress)
         remember()
-        reranked = [Hit(rank=r.rank, row=s.row_of(r.chunk_id), chunk_id=r.chunk_id, doc_id=r.doc_id, score=r.score,
-                        stage=r.stage, text=s.text(s.row_of(r.chunk_id))) for r in out]
+        reranked = [r._replace(row=s.row_of(r.chunk_id), text=s.text(s.row_of(r.chunk_id))) for r in out]
         return SearchResult(query, "rerank", reranked, s.n_queries_truncated - before, max_length(s), n_cut,
                             ce.folder.max_length, score_scale=SCORE_SCALES[sigmoid])
 
@@ -849,18 +850,14 @@ class Project:
         s = self.engines.searcher(config, with_embedder=True)
         reranker = None
         if config.model.reranker:
-            from rag_cli.index.searcher import Hit
             from rag_cli.stages.rerank import rerank_rows
-            from rag_cli.store.runs import RunRow
 
             ce = self.engines.cross_encoder(config)
 
             def reranker(text, hits):
-                rows = [RunRow("q", text, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits]
-                out, _ = rerank_rows(rows, {h.chunk_id: h.text for h in hits}, ce, top_in=len(rows),
-                                     top_out=max(len(rows), 1))
-                return [Hit(rank=r.rank, row=None, chunk_id=r.chunk_id, doc_id=r.doc_id, score=r.score,
-                            stage=r.stage) for r in out]
+                rows = [h._replace(query_id="q", query=text) for h in hits]
+                return rerank_rows(rows, {h.chunk_id: h.text for h in hits}, ce, top_in=len(rows),
+                                   top_out=max(len(rows), 1))[0]
         answerer = None
         if answers:
             acfg, scfg, s2, mask, gen = self.engines.ask_setup()

@@ -202,6 +202,6 @@ def test_query_graph_is_checked_before_embedding_and_does_not_key_the_cache(proj
     searcher.embedder = BiEncoder(ModelFolder.load(folder), threads=1)
     with pytest.raises(BadInput, match=r"model_query\.onnx gives 4-dimension query vectors but the index in .* "
                                        r"holds 16-dimension vectors"):
-        searcher.search(["paris"], mode="dense")
+        searcher.search("paris", mode="dense")
     with pytest.raises(ValueError, match=r"shape \(1, 4\); the index holds 16-dimension vectors"):
         searcher.dense.search(np.zeros((1, 4), np.float32), 3)

@@ -103,7 +103,7 @@ def test_update_equals_a_fresh_build(tmp_path, scifact_docs, tiny_bi_encoder):
     exact_ids = [{s_fresh._chunk_ids[r] for r in row} for row in exact]
 
     def recall(s):
-        got = s.search(QUERIES, mode="dense", k=10, query_vectors=qv)
+        got = s.batch_search(QUERIES, mode="dense", k=10, query_vectors=qv)
         return np.mean([len({h.chunk_id for h in hits} & e) / 10 for hits, e in zip(got, exact_ids)])
 
     assert recall(s_upd) >= recall(s_fresh) - 0.05 and recall(s_upd) >= 0.9

@@ -121,7 +121,7 @@ def funnel(searcher: Searcher, queries: list[tuple[str, str]], qrels: Qrels, *, 
         qv = searcher.encode_queries(texts)
         all_vectors.append(qv)
         dense = searcher.dense.search(qv, candidates)
-        fused = searcher.search(texts, mode="hybrid", k=max(k, candidates), candidates=candidates, rrf_k=rrf_k,
+        fused = searcher.batch_search(texts, mode="hybrid", k=max(k, candidates), candidates=candidates, rrf_k=rrf_k,
                                 query_vectors=qv, fusion=fusion, dense_weight=dense_weight)
         for i, (qid, _) in enumerate(part):
             gold = gold_of[qid]

@@ -14,7 +14,7 @@ from rag_cli.config import IndexConfig
 from rag_cli.errors import BadInput
 from rag_cli.index.dense import DenseIndex
 from rag_cli.index.sparse import SparseIndex
-from rag_cli.store.chunks import read_chunks
+from rag_cli.store.chunks import embedded_column, read_chunks
 from rag_cli.store.embeddings import Embeddings, bad_vector_rows, describe_bad_vectors, read_embeddings
 from rag_cli.store.index_folder import INDEX_COLUMNS, INDEX_DOC_COLUMNS
 
@@ -61,7 +61,7 @@ def index_docs(docs_path: Path) -> pa.Table | None:
 
 def index_texts(chunks: pa.Table) -> list[str]:
     """The texts BM25 indexes: `embed_text` (text with its heading path) when present, else `text`."""
-    return chunks.column("embed_text" if "embed_text" in chunks.column_names else "text").to_pylist()
+    return chunks.column(embedded_column(chunks.column_names)).to_pylist()
 
 
 def build_full(chunks: pa.Table, vectors: np.ndarray, params: IndexConfig, threads: int = 0,

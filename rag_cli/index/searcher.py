@@ -23,6 +23,7 @@ from rag_cli.store.embeddings import NAMED_IDS, bad_vector_rows
 from rag_cli.index.fusion import fuse
 from rag_cli.loaders.normalize import normalize_text
 from rag_cli.index.generation import IndexFolder
+from rag_cli.store.runs import Hit
 
 MODES = ("dense", "sparse", "hybrid")
 
@@ -60,22 +61,6 @@ def check_mode(mode: str) -> str:
     if mode not in MODES:
         raise BadInput(f"--mode {mode!r} is unknown; use one of {', '.join(MODES)}")
     return mode
-
-
-@dataclass
-class Hit:
-    """One ranked chunk. `score` is the stage's score (cosine, BM25 or RRF);
-    `cosine` is the bi-encoder cosine when the dense retriever saw the chunk;
-    `text` is the chunk's text."""
-
-    rank: int
-    row: int
-    chunk_id: str
-    doc_id: str
-    score: float
-    stage: str
-    cosine: float | None = None
-    text: str = ""
 
 
 @dataclass
@@ -165,12 +150,21 @@ class Searcher:
                              + "; the model's graph is broken for these texts: use another export of the model")
         return vectors
 
-    def search(self, queries: list[str], *, mode: str = "hybrid", k: int = 10, candidates: int = 100,
-               rrf_k: int = 60, mask: np.ndarray | None = None,
-               query_vectors: np.ndarray | None = None, fusion: str = "rrf",
-               dense_weight: float = 0.5) -> list[list[Hit]]:
+    def search(self, query: str, *, mode: str = "hybrid", k: int = 10, candidates: int = 100,
+               rrf_k: int = 60, mask: np.ndarray | None = None, query_vector: np.ndarray | None = None,
+               fusion: str = "rrf", dense_weight: float = 0.5) -> list[Hit]:
+        """One query: up to `k` hits, best first (see `batch_search`;
+        `query_vector` is its (d,) float32 bi-encoder vector when the caller has it)."""
+        return self.batch_search([query], mode=mode, k=k, candidates=candidates, rrf_k=rrf_k, mask=mask,
+                                 query_vectors=None if query_vector is None else query_vector.reshape(1, -1),
+                                 fusion=fusion, dense_weight=dense_weight)[0]
+
+    def batch_search(self, queries: list[str], *, mode: str = "hybrid", k: int = 10, candidates: int = 100,
+                     rrf_k: int = 60, mask: np.ndarray | None = None,
+                     query_vectors: np.ndarray | None = None, fusion: str = "rrf",
+                     dense_weight: float = 0.5) -> list[list[Hit]]:
         """Rank chunks for each query (normalised first); returns per query up
-        to `k` hits, best first.
+        to `k` hits, best first (in the manner of Pyserini's `batch_search`).
 
         `query_vectors` ((q, d) float32) are the queries' bi-encoder vectors
         when the caller has them already; otherwise they are computed here.
@@ -202,7 +196,7 @@ class Searcher:
                 sparse_res = self.sparse.search(query, depth, mask=mask)
                 ranked = fuse(dense_res[qi], sparse_res, fusion=fusion, dense_weight=dense_weight, rrf_k=rrf_k)
             out.append([
-                Hit(rank=i + 1, row=r, chunk_id=self._chunk_ids[r], doc_id=self._doc_ids[r], score=s,
+                Hit(query=query, rank=i + 1, row=r, chunk_id=self._chunk_ids[r], doc_id=self._doc_ids[r], score=s,
                     stage=mode, cosine=cos.get(r), text=self.text(r))
                 for i, (r, s) in enumerate(ranked[:k])
             ])

@@ -150,13 +150,13 @@ def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=N
     qv = searcher.encode_queries([question])  # once, for retrieval and the cosines
     opts = dict(mode=mode, k=k, candidates=candidates, rrf_k=rrf_k, mask=mask, fusion=fusion,
                 dense_weight=dense_weight)
-    hits = searcher.search([question], query_vectors=qv, **opts)[0]
+    hits = searcher.search(question, query_vector=qv[0], **opts)
     if rewrites:
         lists = [hits]
         for text in rewrites:
             vec = (searcher.embedder.encode_passages([text]) if hyde and mode != "sparse"
                    else None if mode == "sparse" else searcher.encode_queries([text]))
-            lists.append(searcher.search([text], query_vectors=vec, **opts)[0])
+            lists.append(searcher.search(text, query_vector=None if vec is None else vec[0], **opts))
         by_row = {h.row: h for hs in reversed(lists) for h in hs}  # the question's own hit wins
         hits = [by_row[row] for row, _ in rrf([[h.row for h in hs] for hs in lists], k=rrf_k)[:k]]
     if not hits:

@@ -14,7 +14,7 @@ from collections import defaultdict
 import numpy as np
 from rag_cli.errors import BadInput
 from rag_cli.progress import Progress
-from rag_cli.store.chunks import read_chunks
+from rag_cli.store.chunks import embedded_column, read_chunks
 from rag_cli.store.runs import RunRow, trec_key
 
 #: What a reranked score is, by `probability`: stated in the output and JSON.
@@ -25,7 +25,7 @@ SCORE_SCALES = {False: "logit (cross-encoder raw score, unbounded, higher is mor
 def chunk_texts(chunks_path, chunk_ids: set[str]) -> dict[str, str]:
     """Text to score for each wanted chunk id (the embedded text, with its heading path)."""
     table = read_chunks(chunks_path, required=["chunk_id"])
-    col = "embed_text" if "embed_text" in table.column_names else "text"
+    col = embedded_column(table.column_names)
     ids = table.column("chunk_id").to_pylist()
     texts = table.column(col).to_pylist()
     return {c: t for c, t in zip(ids, texts) if c in chunk_ids}

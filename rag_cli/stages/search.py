@@ -6,6 +6,7 @@ Retrieval itself (dense, sparse, hybrid; query normalisation) is
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,21 +14,12 @@ import numpy as np
 
 from rag_cli.config import SearchConfig
 from rag_cli.errors import BadInput
-from rag_cli.index.searcher import Hit, Searcher, check_query
+from rag_cli.index.searcher import Searcher
 from rag_cli.progress import Progress
-from rag_cli.store.runs import RunRow, trec_escaped, write_run
+from rag_cli.store.runs import Hit, RunRow, trec_escaped, write_run
 
 if TYPE_CHECKING:
     from rag_cli.store.folder import ProjectFolder
-
-
-def search_one(searcher: Searcher, query: str, cfg: SearchConfig, mask: np.ndarray | None = None) -> list[Hit]:
-    """One query with the `[search]` config (mode, k, candidates, rrf_k).
-
-    Raises BadInput for an empty query or one that is not valid Unicode.
-    """
-    return searcher.search([check_query(query)], mode=cfg.mode, k=cfg.k, candidates=cfg.candidates,
-                           rrf_k=cfg.rrf_k, fusion=cfg.fusion, dense_weight=cfg.dense_weight, mask=mask)[0]
 
 
 def _distinct_docs(hits: list[Hit], k: int) -> tuple[list[Hit], int]:
@@ -62,9 +54,8 @@ def search_deep(searcher: Searcher, texts: list[str], cfg: SearchConfig, mask: n
     todo = list(range(len(texts)))
     depth = k
     while todo:
-        results = searcher.search([texts[i] for i in todo], mode=cfg.mode, k=depth, candidates=cfg.candidates,
-                                  rrf_k=cfg.rrf_k, fusion=cfg.fusion, dense_weight=cfg.dense_weight, mask=mask,
-                                  query_vectors=None if vectors is None else vectors[todo])
+        results = searcher.batch_search([texts[i] for i in todo], **{**asdict(cfg), "k": depth}, mask=mask,
+                                        query_vectors=None if vectors is None else vectors[todo])
         short = []
         for i, hits in zip(todo, results):
             out[i], n_docs = _distinct_docs(hits, k)
@@ -106,10 +97,9 @@ def search_rows(searcher: Searcher, queries: list[tuple[str, str]], cfg: SearchC
         if distinct_docs:
             results = search_deep(searcher, texts, cfg, mask)
         else:
-            results = searcher.search(texts, mode=cfg.mode, k=cfg.k, candidates=cfg.candidates,
-                                      rrf_k=cfg.rrf_k, fusion=cfg.fusion, dense_weight=cfg.dense_weight, mask=mask)
+            results = searcher.batch_search(texts, **asdict(cfg), mask=mask)
         for (qid, text), hits in zip(part, results):
-            rows.extend(RunRow(qid, text, h.rank, h.chunk_id, h.doc_id, h.score, h.stage) for h in hits)
+            rows.extend(h._replace(query_id=qid, query=text, row=None, cosine=None, text="") for h in hits)
         if progress is not None:
             progress("searching", start + len(part), len(queries))
     return rows

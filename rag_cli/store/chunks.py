@@ -110,6 +110,12 @@ def read_chunks(path: str | Path, columns: Sequence[str] | None = None,
     return read_parquet(path, rerun("chunk"), columns=columns, required=required)
 
 
+def embedded_column(names: list[str]) -> str:
+    """Of a chunk table's column `names`, the one whose text is embedded (and
+    BM25-indexed and reranked): `embed_text` when present, else `text`."""
+    return "embed_text" if "embed_text" in names else "text"
+
+
 def embed_text_column(path: str | Path) -> str:
     """The column whose text is embedded: `embed_text` (the text with its
     heading path) when the file has it, else `text`. Raises BadInput as
@@ -118,7 +124,7 @@ def embed_text_column(path: str | Path) -> str:
 
     with open_parquet(path, rerun("chunk"), required=["chunk_id", "text"]) as pf:
         names = pf.schema_arrow.names
-    return "embed_text" if "embed_text" in names else "text"
+    return embedded_column(names)
 
 
 def iter_chunk_batches(path: str | Path, columns: Sequence[str], window: int) -> Iterator[pa.RecordBatch]:

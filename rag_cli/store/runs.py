@@ -45,14 +45,33 @@ STAGES = ("dense", "sparse", "hybrid", "rerank")
 _CHUNK_SUFFIX = re.compile(r"#\d+$")
 
 
-class RunRow(NamedTuple):
-    query_id: str
-    query: str
-    rank: int
-    chunk_id: str
-    doc_id: str
-    score: float
-    stage: str
+class Hit(NamedTuple):
+    """One ranked chunk (or document) of one query: the record of search
+    results, runs and reranking alike. The first seven fields are a run's
+    columns (RUN_COLUMNS; `score` is the stage's: cosine, BM25, fused or
+    cross-encoder); a hit fresh from an index also has its index `row`, the
+    bi-encoder `cosine` when the dense retriever saw it, and the chunk `text`
+    (None, None, "" when read from a run file)."""
+
+    query_id: str = ""
+    query: str = ""
+    rank: int = 0
+    chunk_id: str = ""
+    doc_id: str = ""
+    score: float = 0.0
+    stage: str = ""
+    row: int | None = None
+    cosine: float | None = None
+    text: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """rank, chunk_id, doc_id, score, stage, text (what `rag search --json` prints of a hit)."""
+        return {"rank": self.rank, "chunk_id": self.chunk_id, "doc_id": self.doc_id, "score": self.score,
+                "stage": self.stage, "text": self.text}
+
+
+#: A row of a run file: a `Hit` (the name the run readers and writers use).
+RunRow = Hit
 
 
 def run_schema():
@@ -86,7 +105,7 @@ def _as_row(row: Any) -> RunRow:
             raise ValueError(f"run row lacks {missing}: {row!r}")
         return RunRow(*(row[c] for c in RUN_COLUMNS))
     row = tuple(row)
-    if len(row) != len(RUN_COLUMNS):
+    if len(row) not in (len(RUN_COLUMNS), len(Hit._fields)):
         raise ValueError(f"a run row has {len(RUN_COLUMNS)} fields {RUN_COLUMNS}, got {len(row)}: {row!r}")
     return RunRow(*row)
 
