@@ -113,7 +113,7 @@ class AnswersReport(Report):
         super().__init__(data, path)
         self.chunks_path = chunks_path
 
-    def messages(self) -> list[tuple[str, str]]:
+    def _messages(self) -> list[tuple[str, str]]:
         """Evidence chunks not in the project or changed since, answers that
         look recorded with the gate off, questions without an answer row,
         rows without gold, and judge outputs that could not be parsed."""
@@ -135,7 +135,8 @@ class AnswersReport(Report):
             out.append(f"{len(r['missing_answers'])} question(s) of the gold file have no answer row: "
                        + ids(r["missing_answers"]))
         if r.get("no_gold"):
-            out.append(f"{len(r['no_gold'])} answer row(s) have no gold answer and were not scored: " + ids(r["no_gold"]))
+            out.append(f"{len(r['no_gold'])} answer row(s) have no gold answer and were not scored: "
+                       + ids(r["no_gold"]))
         if "judge" in r:
             c = r["judge"]["counts"]
             bad = {k: sum(v) for k, v in c["unparsed"].items() if sum(v)}

@@ -71,7 +71,7 @@ class CompareReport(Report):
 
     kind = "compare"
 
-    def messages(self) -> list[tuple[str, str]]:
+    def _messages(self) -> list[tuple[str, str]]:
         """The checks of each run (`run_check_messages`), each led by the run's name."""
         return [m for check in self.data["run_checks"] for m in run_check_messages(check, run=check["run"])]
 

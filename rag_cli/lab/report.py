@@ -52,7 +52,7 @@ class Report:
     or -o), or None when it was not written.
 
     Subclasses set `kind` and override `print_tables` (what goes to
-    stdout), `messages` (warnings and notes for stderr) and, where the CLI
+    stdout), `_messages` (warnings and notes for stderr) and, where the CLI
     says more than "written: PATH", `written_line`.
     """
 
@@ -85,8 +85,14 @@ class Report:
     def messages(self) -> list[tuple[str, str]]:
         """[(level, text)] for stderr, in order: level "warning" (printed in
         yellow) or "note" (plain). The CLI prints them unless -q, with or
-        without --json. Texts may hold ids from user files: print them
-        through `rag_cli.safe_text.plain`."""
+        without --json. Ids from user files in them are made plain text
+        (`rag_cli.safe_text.plain`: no escape sequences or control characters)."""
+        from rag_cli.safe_text import plain
+
+        return [(level, plain(text)) for level, text in self._messages()]
+
+    def _messages(self) -> list[tuple[str, str]]:
+        """`messages()` before `plain`: what a subclass says."""
         return []
 
     def warnings(self) -> list[str]:

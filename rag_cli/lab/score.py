@@ -117,7 +117,7 @@ class ScoreReport(Report):
         super().__init__(data, path)
         self.given_run = given_run
 
-    def messages(self) -> list[tuple[str, str]]:
+    def _messages(self) -> list[tuple[str, str]]:
         out = []
         n = self.data.get("n_queries_truncated")
         if n:

@@ -38,7 +38,8 @@ def run(p, queries: str | os.PathLike, qrels: str | os.PathLike, *, test_queries
 
     config = p.folder.with_options("search", {"candidates": candidates})
     train = read_judged(p, queries, qrels)
-    test = read_judged(p, test_queries, test_qrels, "--test-queries", "--test-qrels") if test_queries is not None else None
+    test = (read_judged(p, test_queries, test_qrels, "--test-queries", "--test-qrels")
+            if test_queries is not None else None)
     s = p.engines.searcher(config, with_embedder=True)
     data = tune_fusion(s, train, test, candidates=config.search.candidates, permutations=permutations,
                        progress=progress)
