@@ -28,3 +28,11 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM after some files were already replaced: the message
     says which, and what the next command does about them (the CLI prints it
     instead of "the previous files are intact", exit 130)."""
+
+
+def one_of(a_name: str, a: object, b_name: str, b: object) -> None:
+    """BadInput unless exactly one of two alternative inputs is given (the message says which case)."""
+    if a is None and b is None:
+        raise BadInput(f"give {a_name} or {b_name}; neither was given")
+    if a is not None and b is not None:
+        raise BadInput(f"give either {a_name} or {b_name}, not both")

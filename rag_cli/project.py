@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from rag_cli.config import Config, check_flag, split_options
 from rag_cli.engines import Engines, max_length, model_value
-from rag_cli.errors import BadInput, Interrupted
+from rag_cli.errors import BadInput, Interrupted, one_of  # noqa: F401 (one_of: re-exported)
 from rag_cli.progress import Progress
 from rag_cli.results import (AnswersFile, BuildSummary, ChunkSummary, EmbedSummary, IndexSummary, Rollback,
                              RunFile, SearchResult, Status, UpdateSummary)
@@ -48,19 +48,6 @@ __all__ = ["Project", "SearchResult", "RunFile", "DEFAULT_PROJECT", "project_dir
 
 #: Keyword options of the pipeline that are not named after their config key.
 _RENAMED = {"model": ("model", "embedder")}
-
-#: The flags of `rag eval --judge` that set [ask]/[generator] keys for the judge (named in errors).
-JUDGE_FLAGS = {"generator": "--judge-generator", "base_url": "--judge-base-url", "model": "--judge-model",
-               "api": "--judge-api"}
-
-
-def one_of(a_name: str, a: Any, b_name: str, b: Any) -> None:
-    """BadInput unless exactly one of two alternative inputs is given (the message says which case)."""
-    if a is None and b is None:
-        raise BadInput(f"give {a_name} or {b_name}; neither was given")
-    if a is not None and b is not None:
-        raise BadInput(f"give either {a_name} or {b_name}, not both")
-
 
 @contextlib.contextmanager
 def _chunks_written(command: str) -> Iterator[None]:
@@ -477,403 +464,70 @@ class Project:
         return AnswersFile(path, n, n_refused, s.n_queries_truncated - before, max_length(s))
 
     # -- eval ----------------------------------------------------------------
-    def evaluate(self, qrels: str | os.PathLike, *, run: str | os.PathLike | None = None,
-                 queries: str | os.PathLike | None = None, mode: str | None = None,
-                 ks: Sequence[int] = (1, 5, 10, 20, 100), name: str | None = None,
-                 output: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
-                 plots: str | os.PathLike | None = None,
-                 progress: Progress | None = None) -> tuple[dict, Path | None]:
-        """Recall@k, Hit@k, MRR@k, nDCG@k, P@k, MAP@k, MAP and R-precision of
-        `run` against `qrels` as trec_eval computes them (document level by
-        the best chunk, MaxP), or of a run searched now from `queries` (down to
-        k = the largest cutoff distinct documents). Writes `output`, else
-        eval/NAME.json (NAME: RUN-QRELS); a `run` needs no project folder:
-        without one and without `output` nothing is written (path None).
-        Returns (report, path); with `queries`, the report also has
-        n_queries_truncated and max_length (see `search_queries`).
-        `md` and `plots` (the Markdown and plots `eval_summaries` writes
-        afterwards), like every output, are checked before any work
-        (`rag_cli.evaluate.outputs.check_eval_files`); every eval method takes them."""
-        from rag_cli.stages.evaluation import evaluate
+    # The experiments are `rag_cli.lab` (each `run(project, ...) -> Report`); these methods
+    # keep the old spelling, returning (report dict, path), until the CLI calls the lab.
+    def evaluate(self, qrels: str | os.PathLike, **options: Any) -> tuple[dict, Path | None]:
+        """`rag_cli.lab.score.run(self, qrels, **options)` as (report, path)."""
+        from rag_cli.lab import score
 
-        cutoffs = sorted({int(x) for x in ks})
-        if not cutoffs or min(cutoffs) < 1:
-            raise BadInput(f"--ks {','.join(map(str, ks))!r}: cutoffs must be integers >= 1")
-        one_of("--run FILE (a run to score)", run, "--queries FILE (to search first)", queries)
-        check_name(name)
-        searched = None
-        if queries is not None:
-            self.require_exists()
-        stem = file_stem(run) if queries is None else name or f"{file_stem(queries)}-{mode or self.config.search.mode}"
-        if output is not None:
-            path = Path(output)
-        elif self.root.is_dir():
-            path = self.eval_path(name or f"{stem}-{file_stem(qrels)}")  # RUN-QRELS; RUN as search_queries names it
-        else:
-            path = None
-        self._check_eval_files({"--run": run, "--queries": queries, "--qrels": qrels}, path, output, md, plots)
-        if queries is not None:
-            from rag_cli.evaluate.datasets import read_qrels, read_queries
+        return score.run(self, qrels, **options).as_tuple()
 
-            self._judged_here(read_queries(queries), read_qrels(qrels), f"--queries {queries}", f"--qrels {qrels}")
-            searched = run = self.search_queries(queries, mode=mode, k=max(cutoffs), name=name, progress=progress)
-        report = evaluate(Path(run), Path(qrels), cutoffs, path)
-        if searched is not None:
-            report = {**report, "n_queries_truncated": searched.n_queries_truncated, "max_length": searched.max_length}
-        return report, path
+    def compare(self, qrels: str | os.PathLike, runs: Sequence[str | os.PathLike],
+                **options: Any) -> tuple[dict, Path | None]:
+        """`rag_cli.lab.compare.run(self, qrels, runs, **options)` as (report, path)."""
+        from rag_cli.lab import compare
 
-    def _check_eval_files(self, inputs: dict, path: Path | None, output, md, plots) -> None:
-        """`check_eval_files` of an eval method: its report `path` is named -o
-        when given, else "the report"; outputs inside the project folder go
-        under eval/ only."""
-        from rag_cli.evaluate.outputs import check_eval_files
-
-        check_eval_files(inputs, {"-o" if output is not None else "the report": path, "--md": md}, plots=plots,
-                         project=self.root if self.root.is_dir() else None)
-
-    def _judged_here(self, queries: list, qrels: dict, queries_flag: str, qrels_flag: str) -> list:
-        """The queries with a relevant document in `qrels`
-        (`queries_with_relevant`), after checking that some of their relevant
-        documents (or chunks: qrels may judge chunk ids) are in this project's
-        chunks.parquet (`relevant_in_corpus`).
-        Raises BadInput otherwise: the scores would all be 0."""
-        from rag_cli.evaluate.datasets import queries_with_relevant, relevant_in_corpus
-        from rag_cli.store.chunks import read_chunks
-
-        kept = queries_with_relevant(queries, qrels, queries_flag, qrels_flag)
-        if self.chunks_path.exists():  # qrels may judge documents or chunks
-            ids = read_chunks(self.chunks_path, columns=["doc_id", "chunk_id"], required=["doc_id", "chunk_id"])
-            relevant_in_corpus({q: qrels[q] for q, _ in kept},
-                               ids.column("doc_id").to_pylist() + ids.column("chunk_id").to_pylist(),
-                               qrels_flag, f"project {self.root}")
-        return kept
-
-    def compare(self, qrels: str | os.PathLike, runs: Sequence[str | os.PathLike], *,
-                ks: Sequence[int] = (1, 5, 10, 20, 100), permutations: int = 10000, seed: int = 0,
-                name: str | None = None, output: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
-                plots: str | os.PathLike | None = None) -> tuple[dict, Path | None]:
-        """Score each run against `qrels` (as `evaluate`) and compare each with
-        the first: per metric the mean difference, paired randomisation and
-        t-test p-values, Holm-corrected across metrics, and win/tie/loss
-        counts (see `rag_cli.evaluate.compare`). Writes `output`, else
-        eval/NAME.json (NAME: compare-FIRST-QRELS) when the project folder
-        exists, else nothing. Returns (report, path)."""
-        from rag_cli.stages.evaluation import compare
-
-        cutoffs = sorted({int(x) for x in ks})
-        if not cutoffs or min(cutoffs) < 1:
-            raise BadInput(f"--ks {','.join(map(str, ks))!r}: cutoffs must be integers >= 1")
-        check_name(name)
-        if output is not None:
-            path = Path(output)
-        elif self.root.is_dir() and runs:
-            path = self.eval_path(name or f"compare-{file_stem(runs[0])}-{file_stem(qrels)}")
-        else:
-            path = None
-        self._check_eval_files({"RUNS": list(runs), "--qrels": qrels}, path, output, md, plots)
-        report = compare([Path(r) for r in runs], Path(qrels), cutoffs, path, permutations=permutations, seed=seed)
-        return report, path
+        return compare.run(self, qrels, runs, **options).as_tuple()
 
     def evaluate_answers(self, answers: str | os.PathLike, gold: str | os.PathLike | None = None, *,
-                         judge: bool = False, judge_generator: str | None = None, judge_repeats: int = 3,
-                         judge_temperature: float = 0.3, judge_questions: int = 3, llm: dict | None = None,
-                         name: str | None = None, output: str | os.PathLike | None = None,
-                         unanswerable: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
-                         plots: str | os.PathLike | None = None,
-                         progress: Progress | None = None) -> tuple[dict, Path]:
-        """Exact match, F1, has-answer, citation precision/recall, refusal
-        rate and latency p50/p95 of `answers` (answers/NAME.parquet of
-        `ask_queries`) against `gold` (answers.jsonl), reading the cited
-        chunks' texts from the project's chunks (see
-        `rag_cli.evaluate.answers`). With `unanswerable` (answers to
-        made-unanswerable questions, asked in a project of the variant
-        corpus), the report's "refusal" has `refusal_rates`: refusal on
-        made-unanswerable, false-answer rate, and the false-refusal rate on
-        every question of `answers`. Writes `output`, else eval/NAME.json
-        (NAME: answers-ANSWERS). Returns (report, path).
+                         judge: bool = False, **options: Any) -> tuple[dict, Path]:
+        """`rag_cli.lab.judge.run(self, answers, gold, **options)` with `judge`, else
+        `rag_cli.lab.answers.run` (the judge's options, `llm` and `progress` ignored), as (report, path)."""
+        from rag_cli import lab
 
-        With `judge`: also RAGAS faithfulness and answer relevancy (see
-        `rag_cli.evaluate.judge`) under the report's "judge" key, judged by
-        `judge_generator` (openai | llama-cpp; None: ask.generator) set up by
-        the [generator] config with `llm` overrides, `judge_repeats` times,
-        repeat r sampled at `judge_temperature` with seed r (at 0 the repeats
-        are identical on a deterministic server), `judge_questions`
-        questions per answer for relevancy; the judge's model is named in
-        the report. `gold` may then be None (only the judge's metrics).
-        Raises BadInput for neither gold nor judge, an extractive judge, or
-        bad files or flags."""
-        from rag_cli.stages.evaluation import evaluate_answers
+        if judge:
+            return lab.judge.run(self, answers, gold, **options).as_tuple()
+        unused = {"llm", "progress", "judge_generator", "judge_repeats", "judge_temperature", "judge_questions"}
+        return lab.answers.run(self, answers, gold, **{k: v for k, v in options.items() if k not in unused}).as_tuple()
 
-        check_name(name)
-        if gold is None and not judge:
-            raise BadInput("--answers FILE needs --gold FILE (gold answers) or --judge (an LLM judge), or both")
-        self.require_exists()
-        self.require(self.chunks_path, "chunk")
-        path = Path(output) if output else self.eval_path(name or f"answers-{file_stem(answers)}")
-        self._check_eval_files({"--answers": answers, "--gold": gold, "--unanswerable": unanswerable}, path, output, md,
-                          plots)
-        cut = Path(unanswerable) if unanswerable is not None else None
-        if not judge:
-            return evaluate_answers(Path(answers), Path(gold), self.chunks_path, path, unanswerable=cut,
-                                    ask_config=self.config.ask), path
-        check_flag("--judge-repeats", judge_repeats, (1, 100))
-        check_flag("--judge-questions", judge_questions, (1, 20))
-        check_flag("--judge-temperature", judge_temperature, (0, 2))
-        report = evaluate_answers(Path(answers), Path(gold) if gold is not None else None, self.chunks_path, None,
-                                  unanswerable=cut, ask_config=self.config.ask)
-        report["judge"] = self._judge(Path(answers), judge_generator, judge_repeats, judge_temperature,
-                                      judge_questions, llm, progress)
-        from rag_cli.store.eval_reports import write_report
+    def tune_refusal(self, answers: str | os.PathLike, unanswerable: str | os.PathLike,
+                     **options: Any) -> tuple[dict, Path]:
+        """`rag_cli.lab.tune_refusal.run(self, answers, unanswerable, **options)` as (report, path)."""
+        from rag_cli.lab import tune_refusal
 
-        write_report(path, report)
-        return report, path
-
-    def _judge(self, answers: Path, generator: str | None, repeats: int, temperature: float, n_questions: int,
-               llm: dict | None, progress: Progress | None) -> dict:
-        """The "judge" part of `evaluate_answers`: the LLM from the config, the bi-encoder, the stage."""
-        from rag_cli.generate.factory import describe_generator, load_generator
-        from rag_cli.stages.evaluation import judge_answers
-
-        config, _ = self.config.with_options("ask", {"generator": generator}, JUDGE_FLAGS)
-        config, _ = config.with_options("generator", llm, JUDGE_FLAGS)
-        if config.ask.generator == "extractive":
-            raise BadInput("--judge needs an LLM: give --judge-generator openai or llama-cpp "
-                           "(or set ask.generator), with the [generator] settings of that model")
-        gen = load_generator(config.ask, None, None, config.generator, threads=config.model.threads,
-                             model_flag="--judge-model" if (llm or {}).get("model") else "--llm-model")
-        embedder = self.engines.embedder(config)
-        completes = [lambda prompt, max_tokens, seed=seed: gen.complete(prompt, max_tokens, temperature=temperature,
-                                                                        seed=seed)
-                     for seed in range(repeats)]
-        out = judge_answers(answers, self.chunks_path, completes, embedder.encode_queries,
-                            n_questions=n_questions, context_tokens=config.generator.context_tokens,
-                            progress=progress)
-        settings = {**describe_generator(gen), "temperature": temperature, "seeds": list(range(repeats)),
-                    "repeats": repeats, "questions_per_answer": n_questions,
-                    "context": "contexts (every evidence chunk given to the generator; small-to-big: its context)",
-                    "context_tokens": config.generator.context_tokens, "encoder": config.model.embedder}
-        return {"model": settings, **out}
-
-    def tune_refusal(self, answers: str | os.PathLike, unanswerable: str | os.PathLike, *,
-                     max_false_refusal: float = 0.05, test_answers: str | os.PathLike | None = None,
-                     test_unanswerable: str | os.PathLike | None = None, name: str | None = None,
-                     output: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
-                     plots: str | os.PathLike | None = None) -> tuple[dict, Path]:
-        """Grid-search the refusal gate's thresholds (ask.min_score,
-        min_coverage, min_entity_coverage, strong_score, min_rerank_score) on
-        answers recorded with the gate off (`ask_queries(..., gate="off")`):
-        `answers` to answerable questions, `unanswerable` to made-unanswerable
-        ones; the most refusals of the latter with false refusals on the
-        former at most `max_false_refusal` (see
-        `rag_cli.evaluate.gate_tuning`). Writes the winner to rag.toml [ask],
-        scores the current and the tuned setting on the test pair when given.
-        Writes `output`, else eval/NAME.json (NAME: tune-refusal-ANSWERS).
-        Returns (report, path). Raises BadInput for files not recorded that way."""
-        from rag_cli.evaluate.gate_tuning import TUNED, check_recorded, tune_refusal
-        from rag_cli.store.answers import read_answers
-        from rag_cli.store.eval_reports import write_report
-
-        check_name(name)
-        check_flag("--max-false-refusal", max_false_refusal, (0, 1))
-        if (test_answers is None) != (test_unanswerable is None):
-            raise BadInput("--test-answers and --test-unanswerable go together: give both (the test split) or neither")
-        self.require_exists()
-        path = Path(output) if output else self.eval_path(name or f"tune-refusal-{file_stem(answers)}")
-        self._check_eval_files({"--answers": answers, "--unanswerable": unanswerable, "--test-answers": test_answers,
-                           "--test-unanswerable": test_unanswerable, "rag.toml": self.config_path},
-                          path, output, md, plots)
-
-        def pair(a, u):
-            rows = []
-            for f, flag in ((a, "--answers" if a is answers else "--test-answers"),
-                            (u, "--unanswerable" if u is unanswerable else "--test-unanswerable")):
-                rows.append(read_answers(Path(f)).to_pylist())
-                check_recorded(rows[-1], f"{flag} {f}")
-            return tuple(rows)
-
-        train = pair(answers, unanswerable)
-        test = pair(test_answers, test_unanswerable) if test_answers is not None else None
-        report = tune_refusal(train, test, self.config.ask, max_false_refusal=max_false_refusal)
-        with self.folder.writing("eval --tune"):
-            self.folder.save(("ask", {k: report["best"][k] for k in TUNED}))
-        report = {"answers": str(answers), "unanswerable": str(unanswerable),
-                  "test_answers": str(test_answers or ""), "test_unanswerable": str(test_unanswerable or ""),
-                  "written_to": str(self.config_path), **report}
-        write_report(path, report)
-        return report, path
+        return tune_refusal.run(self, answers, unanswerable, **options).as_tuple()
 
     @staticmethod
-    def make_unanswerable(n: int, *, corpus: str | os.PathLike, queries: str | os.PathLike,
-                          qrels: str | os.PathLike, output: str | os.PathLike, seed: int = 0) -> dict:
-        """Write the made-unanswerable variant of `corpus` (BEIR JSONL): the
-        gold documents of at least `n` questions of `queries` (judged in
-        `qrels`) removed, into the folder `output` (corpus.jsonl,
-        queries.jsonl of those questions, removed.json); no project needed.
-        Returns the removed.json dict (see `rag_cli.evaluate.unanswerable`).
-        Raises BadInput when `output` holds an input (`check_eval_files`)."""
-        from rag_cli.evaluate.outputs import check_eval_files
-        from rag_cli.evaluate.unanswerable import write_unanswerable
+    def make_unanswerable(n: int, **options: Any) -> dict:
+        """`rag_cli.lab.unanswerable.run(n, **options)` as the removed.json dict."""
+        from rag_cli.lab import unanswerable
 
-        check_eval_files({"--corpus": corpus, "--queries": queries, "--qrels": qrels}, {}, folder=("-o", output))
+        return unanswerable.run(n, **options).to_dict()
 
-        return write_unanswerable(corpus, queries, qrels, n, output, seed=seed)
+    def tune_fusion(self, queries: str | os.PathLike, qrels: str | os.PathLike,
+                    **options: Any) -> tuple[dict, Path]:
+        """`rag_cli.lab.tune_fusion.run(self, queries, qrels, **options)` as (report, path)."""
+        from rag_cli.lab import tune_fusion
 
-    def tune_fusion(self, queries: str | os.PathLike, qrels: str | os.PathLike, *,
-                    test_queries: str | os.PathLike | None = None, test_qrels: str | os.PathLike | None = None,
-                    candidates: int | None = None, permutations: int = 10000, name: str | None = None,
-                    output: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
-                    plots: str | os.PathLike | None = None, progress: Progress | None = None) -> tuple[dict, Path]:
-        """Grid-search the hybrid fusion (RRF k; min-max or z-score weighted
-        sums and their dense weight) for nDCG@10 on the train split
-        (`queries`, `qrels`), write the winner to rag.toml (search.fusion,
-        search.rrf_k, search.dense_weight), and score it against RRF k = 60 on
-        the test split when given (see `rag_cli.evaluate.tuning`). Writes
-        `output`, else eval/NAME.json (NAME: tune-fusion-QUERIES). Returns
-        (report, path)."""
-        from rag_cli.evaluate.datasets import read_qrels, read_queries
-        from rag_cli.evaluate.tuning import tune_fusion
-        from rag_cli.store.eval_reports import write_report
+        return tune_fusion.run(self, queries, qrels, **options).as_tuple()
 
-        check_name(name)
-        if (test_queries is None) != (test_qrels is None):
-            raise BadInput("--test-queries and --test-qrels go together: give both (the test split) or neither")
-        self.require_exists()
-        path = Path(output) if output else self.eval_path(name or f"tune-fusion-{file_stem(queries)}")
-        self._check_eval_files({"--queries": queries, "--qrels": qrels, "--test-queries": test_queries,
-                           "--test-qrels": test_qrels, "rag.toml": self.config_path}, path, output, md, plots)
-        config = self.folder.with_options("search", {"candidates": candidates})
-        train = (read_queries(queries), read_qrels(qrels))
-        self._judged_here(*train, f"--queries {queries}", f"--qrels {qrels}")
-        test = (read_queries(test_queries), read_qrels(test_qrels)) if test_queries is not None else None
-        if test is not None:
-            self._judged_here(*test, f"--test-queries {test_queries}", f"--test-qrels {test_qrels}")
-        s = self.engines.searcher(config, with_embedder=True)
-        report = tune_fusion(s, train, test, candidates=config.search.candidates, permutations=permutations,
-                             progress=progress)
-        best = report["best"]
-        with self.folder.writing("eval --tune"):
-            self.folder.save(("search", {"fusion": best["fusion"], **{key: best[key] for key in ("rrf_k", "dense_weight")
-                                                                if key in best}}))
-        report = {"queries": str(queries), "qrels": str(qrels), "test_queries": str(test_queries or ""),
-                  "test_qrels": str(test_qrels or ""), "written_to": str(self.config_path), **report}
-        write_report(path, report)
-        return report, path
+    def perturb(self, qrels: str | os.PathLike, queries: str | os.PathLike, kinds: Sequence[str],
+                **options: Any) -> tuple[dict, Path]:
+        """`rag_cli.lab.perturb.run(self, qrels, queries, kinds, **options)` as (report, path)."""
+        from rag_cli.lab import perturb
 
-    def perturb(self, qrels: str | os.PathLike, queries: str | os.PathLike, kinds: Sequence[str], *,
-                mode: str | None = None, ks: Sequence[int] = (10, 100), seed: int = 0, permutations: int = 10000,
-                name: str | None = None, output: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
-                plots: str | os.PathLike | None = None, progress: Progress | None = None) -> tuple[dict, Path]:
-        """Search `queries` as given and changed each way of `kinds` (upper,
-        lower, typo, punct; see `rag_cli.evaluate.perturb`), score every run
-        against `qrels` at `ks` (down to max(ks) distinct documents) and
-        report per kind the metrics, the loss against the original (changed -
-        original) and its paired tests (`compare_reports`). Writes `output`,
-        else eval/NAME.json (NAME: perturb-QUERIES). Returns (report, path)."""
-        from rag_cli.evaluate.compare import compare_reports
-        from rag_cli.evaluate.datasets import read_qrels, read_queries
-        from rag_cli.evaluate.perturb import perturb_queries
-        from rag_cli.evaluate.report import evaluate_rows
-        from rag_cli.stages.search import search_rows
-        from rag_cli.store.eval_reports import write_report
-
-        check_name(name)
-        cutoffs = sorted({int(x) for x in ks})
-        if not cutoffs or min(cutoffs) < 1:
-            raise BadInput(f"--ks {','.join(map(str, ks))!r}: cutoffs must be integers >= 1")
-        if not kinds:
-            raise BadInput("--perturb: name one or more of case, upper, lower, typo, punct")
-        self.require_exists()
-        path = Path(output) if output else self.eval_path(name or f"perturb-{file_stem(queries)}")
-        self._check_eval_files({"--queries": queries, "--qrels": qrels}, path, output, md, plots)
-        original = read_queries(queries)
-        gold = read_qrels(qrels)
-        self._judged_here(original, gold, f"--queries {queries}", f"--qrels {qrels}")
-        config, s, mask = self.engines.search_setup({"mode": mode, "k": max(cutoffs)})
-        base = evaluate_rows(search_rows(s, original, config.search, mask, progress=progress), gold, cutoffs)
-        out = {"queries": str(queries), "qrels": str(qrels), "mode": config.search.mode, "seed": seed,
-               "n_queries": base["n_queries"], "original": base["metrics"], "perturbations": {}}
-        for kind in kinds:
-            changed = perturb_queries(original, kind, seed)
-            rep = evaluate_rows(search_rows(s, changed, config.search, mask, progress=progress), gold, cutoffs)
-            comp = compare_reports([base, rep], ["original", kind], permutations=permutations)["comparisons"][0]
-            out["perturbations"][kind] = {
-                "n_changed": sum(a != b for (_, a), (_, b) in zip(original, changed)),
-                "metrics": rep["metrics"],
-                "loss": {m: r["mean_diff"] for m, r in comp["metrics"].items()},
-                "comparison": comp["metrics"],
-                "examples": [t for (_, o), (_, t) in zip(original, changed) if o != t][:3],
-            }
-        write_report(path, out)
-        return out, path
+        return perturb.run(self, qrels, queries, kinds, **options).as_tuple()
 
     @staticmethod
     def eval_summaries(report: dict, *, md: str | os.PathLike | None = None,
                        plots: str | os.PathLike | None = None, name: str = "eval") -> list[Path]:
-        """Write the Markdown summary of an eval report to `md` and its PNG
-        plots into the folder `plots` as NAME-KIND.png (see
-        `rag_cli.evaluate.markdown`, `rag_cli.evaluate.plots`; plots need
-        matplotlib). Returns the paths written."""
-        from rag_cli import atomic
-        from rag_cli.evaluate.markdown import to_markdown
+        """`rag_cli.lab.Report(report).write_summaries(md, plots, name)`: the paths written."""
+        from rag_cli.lab import Report
 
-        written: list[Path] = []
-        if md is not None:
-            atomic.write_text(md, to_markdown(report))
-            written.append(Path(md))
-        if plots is not None:
-            from rag_cli.evaluate.plots import plot_report
+        return Report(report).write_summaries(md=md, plots=plots, name=name)
 
-            written += plot_report(report, plots, name)
-        return written
+    def funnel(self, qrels: str | os.PathLike, queries: str | os.PathLike, **options: Any) -> tuple[dict, Path]:
+        """`rag_cli.lab.funnel.run(self, qrels, queries, **options)` as (report, path)."""
+        from rag_cli.lab import funnel
 
-    def funnel(self, qrels: str | os.PathLike, queries: str | os.PathLike, *, k: int | None = None,
-               candidates: int | None = None, rrf_k: int | None = None, answers: bool = True,
-               name: str | None = None, output: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
-               plots: str | os.PathLike | None = None, progress: Progress | None = None) -> tuple[dict, Path]:
-        """Where each query's gold first goes missing (sparse and dense
-        candidates, fusion, rerank when model.reranker is set, the evidence
-        and the citations of `ask` when `answers`), and ANN recall (HNSW vs
-        exact search); see `rag_cli.evaluate.funnel`. Writes `output`, else
-        eval/NAME.json (NAME: funnel-QUERIES). Returns (report, path)."""
-        from rag_cli.evaluate.datasets import read_qrels, read_queries
-        from rag_cli.evaluate.funnel import funnel
-        from rag_cli.stages.ask import ask
-        from rag_cli.store.eval_reports import write_report
-
-        check_name(name)
-        path = Path(output) if output else self.eval_path(name or f"funnel-{file_stem(queries)}")
-        self._check_eval_files({"--queries": queries, "--qrels": qrels}, path, output, md, plots)
-        self.require_exists()
-        asked, gold = read_queries(queries), read_qrels(qrels)
-        self._judged_here(asked, gold, f"--queries {queries}", f"--qrels {qrels}")
-        config = self.folder.with_options("search", {"k": k, "candidates": candidates, "rrf_k": rrf_k, "mode": "hybrid"})
-        s = self.engines.searcher(config, with_embedder=True)
-        reranker = None
-        if config.model.reranker:
-            from rag_cli.stages.rerank import rerank_rows
-
-            ce = self.engines.cross_encoder(config)
-
-            def reranker(text, hits):
-                rows = [h._replace(query_id="q", query=text) for h in hits]
-                return rerank_rows(rows, {h.chunk_id: h.text for h in hits}, ce, top_in=len(rows),
-                                   top_out=max(len(rows), 1))[0]
-        answerer = None
-        if answers:
-            acfg, scfg, s2, mask, gen = self.engines.ask_setup()
-            ask_reranker = self.engines.ask_reranker()
-
-            def answerer(text):
-                res = ask(s2, gen, text, acfg, scfg, mask, ask_reranker)
-                gate_refused = res.refused and res.reason != "the generator found no sentence to quote"
-                given = [] if gate_refused else [e.chunk_id for e in res.evidence if e.score >= acfg.min_score]
-                return given, list(res.answer.citations)
-        search = config.search
-        report = funnel(s, asked, gold, k=search.k, candidates=search.candidates,
-                        rrf_k=search.rrf_k, fusion=search.fusion, dense_weight=search.dense_weight,
-                        reranker=reranker, answerer=answerer,
-                        ann_ks=sorted({10, search.k, search.candidates}), progress=progress)
-        report = {"queries": str(queries), "qrels": str(qrels), **report}
-        write_report(path, report)
-        return report, path
-
+        return funnel.run(self, qrels, queries, **options).as_tuple()

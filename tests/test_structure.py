@@ -26,7 +26,7 @@ def test_no_stage_imports_another_stage():
     for path in (PKG / "stages").glob("*.py"):
         others = {m for m in imported_modules(path) if m.startswith("rag_cli.stages.")} - {f"rag_cli.stages.{path.stem}"}
         assert not others, f"{path.name} imports {sorted(others)}"
-    assert stages >= {"chunk", "embed", "index", "search", "rerank", "ask", "evaluation"}
+    assert stages >= {"chunk", "embed", "index", "search", "rerank", "ask"}
 
 
 def test_the_cli_holds_no_lock_and_merges_no_config():

@@ -1,0 +1,93 @@
+"""Tune the refusal gate (`rag eval --tune refusal`): grid-search the
+gate's thresholds (ask.min_score, min_coverage, min_entity_coverage,
+strong_score, min_rerank_score) on answers recorded with the gate off, for
+the most refusals of made-unanswerable questions with false refusals of
+answerable ones at most a target, and write the winner to rag.toml [ask]
+(see `rag_cli.evaluate.gate_tuning`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rag_cli.config import check_flag
+from rag_cli.errors import BadInput
+from rag_cli.lab.common import file_stem, prepare
+from rag_cli.lab.report import Report
+
+
+def _recorded_pair(answers, unanswerable, flags: tuple[str, str]) -> tuple[list[dict], list[dict]]:
+    """The rows of two answers files, each checked to be recorded with the
+    gate off (`check_recorded`; `flags` name them in errors)."""
+    from rag_cli.evaluate.gate_tuning import check_recorded
+    from rag_cli.store.answers import read_answers
+
+    rows = []
+    for f, flag in zip((answers, unanswerable), flags):
+        rows.append(read_answers(Path(f)).to_pylist())
+        check_recorded(rows[-1], f"{flag} {f}")
+    return rows[0], rows[1]
+
+
+def run(p, answers: str | os.PathLike, unanswerable: str | os.PathLike, *, max_false_refusal: float = 0.05,
+        test_answers: str | os.PathLike | None = None, test_unanswerable: str | os.PathLike | None = None,
+        name: str | None = None, output: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
+        plots: str | os.PathLike | None = None) -> "TuneRefusalReport":
+    """Tune the gate of project `p` on `answers` (answerable questions) and
+    `unanswerable` (made-unanswerable ones), both recorded with
+    `ask_queries(..., gate="off")`, for false refusals at most
+    `max_false_refusal` (a rate, 0-1); write the winner to rag.toml [ask];
+    score the current and the tuned setting on the test pair when given.
+    Writes `output`, else eval/NAME.json (NAME: `name`, else
+    tune-refusal-ANSWERS); the report adds the input paths and "written_to".
+    Raises BadInput for a rate out of range, one test file without the
+    other, a missing project, or files not recorded with the gate off;
+    rag.toml is not changed then."""
+    from rag_cli.evaluate.gate_tuning import TUNED, tune_refusal
+
+    check_flag("--max-false-refusal", max_false_refusal, (0, 1))
+    if (test_answers is None) != (test_unanswerable is None):
+        raise BadInput("--test-answers and --test-unanswerable go together: give both (the test split) or neither")
+    path = prepare(p, {"--answers": answers, "--unanswerable": unanswerable, "--test-answers": test_answers,
+                       "--test-unanswerable": test_unanswerable, "rag.toml": p.config_path}, name=name,
+                   default=f"tune-refusal-{file_stem(answers)}", output=output, md=md, plots=plots)
+    train = _recorded_pair(answers, unanswerable, ("--answers", "--unanswerable"))
+    test = (_recorded_pair(test_answers, test_unanswerable, ("--test-answers", "--test-unanswerable"))
+            if test_answers is not None else None)
+    data = tune_refusal(train, test, p.config.ask, max_false_refusal=max_false_refusal)
+    with p.folder.writing("eval --tune"):
+        p.folder.save(("ask", {k: data["best"][k] for k in TUNED}))
+    data = {"answers": str(answers), "unanswerable": str(unanswerable), "test_answers": str(test_answers or ""),
+            "test_unanswerable": str(test_unanswerable or ""), "written_to": str(p.config_path), **data}
+    report = TuneRefusalReport(data, path)
+    report.save()
+    return report
+
+
+class TuneRefusalReport(Report):
+    """The gate tuned on train: the current and the tuned setting, on train and test."""
+
+    kind = "tune-refusal"
+
+    def written_line(self) -> str:
+        return f"written: {self.data['written_to']} ([ask] thresholds) and {self.path}"
+
+    def print_tables(self, console) -> None:
+        """(split, setting) x (refused unanswerable, false answers, false refusals)."""
+        from rich.table import Table
+
+        r = self.data
+        setting = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in r["best"].items())
+        table = Table(title=f"refusal gate tuned on train for false refusals <= {r['max_false_refusal']:g}"
+                            f"{'' if r['target_met'] else ' (target not met)'}: {setting}")
+        for col in ("split", "setting", "refused unanswerable", "false answers", "false refusals"):
+            table.add_column(col, justify="left" if col in ("split", "setting") else "right")
+        for split in ("train", "test"):
+            for which in ("current", "tuned"):
+                if r[split] is None:
+                    continue
+                row = r[split][which]
+                table.add_row(f"{split} ({row['n_answerable']}+{row['n_unanswerable']})", which,
+                              *("n/a" if row[m] is None else f"{row[m]:.4f}"
+                                for m in ("refusal_unanswerable", "false_answer_rate", "false_refusal_rate")))
+        console.print(table)
