@@ -318,7 +318,8 @@ class Project:
         config, s, mask = self.engines.search_setup(_options(options, "search").get("search"), filter)
         before = s.n_queries_truncated
         hits = s.search(check_query(query), **asdict(config.search), mask=mask)
-        return SearchResult(query, config.search.mode, hits, s.n_queries_truncated - before, max_length(s))
+        return SearchResult(query, config.search.mode, hits, n_queries_truncated=s.n_queries_truncated - before,
+                            max_length=max_length(s))
 
     def search_queries(self, queries: str | os.PathLike, *, filter: str | Sequence[str] | None = None,
                        name: str | None = None, format: str = "parquet", output: str | os.PathLike | None = None,
@@ -338,8 +339,8 @@ class Project:
         self.manifest()  # recorded into after the run is written: check it first
         out, escaped = run_queries(self.folder, s, Path(queries), config.search, mask, path=path, fmt=format,
                                    level=level, progress=progress)
-        return RunFile(out, config.search.mode, config.search.k, s.n_queries_truncated - before, max_length(s),
-                       escaped_ids=tuple(escaped))
+        return RunFile(out, config.search.mode, config.search.k, tuple(escaped),
+                       n_queries_truncated=s.n_queries_truncated - before, max_length=max_length(s))
 
     # -- rerank --------------------------------------------------------------
     def _reranker(self, model) -> tuple[Any, Callable[[], None]]:
@@ -382,8 +383,9 @@ class Project:
                                  min_score=min_score, progress=progress)
         remember()
         reranked = [r._replace(row=s.row_of(r.chunk_id), text=s.text(s.row_of(r.chunk_id))) for r in out]
-        return SearchResult(query, "rerank", reranked, s.n_queries_truncated - before, max_length(s), n_cut,
-                            ce.folder.max_length, score_scale=SCORE_SCALES[sigmoid])
+        return SearchResult(query, "rerank", reranked, n_queries_truncated=s.n_queries_truncated - before,
+                            max_length=max_length(s), n_pairs_truncated=n_cut,
+                            reranker_max_length=ce.folder.max_length, score_scale=SCORE_SCALES[sigmoid])
 
     def rerank_run(self, run: str | os.PathLike, *, model: str | os.PathLike | None = None,
                    candidates: int = 100, top_n: int = 10, name: str | None = None, format: str = "parquet",

@@ -194,21 +194,29 @@ class AnswersFile(Result):
         return os.fspath(self.answers)
 
 
-@dataclass(eq=False)
-class SearchResult(Result):
-    """The hits of one query (`Hit`s: rank, chunk_id, doc_id, score, stage, text),
-    the mode used, whether the query was cut to the bi-encoder's max_length
-    (`n_queries_truncated`, `max_length` in tokens) and, after a rerank, how
-    many (query, passage) pairs were cut to the cross-encoder's."""
+@dataclass(eq=False, kw_only=True)
+class Cuts(Result):
+    """What a search or rerank cut to a model's max_length (tokens): the
+    queries cut to the bi-encoder's (`n_queries_truncated`, `max_length`),
+    the (query, passage) pairs cut to the cross-encoder's
+    (`n_pairs_truncated`, `reranker_max_length`), and after a rerank what the
+    scores are (`score_scale`, `stages.rerank.SCORE_SCALES`)."""
 
-    query: str
-    mode: str
-    hits: list
     n_queries_truncated: int = 0
     max_length: int | None = None
     n_pairs_truncated: int = 0
     reranker_max_length: int | None = None
-    score_scale: str | None = None  # after a rerank: what the scores are (`stages.rerank.SCORE_SCALES`)
+    score_scale: str | None = None
+
+
+@dataclass(eq=False)
+class SearchResult(Cuts):
+    """The hits of one query (`Hit`s: rank, chunk_id, doc_id, score, stage,
+    text), the mode used, and what was cut (`Cuts`)."""
+
+    query: str
+    mode: str
+    hits: list
 
     def __iter__(self):
         return iter(self.hits)
@@ -226,21 +234,15 @@ class SearchResult(Result):
 
 
 @dataclass(eq=False)
-class RunFile(Result):
+class RunFile(Cuts):
     """A run written by `search_queries` or `rerank_run`: its `path` (usable
-    wherever a path is, `os.fspath(run)`), the mode and depth k, and the
-    queries / (query, passage) pairs cut to a model's max_length (tokens),
-    and the ids a TREC run holds percent-encoded (`escaped_ids`)."""
+    wherever a path is, `os.fspath(run)`), the mode and depth k, what was
+    cut (`Cuts`), and the ids a TREC run holds percent-encoded (`escaped_ids`)."""
 
     path: Path
     mode: str
     k: int
-    n_queries_truncated: int = 0
-    max_length: int | None = None
-    n_pairs_truncated: int = 0
-    reranker_max_length: int | None = None
     escaped_ids: tuple[str, ...] = ()  # ids with whitespace, percent-encoded in a TREC run
-    score_scale: str | None = None  # after a rerank: what the scores are (`stages.rerank.SCORE_SCALES`)
 
     def __fspath__(self) -> str:
         return os.fspath(self.path)
