@@ -66,9 +66,10 @@ class ModelConfig:
 
     embedder: str = setting("multilingual-e5-small", "Bi-encoder: a model folder or a default name",
                             flag="--model")
-    precision: str = setting("int8", "int8 or fp32, for a default model", limits=("int8", "fp32"))
-    reranker: str = setting("", "Cross-encoder model folder; empty = none configured", flag="--model")
-    threads: int = setting(0, "CPU cores for the models (that many batches at once); 0 = all cores",
+    precision: str = setting("int8", "int8 or fp32: which ONNX graph of the model runs", limits=("int8", "fp32"))
+    reranker: str = setting("", "Cross-encoder: a model folder (none by default)", flag="--model")
+    threads: int = setting(0, "CPU cores for the models (that many batches at once, one onnxruntime thread each); "
+                           "0 = all cores",
                            limits=(0, None))
     provider: str = setting("cpu", "onnxruntime execution provider: cpu, cuda or coreml, if onnxruntime has it")
     on_truncate: str = setting("warn", "A chunk longer than the model's max_length: warn (name it) | "
@@ -202,9 +203,11 @@ class GeneratorConfig:
     model: str = setting("", "openai: the model name sent; llama-cpp: a .gguf path, empty = Gemma 3 270M",
                          flag="--llm-model")
     api: str = setting("chat", "openai: chat | completions (base models)", limits=("chat", "completions"))
-    api_key_env: str = setting("", "openai: NAME of the environment variable holding the API key")
+    api_key_env: str = setting("", "openai: NAME of the environment variable holding the API key (the key itself "
+                                "is never in rag.toml; named but not set: exit 2)")
     timeout: float = setting(60.0, "openai: seconds per request", limits=(0.001, None))
-    max_retries: int = setting(2, "openai: retries after a connection error, timeout, 429 or 5xx",
+    max_retries: int = setting(2, "openai: retries after a connection error, timeout, 429 or 5xx (exponential "
+                               "backoff from 0.5 s)",
                                limits=(0, 10))
     temperature: float = setting(0.0, "LLM sampling temperature", limits=(0, 2))
     max_tokens: int = setting(256, "LLM answer length at most, tokens", limits=(1, None))
