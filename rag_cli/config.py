@@ -97,9 +97,10 @@ class IndexConfig:
     hnsw_m: int = setting(32, "HNSW graph degree M", limits=(2, None))
     hnsw_ef_construction: int = setting(200, "HNSW build beam", limits=(1, None), flag="--ef-construction")
     hnsw_ef: int = setting(128, "HNSW query beam (raised to k)", limits=(1, None), flag="--ef")
-    bm25_k1: float = setting(1.2, "BM25 k1", limits=(0, None), flag="--k1")
-    bm25_b: float = setting(0.75, "BM25 b", limits=(0, 1), flag="--b")
-    bm25_method: str = setting("lucene", "BM25 variant: lucene | robertson | atire | bm25l | bm25+")
+    bm25_k1: float = setting(1.2, "BM25 k1: term-frequency saturation", limits=(0, None), flag="--k1")
+    bm25_b: float = setting(0.75, "BM25 b: length normalisation, 0-1", limits=(0, 1), flag="--b")
+    bm25_method: str = setting("lucene", "BM25 variant: lucene (Lucene's and Anserini's scoring) | robertson | "
+                                "atire | bm25l | bm25+")
     keep: int = setting(2, "Old index generations kept for `rag rollback`", limits=(0, None))
 
 
@@ -161,8 +162,8 @@ class AskConfig:
                            limits=("none", "multi-query", "hyde"))
     rerank_candidates: int = setting(20, "With model.reranker: chunks retrieved and reranked, of which the best "
                                      "k are kept", limits=(1, None), cli=False)
-    min_rerank_score: float = setting(0.0, "With model.reranker: refuse below this best cross-encoder logit; "
-                                      "0 = off")
+    min_rerank_score: float = setting(0.0, "With model.reranker: refuse below this best cross-encoder logit (a raw "
+                                      "logit, per model); 0 = off")
     gate: str = setting("on", "on | off: off refuses nothing itself (the generator may) and still records the "
                         "gate's signals, for `rag eval tune refusal`", limits=("on", "off"))
     grade: str = setting("off", "off | llm: the LLM generator first judges whether the sources answer the "
