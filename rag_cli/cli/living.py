@@ -111,8 +111,8 @@ def rolled_back(out, json_out: bool, quiet: bool) -> None:
 def status(verify: VerifyOpt = False, *, project, json_out, quiet):
     """Documents, chunks, vectors, index generations, disk use, stale stages (with the command to refresh each) and damaged files.
 
-    Exit 2 when a file is damaged (with `--verify`: when a generation's
-    files do not match their hashes).
+    Exit 2 when a file is damaged; with `--verify`, also when a generation's
+    files do not match the hashes of its files.json.
     """
     from rag_cli.project import Project
 
