@@ -66,9 +66,10 @@ class ModelConfig:
 
     embedder: str = setting("multilingual-e5-small", "Bi-encoder: a model folder or a default name",
                             flag="--model")
-    precision: str = setting("int8", "int8 or fp32, for a default model", limits=("int8", "fp32"))
-    reranker: str = setting("", "Cross-encoder model folder; empty = none configured", flag="--model")
-    threads: int = setting(0, "CPU cores for the models (that many batches at once); 0 = all cores",
+    precision: str = setting("int8", "int8 or fp32: which ONNX graph of the model runs", limits=("int8", "fp32"))
+    reranker: str = setting("", "Cross-encoder: a model folder (none by default)", flag="--model")
+    threads: int = setting(0, "CPU cores for the models (that many batches at once, one onnxruntime thread each); "
+                           "0 = all cores",
                            limits=(0, None))
     provider: str = setting("cpu", "onnxruntime execution provider: cpu, cuda or coreml, if onnxruntime has it")
     on_truncate: str = setting("warn", "A chunk longer than the model's max_length: warn (name it) | "
@@ -96,9 +97,10 @@ class IndexConfig:
     hnsw_m: int = setting(32, "HNSW graph degree M", limits=(2, None))
     hnsw_ef_construction: int = setting(200, "HNSW build beam", limits=(1, None), flag="--ef-construction")
     hnsw_ef: int = setting(128, "HNSW query beam (raised to k)", limits=(1, None), flag="--ef")
-    bm25_k1: float = setting(1.2, "BM25 k1", limits=(0, None), flag="--k1")
-    bm25_b: float = setting(0.75, "BM25 b", limits=(0, 1), flag="--b")
-    bm25_method: str = setting("lucene", "BM25 variant: lucene | robertson | atire | bm25l | bm25+")
+    bm25_k1: float = setting(1.2, "BM25 k1: term-frequency saturation", limits=(0, None), flag="--k1")
+    bm25_b: float = setting(0.75, "BM25 b: length normalisation, 0-1", limits=(0, 1), flag="--b")
+    bm25_method: str = setting("lucene", "BM25 variant: lucene (Lucene's and Anserini's scoring) | robertson | "
+                                "atire | bm25l | bm25+")
     keep: int = setting(2, "Old index generations kept for `rag rollback`", limits=(0, None))
 
 
@@ -160,8 +162,8 @@ class AskConfig:
                            limits=("none", "multi-query", "hyde"))
     rerank_candidates: int = setting(20, "With model.reranker: chunks retrieved and reranked, of which the best "
                                      "k are kept", limits=(1, None), cli=False)
-    min_rerank_score: float = setting(0.0, "With model.reranker: refuse below this best cross-encoder logit; "
-                                      "0 = off")
+    min_rerank_score: float = setting(0.0, "With model.reranker: refuse below this best cross-encoder logit (a raw "
+                                      "logit, per model); 0 = off")
     gate: str = setting("on", "on | off: off refuses nothing itself (the generator may) and still records the "
                         "gate's signals, for `rag eval tune refusal`", limits=("on", "off"))
     grade: str = setting("off", "off | llm: the LLM generator first judges whether the sources answer the "
@@ -202,9 +204,11 @@ class GeneratorConfig:
     model: str = setting("", "openai: the model name sent; llama-cpp: a .gguf path, empty = Gemma 3 270M",
                          flag="--llm-model")
     api: str = setting("chat", "openai: chat | completions (base models)", limits=("chat", "completions"))
-    api_key_env: str = setting("", "openai: NAME of the environment variable holding the API key")
+    api_key_env: str = setting("", "openai: NAME of the environment variable holding the API key (the key itself "
+                                "is never in rag.toml; named but not set: exit 2)")
     timeout: float = setting(60.0, "openai: seconds per request", limits=(0.001, None))
-    max_retries: int = setting(2, "openai: retries after a connection error, timeout, 429 or 5xx",
+    max_retries: int = setting(2, "openai: retries after a connection error, timeout, 429 or 5xx (exponential "
+                               "backoff from 0.5 s)",
                                limits=(0, 10))
     temperature: float = setting(0.0, "LLM sampling temperature", limits=(0, 2))
     max_tokens: int = setting(256, "LLM answer length at most, tokens", limits=(1, None))

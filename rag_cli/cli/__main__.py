@@ -1,0 +1,3 @@
+from rag_cli.cli.root import main
+
+main()
