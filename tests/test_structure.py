@@ -147,3 +147,40 @@ def test_stages_and_store_never_import_the_project():
 
 def test_the_version_is_a_leaf():
     assert module_graph()["rag_cli.version"] == set()
+
+
+#: Layers that pass settings through (the config, the facade, the loaded engines, the CLI); the
+#: modules that use a setting for what it means (stages, index, generate, lab) are not counted.
+PLUMBING = ("config.py", "project.py", "engines.py", "cli/")
+#: Multi-word keys spelled more often in those layers for another thing of the same name.
+SAME_NAME = {("ask", "min_score"): "`rag rerank --min-score` is a cross-encoder cut of its own, not a config key"}
+
+
+def setting_places(key: str) -> list[str]:
+    """file:line of every identifier or string literal equal to `key` in the plumbing layers (comments and
+    docstrings are not code: a docstring is a string token of more than the key, so it is not counted)."""
+    import io
+    import tokenize
+
+    out = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        if not rel.startswith(PLUMBING):
+            continue
+        for tok in tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline):
+            if (tok.type == tokenize.NAME and tok.string == key) or (
+                    tok.type == tokenize.STRING and tok.string.strip("'\"") == key):
+                out.append(f"{rel}:{tok.start[0]}")
+    return out
+
+
+def test_each_setting_is_spelled_in_at_most_three_places():
+    """A setting is declared once (config.py's `setting`), and its flag, help and check derive from that
+    (#20): a multi-word key (unambiguous as a word) appears at most 3 times in the layers that pass
+    settings through."""
+    from rag_cli.config import all_settings
+
+    over = {f"{s.section}.{s.key}": places for s in all_settings() if "_" in s.key
+            and (s.section, s.key) not in SAME_NAME and len(places := setting_places(s.key)) > 3}
+    assert not over, over
+    assert len(setting_places("hnsw_ef_construction")) == 1  # config.py only
