@@ -16,13 +16,20 @@ def chunk_options(params: ChunkConfig, model: ModelConfig) -> dict[str, Any]:
     the bi-encoder to embed sentences; sizes in chars load nothing."""
     from rag_cli.models.loading import load_embedder, load_embedder_tokenizer
 
-    options = {"context_sentences": params.context_sentences, "parent_size": params.parent_size,
-               "breakpoint_percentile": params.breakpoint_percentile}
-    validate(params.strategy, params.size, params.overlap, params.unit, tokenizer=True, **options)
+    options = check_chunk_options(params)
     options.update(strategy=params.strategy, size=params.size, overlap=params.overlap, unit=params.unit,
                    tokenizer=load_embedder_tokenizer(model.__dict__) if params.unit == "tokens" else None)
     if params.strategy == "semantic":
         options["embed"] = load_embedder(model.__dict__).encode_passages
+    return options
+
+
+def check_chunk_options(params: ChunkConfig) -> dict[str, Any]:
+    """Check the chunk settings (BadInput naming the flag) without loading
+    anything; returns the strategy-specific keyword arguments of `chunk_with_parents`."""
+    options = {"context_sentences": params.context_sentences, "parent_size": params.parent_size,
+               "breakpoint_percentile": params.breakpoint_percentile}
+    validate(params.strategy, params.size, params.overlap, params.unit, tokenizer=True, **options)
     return options
 
 

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from rag_cli.chunking.core import iter_chunks
-from rag_cli.chunking.setup import chunk_options, chunk_settings
+from rag_cli.chunking.setup import check_chunk_options, chunk_options, chunk_settings
 from rag_cli.config import ChunkConfig, ModelConfig
 from rag_cli.loaders.document import Document, Skipped
 from rag_cli.loaders.sources import encoding_warning, iter_sources, no_documents
@@ -52,14 +53,8 @@ def chunk_sources(project: "ProjectFolder", sources: list[str], *, fmt: str, par
 
     t0 = time.perf_counter()
     items = iter_sources(sources, fmt=fmt, encoding=encoding)  # a missing source fails before the tokenizer loads
-    options = chunk_options(params, model)  # checks the settings before any document is read
+    check_chunk_options(params)  # checks the settings before any document is read
     warnings: list[str] = []
-    room = embedder_token_room(model.__dict__) if params.unit == "tokens" else None
-    if room is not None and params.size > room[1]:  # chunks are embedded, parents are not
-        warnings.append(f"--size {params.size} tokens is more than the embedder {model.embedder} embeds whole: its "
-                        f"max_length is {room[0]} tokens, {room[0] - room[1]} of them taken by its prefix and "
-                        f"special tokens, so `rag embed` will cut chunks longer than {room[1]} tokens; use "
-                        f"--size {room[1]} or less")
     skipped: list[Skipped] = []
     parent_child = params.strategy == "parent-child"
     with_context = params.strategy in ("sentence", "parent-child")  # every chunk then has a context
@@ -80,8 +75,20 @@ def chunk_sources(project: "ProjectFolder", sources: list[str], *, fmt: str, par
                 warnings.extend(w for w in [encoding_warning(item)] if w)
                 yield item
 
-        chunks_iter = iter_chunks(
-            documents(), progress=(lambda done, n: progress("chunking", done, n)) if progress else None, **options)
+        found = documents()
+        first = next(found, None)  # the model (tokenizer) loads once there is a document to chunk
+        if first is None:
+            raise no_documents(sources, skipped)
+        options = chunk_options(params, model)
+        room = embedder_token_room(model.__dict__) if params.unit == "tokens" else None
+        if room is not None and params.size > room[1]:  # chunks are embedded, parents are not
+            warnings.insert(0, f"--size {params.size} tokens is more than the embedder {model.embedder} embeds whole: "
+                            f"its max_length is {room[0]} tokens, {room[0] - room[1]} of them taken by its prefix "
+                            f"and special tokens, so `rag embed` will cut chunks longer than {room[1]} tokens; use "
+                            f"--size {room[1]} or less")
+        chunks_iter = iter_chunks(itertools.chain([first], found),
+                                  progress=(lambda done, n: progress("chunking", done, n)) if progress else None,
+                                  **options)
         n_oversized, max_tokens = 0, None
         for doc_chunks, doc_parents in chunks_iter:
             for c in doc_chunks:
