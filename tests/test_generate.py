@@ -104,6 +104,7 @@ def test_extractive_prefers_the_sentence_with_the_asked_fact_over_the_subject_de
         "How high?", evidence).text == "The tree is an endemic conifer. [1]"
 
 
+@pytest.mark.llm
 def test_a_damaged_gguf_is_bad_input_naming_the_flag_and_llama_cpp_stays_off_stderr(tmp_path, capfd):
     from conftest import require_module
 
