@@ -61,6 +61,18 @@ def test_the_cli_files_and_commands_stay_small():
     assert {name: n for name, n in bodies.items() if n > 30} == {}
 
 
+def test_the_project_is_the_pipeline_only():
+    """`Project` (rag_cli/project.py) under 600 lines and under 30 methods (every `def`
+    of its class body, properties included): evaluation is `rag_cli.lab`."""
+    path = PKG / "project.py"
+    source = path.read_text(encoding="utf-8")
+    assert len(source.splitlines()) < 600
+    project = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "Project")
+    methods = [n.name for n in project.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    assert len(methods) < 30, methods
+    assert not {"evaluate", "compare", "funnel", "perturb", "tune_fusion", "tune_refusal"} & set(methods)
+
+
 def test_file_formats_live_in_store():
     """Schemas are defined once, in rag_cli/store (a reader finds a format by the file's name)."""
     for path in PKG.rglob("*.py"):
