@@ -37,18 +37,18 @@ class DefaultGroup(TyperGroup):
         except Exception as exc:  # click's usage errors (vendored by typer >= 0.29, click's own before)
             if type(exc).__name__ == "NoSuchOption":
                 exc.message += self.hint(exc.option_name, ctx.command_path)
-            elif type(exc).__name__ == "UsageError" and exc.message.startswith("No such command"):
-                names = [repr(name) for name in exc.ctx.command.commands]
-                exc.message += f" Choose {', '.join(names[:-1])} or {names[-1]}."
+            elif type(exc).__name__ == "UsageError" and exc.message.startswith("No such command") and exc.ctx:
+                names = [repr(name) for name in getattr(exc.ctx.command, "commands", {})]
+                exc.message += f" Choose {', '.join(names[:-1])} or {names[-1]}." if len(names) > 1 else ""
             raise
 
     def hint(self, flag: str, path: str) -> str:
-        """" (an option of `rag eval answers`)", or " (now a subcommand: `rag eval compare`)" for an old mode
-        flag; "" when no subcommand takes `flag`."""
-        if flag.lstrip("-") in self.commands:
-            return f" (now a subcommand: `{path} {flag.lstrip('-')}`)"
+        """What "No such option: FLAG" adds: " (an option of `rag eval answers`)", naming every subcommand
+        that takes `flag`; else " (now a subcommand: `rag eval compare`)" for an old mode flag; else ""."""
         owners = [f"`{path} {name}`" for name, cmd in _commands(self) if any(flag in p.opts for p in cmd.params)]
-        return f" (an option of {', '.join(owners)})" if owners else ""
+        if owners:
+            return f" (an option of {', '.join(owners)})"
+        return f" (now a subcommand: `{path} {flag.lstrip('-')}`)" if flag.lstrip("-") in self.commands else ""
 
 
 def _commands(group, prefix: str = ""):
