@@ -6,14 +6,14 @@ the JSON and printed above each table. Steps, each cached in WORK/steps/NAME.jso
 (rerun the script and only the missing steps run; `--force NAME` reruns one):
 
 * build:    rag build corpus.jsonl --format beir -p WORK/proj
-* eval-M:   rag eval --queries queries.jsonl --qrels qrels/test.tsv --mode M  (M = sparse, dense, hybrid; all 1,000)
-* funnel:   rag eval --funnel --queries ... --qrels ...
+* eval-M:   rag eval run --queries queries.jsonl --qrels qrels/test.tsv --mode M  (M = sparse, dense, hybrid; all 1,000)
+* funnel:   rag eval funnel --queries ... --qrels ...
 * tune:     split the questions by passage (seeded: half the passages' questions
             tune, the rest test; WORK/split/{tune,test}.jsonl and .tsv), then on a
             copy of the project (tuning writes rag.toml)
-            rag eval --tune fusion --queries tune.jsonl --qrels tune.tsv --test-queries test.jsonl --test-qrels test.tsv
-* perturb:  rag eval --perturb case --queries ... --qrels ...
-* answers-extractive: rag ask --queries queries.jsonl, then rag eval --answers ... --gold answers.jsonl
+            rag eval tune fusion --queries tune.jsonl --qrels tune.tsv --test-queries test.jsonl --test-qrels test.tsv
+* perturb:  rag eval perturb --perturb case --queries ... --qrels ...
+* answers-extractive: rag ask --queries queries.jsonl, then rag eval answers --answers ... --gold answers.jsonl
 * sample-G: a fixed random sample of --sample questions (seeded), asked with
             generator G (extractive, llama-cpp) and scored the same way;
             paired comparison of EM and F1 (randomisation and t-test, `compare_reports`)
@@ -230,11 +230,11 @@ def main() -> None:
     for mode in MODES:
         if want(f"eval-{mode}"):
             res[f"eval-{mode}"] = steps.get(f"eval-{mode}", lambda: cli_step(
-                RAG + ["eval", "--queries", q, "--qrels", qrels, "--mode", mode, "--name", f"{root.name}-{mode}",
+                RAG + ["eval", "run", "--queries", q, "--qrels", qrels, "--mode", mode, "--name", f"{root.name}-{mode}",
                        "-p", proj, "--json"]))
     if want("funnel"):
         res["funnel"] = steps.get("funnel", lambda: cli_step(
-            RAG + ["eval", "--funnel", "--queries", q, "--qrels", qrels, "-p", proj, "--json"]))
+            RAG + ["eval", "funnel", "--queries", q, "--qrels", qrels, "-p", proj, "--json"]))
     if want("tune"):
         def tune() -> dict:
             halves = ({"tune": {"queries": root / "queries-train.jsonl", "qrels": root / "qrels" / "train.tsv"},
@@ -243,7 +243,7 @@ def main() -> None:
             if tuned.exists():
                 shutil.rmtree(tuned)
             shutil.copytree(proj, tuned, ignore=shutil.ignore_patterns("eval", "runs", "answers", ".lock*"))
-            step = cli_step(RAG + ["eval", "--tune", "fusion", "--queries", halves["tune"]["queries"],
+            step = cli_step(RAG + ["eval", "tune", "fusion", "--queries", halves["tune"]["queries"],
                                    "--qrels", halves["tune"]["qrels"], "--test-queries", halves["test"]["queries"],
                                    "--test-qrels", halves["test"]["qrels"], "-p", tuned, "--json"])
             step["split"] = ({"by": "BEIR train / test"} if scifact
@@ -253,14 +253,14 @@ def main() -> None:
         res["tune"] = steps.get("tune", tune)
     if want("perturb"):
         res["perturb"] = steps.get("perturb", lambda: cli_step(
-            RAG + ["eval", "--perturb", "case", "--queries", q, "--qrels", qrels, "-p", proj, "--json"]))
+            RAG + ["eval", "perturb", "--perturb", "case", "--queries", q, "--qrels", qrels, "-p", proj, "--json"]))
     if scifact:  # no gold answers: the answer steps are CMRC's
         args.skip.append("answers")
     if want("answers-extractive") and "answers" not in args.skip:
         res["answers-extractive"] = steps.get("answers-extractive", lambda: cli_step(
             RAG + ["ask", "--queries", q, "--name", "all-extractive", "-p", proj, "-q"],
-            RAG + ["eval", "--answers", proj / "answers" / "all-extractive.parquet", "--gold", gold, "-p", proj,
-                   "--json"]))
+            RAG + ["eval", "answers", "--answers", proj / "answers" / "all-extractive.parquet", "--gold", gold,
+                   "-p", proj, "--json"]))
 
     sample_file = work / f"sample{args.sample}.jsonl"
     generators = [] if "answers" in args.skip else ["extractive"] + ([] if "llm" in args.skip else ["llama-cpp"])
@@ -273,7 +273,7 @@ def main() -> None:
             name = f"sample{args.sample}-{g}"
             res[f"sample-{g}"] = steps.get(f"sample-{g}", lambda: cli_step(
                 RAG + ["ask", "--queries", sample_file, "--name", name, "--generator", g, "-p", proj, "-q"],
-                RAG + ["eval", "--answers", proj / "answers" / f"{name}.parquet", "--gold", gold, "-p", proj,
+                RAG + ["eval", "answers", "--answers", proj / "answers" / f"{name}.parquet", "--gold", gold, "-p", proj,
                        "--json"]))
     if "sample-extractive" in res and "sample-llama-cpp" in res:
         res["sample-paired"] = paired(res["sample-extractive"]["result"], res["sample-llama-cpp"]["result"],

@@ -8,9 +8,9 @@ model, chunk defaults) into --project first:
     rag build /tmp/sf/corpus.jsonl --format beir -p /tmp/sf/proj
     python bench/eval_tuning.py --project /tmp/sf/proj --out bench/results/eval-tuning-scifact-subset.json
 
-Measures: `rag eval --perturb` on the 300 test queries with the default
+Measures: `rag eval perturb` on the 300 test queries with the default
 pipeline (hybrid RRF) with and without the all-capitals fold of the query
-path; `rag eval --tune fusion` on the 809 train queries, scored on test; the
+path; `rag eval tune fusion` on the 809 train queries, scored on test; the
 upper-case loss again with the tuned fusion.
 
 `--chunk-grid P1 P2 ...` compares projects of the same corpus built with
@@ -210,7 +210,7 @@ def main() -> None:
         make_corpus(args.make_corpus, args.docs)
         return
     import rag_cli.index.searcher as searcher_mod
-    from rag_cli import Project
+    from rag_cli import Project, lab
 
     if args.chunk_grid:
         result = {"command": " ".join(["python", "bench/eval_tuning.py", *sys.argv[1:]]), **chunk_grid(args.chunk_grid),
@@ -239,8 +239,8 @@ def main() -> None:
         for label, fn in (("with_fold", fold), ("without_fold", lambda q: q)):
             searcher_mod.fold_shouting = fn
             try:
-                rep, _ = p.perturb(test_qrels, test_q, ["upper"], mode="dense", ks=[10], permutations=2000,
-                                   name=f"perturb-dense-{label}")
+                rep = lab.perturb.run(p, test_qrels, test_q, ["upper"], mode="dense", ks=[10], permutations=2000,
+                                      name=f"perturb-dense-{label}").to_dict()
             finally:
                 searcher_mod.fold_shouting = fold
             dense[label] = {"original": rep["original"]["ndcg@10"],
@@ -256,7 +256,8 @@ def main() -> None:
     result: dict = {"project": str(args.project), "n_docs": pq.read_metadata(p.docs_path).num_rows,
                     "n_chunks": pq.read_metadata(p.chunks_path).num_rows}
     t0 = time.time()
-    perturb, _ = p.perturb(test_qrels, test_q, ["upper", "lower", "typo", "punct"], ks=[10], permutations=2000)
+    perturb = lab.perturb.run(p, test_qrels, test_q, ["upper", "lower", "typo", "punct"], ks=[10],
+                              permutations=2000).to_dict()
     result["perturb_rrf_with_fold"] = {"original": perturb["original"],
                                       **{k: {"metrics": v["metrics"], "loss": v["loss"], "n_changed": v["n_changed"],
                                              "p_randomisation": v["comparison"]["ndcg@10"]["p_randomisation"]}
@@ -264,22 +265,24 @@ def main() -> None:
     fold = searcher_mod.fold_shouting
     searcher_mod.fold_shouting = lambda q: q
     try:
-        before, _ = p.perturb(test_qrels, test_q, ["upper"], ks=[10], permutations=2000, name="perturb-nofold")
+        before = lab.perturb.run(p, test_qrels, test_q, ["upper"], ks=[10], permutations=2000,
+                                 name="perturb-nofold").to_dict()
     finally:
         searcher_mod.fold_shouting = fold
     result["perturb_rrf_without_fold"] = {"upper": {"metrics": before["perturbations"]["upper"]["metrics"],
                                                     "loss": before["perturbations"]["upper"]["loss"]}}
-    tune, _ = p.tune_fusion(DATA / "queries-train.jsonl", DATA / "qrels" / "train.tsv", test_queries=test_q,
-                            test_qrels=test_qrels, permutations=10000)
+    tune = lab.tune_fusion.run(p, DATA / "queries-train.jsonl", DATA / "qrels" / "train.tsv", test_queries=test_q,
+                               test_qrels=test_qrels, permutations=10000).to_dict()
     result["tune"] = {k: tune[k] for k in ("best", "train", "grid", "candidates")}
     result["tune"]["test"] = {"n_queries": tune["test"]["n_queries"], "default": tune["test"]["default"],
                               "best": tune["test"]["best"],
                               "ndcg@10": tune["test"]["comparison"]["metrics"]["ndcg@10"]}
-    tuned, _ = p.perturb(test_qrels, test_q, ["upper"], ks=[10], permutations=2000, name="perturb-tuned")
+    tuned = lab.perturb.run(p, test_qrels, test_q, ["upper"], ks=[10], permutations=2000,
+                            name="perturb-tuned").to_dict()
     searcher_mod.fold_shouting = lambda q: q
     try:
-        tuned_nofold, _ = p.perturb(test_qrels, test_q, ["upper"], ks=[10], permutations=2000,
-                                    name="perturb-tuned-nofold")
+        tuned_nofold = lab.perturb.run(p, test_qrels, test_q, ["upper"], ks=[10], permutations=2000,
+                                       name="perturb-tuned-nofold").to_dict()
     finally:
         searcher_mod.fold_shouting = fold
     result["perturb_tuned"] = {"original": tuned["original"],

@@ -1,4 +1,4 @@
-"""The LLM judge (`rag eval --answers --judge`) on CMRC 2018 trial: the first
+"""The LLM judge (`rag eval answers --answers A --judge`) on CMRC 2018 trial: the first
 `--n` questions answered by the extractive generator in a project of all 256
 passages (built by bench/refusal.py, `--work`, or any CMRC project given by
 `--project`), then judged by the local llama-cpp generator (default Gemma 3
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine  # noqa: E402
 from refusal import DATA  # noqa: E402
 
-from rag_cli import Project  # noqa: E402
+from rag_cli import Project, lab  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--project", type=Path, required=True)
@@ -45,9 +45,9 @@ p = Project.open(args.project)
 t0 = time.perf_counter()
 asked = p.ask_queries(queries, generator="extractive", name=f"judge-q{args.n}")
 t1 = time.perf_counter()
-report, path = p.evaluate_answers(asked["answers"], src / "answers.jsonl", judge=True, judge_generator="llama-cpp",
-                                  judge_repeats=args.repeats, judge_temperature=args.temperature,
-                                  name=f"judge-q{args.n}")
+report = lab.judge.run(p, asked["answers"], src / "answers.jsonl", judge_generator="llama-cpp",
+                       judge_repeats=args.repeats, judge_temperature=args.temperature,
+                       name=f"judge-q{args.n}").to_dict()
 t2 = time.perf_counter()
 judge = report["judge"]
 split: dict[str, list[float]] = {"has_answer_1": [], "has_answer_0": []}

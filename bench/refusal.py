@@ -4,7 +4,7 @@ From the shared data, for CMRC 2018 trial and for SciFact:
 
 * sample `--questions` questions and write the corpus copy without their
   gold documents with `rag_cli.evaluate.unanswerable` (what `rag eval
-  --make-unanswerable` does; whole documents at a time, so every question
+  make-unanswerable` does; whole documents at a time, so every question
   of a removed CMRC passage is made unanswerable; SciFact: test claims in a
   subset of `--scifact-docs` documents: their cited abstracts, then the
   first others);
@@ -35,7 +35,7 @@ reaches the generator (to measure `--grade llm` alone); `--max-tokens`
 caps an LLM generator's answers (generator.max_tokens).
 
 `--tune` records the answers of each half with the gate off in both
-projects and runs `rag eval --tune refusal` (`Project.tune_refusal`) on the
+projects and runs `rag eval tune refusal` (`rag_cli.lab.tune_refusal`) on the
 tune half for `--max-false-refusal` (default 0.05), scoring the default and
 the tuned setting on both halves; `--check-real` then asks the test half
 with the tuned setting and counts the decisions equal to the simulated ones:
@@ -60,7 +60,7 @@ import tempfile
 from pathlib import Path
 
 from _common import commit, machine
-from rag_cli import Project
+from rag_cli import Project, lab
 from rag_cli.config import AskConfig
 from rag_cli.evaluate.datasets import read_qrels, read_queries
 from rag_cli.evaluate.unanswerable import sample_unanswerable, write_unanswerable
@@ -243,7 +243,7 @@ def check_real(full: Project, cut: Project, qfile: Path, files: dict, generator:
 def tune_set(name: str, sample: dict, work: Path, seed: int, max_false_refusal: float,
              generator: str = "extractive", check: bool = False) -> dict:
     """Record the answers with the gate off (`Project.ask_queries(gate="off")`)
-    in both projects, per half, then `Project.tune_refusal` on the tune half,
+    in both projects, per half, then `rag_cli.lab.tune_refusal` on the tune half,
     scored on the test half: the current (default) and the tuned setting."""
     full = build(work / name / "full", sample["docs"])
     cut = build(work / name / "cut", sample["variant"] / "corpus.jsonl")
@@ -258,9 +258,9 @@ def tune_set(name: str, sample: dict, work: Path, seed: int, max_false_refusal: 
             files[half, kind] = p.answers_path(name_)
             if not files[half, kind].exists():  # kept in --work, as the projects are
                 p.ask_queries(qfile, gate="off", generator=generator, name=name_)
-    report, _ = full.tune_refusal(files["tune", "answerable"], files["tune", "unanswerable"],
+    report = lab.tune_refusal.run(full, files["tune", "answerable"], files["tune", "unanswerable"],
                                   max_false_refusal=max_false_refusal, test_answers=files["test", "answerable"],
-                                  test_unanswerable=files["test", "unanswerable"])
+                                  test_unanswerable=files["test", "unanswerable"]).to_dict()
     drop = ("answers", "unanswerable", "test_answers", "test_unanswerable", "written_to")
     out = {"n_docs": len(sample["docs"]), "n_removed": len(sample["removed"]),
            "n_questions": len(sample["questions"]), **{k: v for k, v in report.items() if k not in drop}}
@@ -287,7 +287,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--tune", action="store_true",
-                    help="record with the gate off and tune the gate on the tune half (rag eval --tune refusal)")
+                    help="record with the gate off and tune the gate on the tune half (rag eval tune refusal)")
     ap.add_argument("--max-false-refusal", type=float, default=0.05)
     ap.add_argument("--check-real", action="store_true",
                     help="--tune: also ask the test half with the tuned setting and compare with the simulation")

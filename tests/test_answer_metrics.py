@@ -102,14 +102,14 @@ def _project(tmp_path):
 
 def test_cli_eval_answers(tmp_path):
     proj, gold = _project(tmp_path)
-    res = CliRunner().invoke(app, ["eval", "--answers", str(proj / "answers" / "hand.parquet"), "--gold", str(gold),
-                                   "-p", str(proj), "--json"])
+    res = CliRunner().invoke(app, ["eval", "answers", "--answers", str(proj / "answers" / "hand.parquet"), "--gold",
+                                   str(gold), "-p", str(proj), "--json"])
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     assert report["metrics"] == pytest.approx(EXPECTED)
     written = json.loads((proj / "eval" / "answers-hand.json").read_text(encoding="utf-8"))
     assert written["metrics"] == report["metrics"]
-    table = CliRunner().invoke(app, ["eval", "--answers", str(proj / "answers" / "hand.parquet"), "--gold",
+    table = CliRunner().invoke(app, ["eval", "answers", "--answers", str(proj / "answers" / "hand.parquet"), "--gold",
                                      str(gold), "-p", str(proj), "--name", "t"])
     assert table.exit_code == 0 and "citation_precision" in table.output and "0.7500" in table.output
     assert (proj / "eval" / "t.json").exists()
@@ -118,11 +118,11 @@ def test_cli_eval_answers(tmp_path):
 def test_cli_eval_answers_bad_input(tmp_path):
     proj, gold = _project(tmp_path)
     answers = str(proj / "answers" / "hand.parquet")
-    no_gold = CliRunner().invoke(app, ["eval", "--answers", answers, "-p", str(proj)])
+    no_gold = CliRunner().invoke(app, ["eval", "answers", "--answers", answers, "-p", str(proj)])
     assert no_gold.exit_code == 2 and "--gold" in no_gold.output
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"_id": "q1", "answers": []}\n', encoding="utf-8")
-    res = CliRunner().invoke(app, ["eval", "--answers", answers, "--gold", str(bad), "-p", str(proj)])
+    res = CliRunner().invoke(app, ["eval", "answers", "--answers", answers, "--gold", str(bad), "-p", str(proj)])
     assert res.exit_code == 2 and "bad.jsonl:1" in res.output and "non-empty list" in res.output
     assert not (proj / "eval").exists()
     no_qrels = CliRunner().invoke(app, ["eval", "--run", answers])
@@ -141,7 +141,7 @@ def test_cli_eval_answers_warns_with_and_without_json(tmp_path):
     extra.write_text(gold.read_text(encoding="utf-8") + json.dumps({"_id": "q99", "answers": ["x"]}) + "\n",
                      encoding="utf-8")
     for fmt in ([], ["--json"]):
-        res = CliRunner().invoke(app, ["eval", "--answers", str(proj / "answers" / "hand.parquet"), "--gold",
+        res = CliRunner().invoke(app, ["eval", "answers", "--answers", str(proj / "answers" / "hand.parquet"), "--gold",
                                        str(extra), "-p", str(proj), "--name", "w", *fmt])
         assert res.exit_code == 0, res.output
         assert "2 question(s) of the gold file have no answer row: q5, q99" in " ".join(res.stderr.split()), fmt

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rag_cli import Project
+from rag_cli import Project, lab
 from rag_cli.cli import app
 from rag_cli.config import Config, ModelConfig
 from rag_cli.errors import BadInput, WorkFailed
@@ -73,8 +73,8 @@ def test_api_search_queries_and_evaluate(tiny_project):
     assert run.path == tiny_project.root / "runs" / "questions-sparse.parquet" and (run.mode, run.k) == ("sparse", 20)
     n = sum(1 for _ in SAMPLE_QUESTIONS.open())
     assert seen[-1] == ("searching", n, n)
-    report, path = tiny_project.evaluate(SAMPLE_QRELS, run=run, ks=[1, 10])
-    assert path == tiny_project.root / "eval" / "questions-sparse-qrels.json"
+    report = lab.score.run(tiny_project, SAMPLE_QRELS, run=run, ks=[1, 10])
+    assert report.path == tiny_project.root / "eval" / "questions-sparse-qrels.json"
     cli = rag_json("eval", "--qrels", SAMPLE_QRELS, "--run", run.path, "--ks", "1,10", "-p", tiny_project.root)
     n_judged = len({line.split("\t")[0] for line in SAMPLE_QRELS.read_text().splitlines()[1:] if line.strip()})
     assert report["metrics"] == cli["metrics"] and report["n_queries"] == n_judged

@@ -184,32 +184,35 @@ def test_eval_malformed_qrels_line(project, tmp_path):
     assert "3" in msg.replace(str(bad), ""), f"the line number 3 is not named: {msg}"
 
 
-# Each mode of `rag eval` takes its own flags; one of another mode is rejected (exit 2, naming the flag and
-# the mode) before anything is read or written: rag.toml, -o, --md and --plots stay as they were.
+# Each subcommand of `rag eval` takes its own flags; one of another subcommand is rejected (exit 2, "No such
+# option" naming the flag and the subcommands that take it) before anything is read or written: rag.toml, -o,
+# --md and --plots stay as they were.
 @pytest.mark.parametrize("args,names", [
-    (["--qrels", SAMPLE_QRELS, "--run", "RUN", "--unanswerable", "A"], ["--unanswerable", "--run"]),
-    (["--tune", "refusal", "--answers", "A", "--unanswerable", "U", "--gold", "G"], ["--gold", "--tune refusal"]),
-    (["--tune", "refusal", "--answers", "A", "--unanswerable", "U", "--plots", "OUT/plots"],
-     ["--plots", "--tune refusal", "no plots"]),
-    (["--answers", "A", "--gold", "G", "--test-answers", "A", "--max-false-refusal", "0.1"],
-     ["--test-answers", "--max-false-refusal", "--answers"]),
-    (["--answers", "A", "--gold", "G", "--unanswerable", "U", "--plots", "OUT/plots"], ["--plots", "--answers"]),
-    (["--answers", "A", "--gold", "G", "--judge-repeats", "2"], ["--judge-repeats", "need --judge"]),
-    (["--answers", "A", "--gold", "G", "--max-false-refusal", "0.05"], ["--max-false-refusal"]),  # = the default
-    (["--tune", "fusion", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS, "--max-false-refusal", "0.1",
-      "--unanswerable", "A"], ["--max-false-refusal", "--unanswerable", "--tune fusion"]),
-    (["--make-unanswerable", "3", "--corpus", "C", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS,
-      "-o", "OUT/x5", "--md", "OUT/x5.md", "--plots", "OUT/p5"], ["--md", "--plots", "--make-unanswerable"]),
-    (["--make-unanswerable", "3", "--corpus", "C", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS,
+    (["--qrels", SAMPLE_QRELS, "--run", "RUN", "--unanswerable", "A"], ["--unanswerable", "eval answers"]),
+    (["tune", "refusal", "--answers", "A", "--unanswerable", "U", "--gold", "G"], ["--gold", "eval answers"]),
+    (["tune", "refusal", "--answers", "A", "--unanswerable", "U", "--plots", "OUT/plots"],
+     ["No such option: --plots"]),
+    (["answers", "--answers", "A", "--gold", "G", "--test-answers", "A", "--max-false-refusal", "0.1"],
+     ["--test-answers", "eval tune refusal"]),
+    (["answers", "--answers", "A", "--gold", "G", "--unanswerable", "U", "--plots", "OUT/plots"],
+     ["No such option: --plots"]),
+    (["answers", "--answers", "A", "--gold", "G", "--judge-repeats", "2"], ["--judge-repeats", "need --judge"]),
+    (["answers", "--answers", "A", "--gold", "G", "--max-false-refusal", "0.05"], ["--max-false-refusal"]),
+    (["tune", "fusion", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS, "--max-false-refusal", "0.1",
+      "--unanswerable", "A"], ["--max-false-refusal", "eval tune refusal"]),
+    (["make-unanswerable", "3", "--corpus", "C", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS,
+      "-o", "OUT/x5", "--md", "OUT/x5.md", "--plots", "OUT/p5"], ["No such option: --md"]),
+    (["make-unanswerable", "3", "--corpus", "C", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS,
       "-o", "OUT/x5", "--ks", "1,5"], ["--ks"]),
-    (["--qrels", SAMPLE_QRELS, "--queries", SAMPLE_QUESTIONS, "--funnel", "--mode", "dense"], ["--mode", "--funnel"]),
-    (["--qrels", SAMPLE_QRELS, "--compare", "R1", "R2", "--queries", SAMPLE_QUESTIONS], ["--queries", "--compare"]),
-    (["--qrels", SAMPLE_QRELS, "--queries", SAMPLE_QUESTIONS, "--perturb", "case", "--run", "R"],
-     ["--run", "--perturb"]),
-    (["--qrels", SAMPLE_QRELS, "--run", "R", "--seed", "0"], ["--seed"]),  # = the default
+    (["funnel", "--qrels", SAMPLE_QRELS, "--queries", SAMPLE_QUESTIONS, "--mode", "dense"], ["--mode", "eval run"]),
+    (["compare", "--qrels", SAMPLE_QRELS, "R1", "R2", "--queries", SAMPLE_QUESTIONS], ["--queries"]),
+    (["perturb", "--qrels", SAMPLE_QRELS, "--queries", SAMPLE_QUESTIONS, "--perturb", "case", "--run", "R"],
+     ["--run", "eval run"]),
+    (["--qrels", SAMPLE_QRELS, "--run", "R", "--seed", "0"], ["--seed"]),  # the old "= the default" case
     (["--qrels", SAMPLE_QRELS, "--run", "R", "--permutations", "10"], ["--permutations"]),
-    (["--tune", "bogus"], ["--tune 'bogus'", "fusion", "refusal"]),
-    (["--tune", "bogus", "--queries", SAMPLE_QUESTIONS], ["--tune 'bogus'"]),
+    (["tune", "bogus"], ["No such command 'bogus'", "'fusion' or 'refusal'"]),
+    (["tune", "bogus", "--queries", SAMPLE_QUESTIONS], ["No such command 'bogus'"]),
+    (["--qrels", SAMPLE_QRELS, "--compare", "R1", "R2"], ["--compare", "now a subcommand"]),  # an old spelling
 ])
 def test_eval_rejects_flags_of_another_mode(project, tmp_path, args, names):
     out = tmp_path / "out"

@@ -69,7 +69,7 @@ def test_cli_compare(tmp_path):
     qrels.write_text("".join(lines))
     (tmp_path / "good.trec").write_text("".join(good))
     (tmp_path / "bad.trec").write_text("".join(bad))
-    res = CliRunner().invoke(app, ["eval", "--qrels", str(qrels), "--compare", str(tmp_path / "bad.trec"),
+    res = CliRunner().invoke(app, ["eval", "compare", "--qrels", str(qrels), str(tmp_path / "bad.trec"),
                                    str(tmp_path / "good.trec"), "--ks", "1,10", "--permutations", "2000",
                                    "-o", str(tmp_path / "cmp.json"), "-p", str(tmp_path / "none")])
     assert res.exit_code == 0, res.stderr
@@ -87,5 +87,5 @@ def test_cli_compare(tmp_path):
     assert header.index("bad") < header.index("good") < header.index("diff")
     row = next(line for line in res.stdout.splitlines() if "hit@1" in line)
     assert row.split()[1:6] == ["hit@1", "│", "0.0000", "│", "1.0000"]
-    one = CliRunner().invoke(app, ["eval", "--qrels", str(qrels), "--compare", str(tmp_path / "bad.trec")])
+    one = CliRunner().invoke(app, ["eval", "compare", "--qrels", str(qrels), str(tmp_path / "bad.trec")])
     assert one.exit_code == 2 and "two or more run files" in one.stderr

@@ -46,10 +46,10 @@ def _unchanged(folder: Path) -> dict:
     (["--qrels", "qrels.tsv", "--run", "a.trec", "-o", "same.out", "--md", "same.out"],
      "--md same.out is also -o same.out"),
     (["--qrels", "qrels.tsv", "--run", "a.trec", "-o", "./sub/../a.trec"], "is also --run a.trec"),
-    (["--qrels", "qrels.tsv", "--compare", "a.trec", "b.trec", "-o", "b.trec"], "-o b.trec is also RUNS b.trec"),
-    (["--qrels", "qrels.tsv", "--compare", "a.trec", "b.trec", "-o", "c.json", "--md", "qrels.tsv"],
+    (["compare", "--qrels", "qrels.tsv", "a.trec", "b.trec", "-o", "b.trec"], "-o b.trec is also RUNS b.trec"),
+    (["compare", "--qrels", "qrels.tsv", "a.trec", "b.trec", "-o", "c.json", "--md", "qrels.tsv"],
      "--md qrels.tsv is also --qrels"),
-    (["--make-unanswerable", "1", "--corpus", "corpus.jsonl", "--queries", "queries.jsonl", "--qrels", "qrels.tsv",
+    (["make-unanswerable", "1", "--corpus", "corpus.jsonl", "--queries", "queries.jsonl", "--qrels", "qrels.tsv",
       "-o", "."], "-o . is the folder of --corpus corpus.jsonl"),
     (["--qrels", "qrels.tsv", "--run", "a.trec", "-o", "."], "-o .: is a folder"),
     (["--qrels", "qrels.tsv", "--run", "a.trec", "-o", "a.trec/x.json"], "a.trec is a file, not a folder"),
@@ -132,7 +132,7 @@ def test_compare_markdown_baseline_first_and_cells_escaped(files):
     (files / "a|b.trec").write_text(RUN)
     (files / f"{EVIL}.trec").write_text(RUN.replace(" a\n", " e\n"))
     md = files / "cmp.md"
-    res = _eval("--qrels", files / "qrels.tsv", "--compare", files / "a|b.trec", files / f"{EVIL}.trec",
+    res = _eval("compare", "--qrels", files / "qrels.tsv", files / "a|b.trec", files / f"{EVIL}.trec",
                 "--ks", "1", "--permutations", "10", "-o", files / "c.json", "--md", md)
     assert res.exit_code == 0, res.output
     text = md.read_text()
@@ -146,20 +146,26 @@ def test_compare_markdown_baseline_first_and_cells_escaped(files):
 def test_queries_help_states_the_depth():
     import typer.main
 
-    params = {p.name: p for p in typer.main.get_command(app).commands["eval"].params}
+    params = {p.name: p for p in typer.main.get_command(app).commands["eval"].commands["run"].params}
     assert "max(--ks)" in params["queries"].help and "-k 100" not in params["queries"].help
 
 
 def test_eval_docs_name_only_eval_flags_or_say_whose():
-    """Each sentence of the `rag eval` section of docs/commands.md names flags
-    of `rag eval`, or says which command the others belong to."""
+    """Each sentence of the `rag eval` sections of docs/commands.md (the group
+    and its subcommands) names flags of `rag eval`, or says which command the
+    others belong to."""
     import typer.main
 
     commands = typer.main.get_command(app).commands
     flags = {cmd: {o for p in commands[cmd].params for o in p.opts} for cmd in commands}
+
+    def subcommands(group):
+        for cmd in group.commands.values():
+            yield from subcommands(cmd) if hasattr(cmd, "commands") else [cmd]
+    flags["eval"] = {o for cmd in subcommands(commands["eval"]) for p in cmd.params for o in p.opts}
     text = (Path(__file__).parent.parent / "docs" / "commands.md").read_text()
     section = text[text.index("## `rag eval"):]
-    section = section[:section.index("\n## ")]
+    section = section[:section.index("\n## `rag models")]
     for sentence in re.split(r"(?<!\.)\.\s", section):  # not at "..."
         named = set(re.findall(r"`rag (\w+)", sentence))
         for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*", sentence):

@@ -49,7 +49,7 @@ def test_metric_report_md_and_plot(files):
 
 def test_comparison_md_and_plot(files):
     md, plots = files / "cmp.md", files / "plots"
-    res = CliRunner().invoke(app, ["eval", "--qrels", str(files / "qrels.tsv"), "--compare", str(files / "a.trec"),
+    res = CliRunner().invoke(app, ["eval", "compare", "--qrels", str(files / "qrels.tsv"), str(files / "a.trec"),
                                    str(files / "b.trec"), "--ks", "2", "--permutations", "100",
                                    "-o", str(files / "cmp.json"), "--md", str(md), "--plots", str(plots)])
     assert res.exit_code == 0, res.output

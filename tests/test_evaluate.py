@@ -85,7 +85,7 @@ def test_a_qrels_file_as_queries_on_the_cli(cmrc_dir, tmp_path):
     from rag_cli.cli import app
 
     qrels = str(cmrc_dir / "qrels" / "test.tsv")
-    res = CliRunner().invoke(app, ["eval", "--make-unanswerable", "1", "--corpus", str(cmrc_dir / "corpus.jsonl"),
+    res = CliRunner().invoke(app, ["eval", "make-unanswerable", "1", "--corpus", str(cmrc_dir / "corpus.jsonl"),
                                    "--queries", qrels, "--qrels", qrels, "-o", str(tmp_path / "out")])
     assert res.exit_code == 2 and "looks like a qrels file" in " ".join(res.stderr.split())
     assert not (tmp_path / "out").exists()

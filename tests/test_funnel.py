@@ -1,4 +1,4 @@
-"""`rag eval --funnel`: where the gold first goes missing, and ANN recall."""
+"""`rag eval funnel`: where the gold first goes missing, and ANN recall."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from rag_cli import Project
+from rag_cli import Project, lab
 from rag_cli.cli import app
 from rag_cli.evaluate.funnel import exact_top_k, first_missing
 
@@ -51,7 +51,7 @@ def test_exact_top_k_equals_a_full_sort():
 
 
 def test_cli_funnel(project, tmp_path):
-    res = CliRunner().invoke(app, ["eval", "--funnel", "--queries", str(SAMPLE_QUESTIONS), "--qrels",
+    res = CliRunner().invoke(app, ["eval", "funnel", "--queries", str(SAMPLE_QUESTIONS), "--qrels",
                                    str(SAMPLE_QRELS), "-p", str(project.root), "--json"])
     assert res.exit_code == 0, (res.stdout, res.stderr)
     report = json.loads(res.stdout)
@@ -69,12 +69,11 @@ def test_cli_funnel(project, tmp_path):
     assert set(report["ann"]) == {"ann_recall@2", "ann_recall@3", "ann_recall@10"}
     assert report["ann"]["ann_recall@10"] == pytest.approx(1.0)
     assert (project.root / "eval" / "funnel-questions.json").exists()
-    table = CliRunner().invoke(app, ["eval", "--funnel", "--queries", str(SAMPLE_QUESTIONS), "--qrels",
+    table = CliRunner().invoke(app, ["eval", "funnel", "--queries", str(SAMPLE_QUESTIONS), "--qrels",
                                      str(SAMPLE_QRELS), "-p", str(project.root)])
     assert table.exit_code == 0 and "not in dense candidates" in table.stdout and "ANN recall" in table.stdout
-    bad = CliRunner().invoke(app, ["eval", "--funnel", "--run", "x", "--qrels", str(SAMPLE_QRELS),
-                                   "-p", str(project.root)])
-    assert bad.exit_code == 2 and "--funnel needs --queries" in bad.stderr
+    bad = CliRunner().invoke(app, ["eval", "funnel", "--qrels", str(SAMPLE_QRELS), "-p", str(project.root)])
+    assert bad.exit_code == 2 and "Missing option '--queries'" in bad.stderr
 
 
 def test_funnel_with_a_reranker(tmp_path, tiny_bi_encoder, tiny_cross_encoder):
@@ -83,8 +82,8 @@ def test_funnel_with_a_reranker(tmp_path, tiny_bi_encoder, tiny_cross_encoder):
     p.chunk([SAMPLE_DOCS])
     p.embed()
     p.index()
-    report, path = p.funnel(SAMPLE_QRELS, SAMPLE_QUESTIONS, answers=False)
-    assert path == p.root / "eval" / "funnel-questions.json"
+    report = lab.funnel.run(p, SAMPLE_QRELS, SAMPLE_QUESTIONS, answers=False)
+    assert report.path == p.root / "eval" / "funnel-questions.json"
     assert report["layers_measured"] == ["sparse", "dense", "fusion", "rerank"]
     for row in report["per_query"]:
         assert row["rerank"] in (True, False) and row["evidence"] is None

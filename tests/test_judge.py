@@ -173,7 +173,7 @@ def test_cli_eval_judge_without_gold(tmp_path, tiny_bi_encoder, fake):
     proj = _project(tmp_path, tiny_bi_encoder, with_context=True)
     fake.replies = [*REPEAT_1[:3], "What is it?", "What is it?", *REPEAT_1[3:], "What is it?", "What is it?"]
     md = tmp_path / "judge.md"
-    res = CliRunner().invoke(app, ["eval", "--answers", str(proj / "answers" / "a.parquet"), "--judge",
+    res = CliRunner().invoke(app, ["eval", "answers", "--answers", str(proj / "answers" / "a.parquet"), "--judge",
                                    "--judge-generator", "openai", "--judge-base-url", fake.base_url,
                                    "--judge-model", "judge-1", "--judge-repeats", "1", "--judge-temperature", "0.5",
                                    "--md", str(md), "-p", str(proj), "--json"])
@@ -204,8 +204,8 @@ def test_cli_eval_judge_with_gold_prints_both_tables_and_counts_unparsed(tmp_pat
     gold = tmp_path / "gold.jsonl"
     gold.write_text('{"_id": "q1", "answers": ["Paris"]}\n', encoding="utf-8")
     fake.reply = "I will not"  # nothing parses as statements; every line is a "question"
-    res = CliRunner().invoke(app, ["eval", "--answers", str(proj / "answers" / "a.parquet"), "--gold", str(gold),
-                                   "--judge", "--judge-generator", "openai", "--judge-base-url", fake.base_url,
+    res = CliRunner().invoke(app, ["eval", "answers", "--answers", str(proj / "answers" / "a.parquet"), "--gold",
+                                   str(gold), "--judge", "--judge-generator", "openai", "--judge-base-url", fake.base_url,
                                    "--judge-api", "completions", "--judge-repeats", "2", "-p", str(proj)],
                              env={"COLUMNS": "300"})
     assert res.exit_code == 0, res.output
@@ -221,19 +221,19 @@ def test_cli_eval_judge_with_gold_prints_both_tables_and_counts_unparsed(tmp_pat
 def test_cli_eval_judge_bad_usage(tmp_path, tiny_bi_encoder):
     proj = _project(tmp_path, tiny_bi_encoder)
     answers = str(proj / "answers" / "a.parquet")
-    extractive = CliRunner().invoke(app, ["eval", "--answers", answers, "--judge", "-p", str(proj)])
+    extractive = CliRunner().invoke(app, ["eval", "answers", "--answers", answers, "--judge", "-p", str(proj)])
     assert extractive.exit_code == 2 and "--judge-generator openai or llama-cpp" in extractive.output
-    reps = CliRunner().invoke(app, ["eval", "--answers", answers, "--judge", "--judge-generator", "openai",
+    reps = CliRunner().invoke(app, ["eval", "answers", "--answers", answers, "--judge", "--judge-generator", "openai",
                                     "--judge-repeats", "0", "-p", str(proj)])
     assert reps.exit_code == 2 and "--judge-repeats 0" in reps.output
-    no_answers = CliRunner().invoke(app, ["eval", "--judge", "-p", str(proj)])
+    no_answers = CliRunner().invoke(app, ["eval", "answers", "--judge", "-p", str(proj)])
     assert no_answers.exit_code == 2 and "--answers FILE" in no_answers.output
     assert not (proj / "eval").exists()
 
 
 def test_cli_eval_judge_errors_name_the_judge_flags(tmp_path, tiny_bi_encoder):
     proj = _project(tmp_path, tiny_bi_encoder)
-    base = ["eval", "--answers", str(proj / "answers" / "a.parquet"), "--judge", "-p", str(proj)]
+    base = ["eval", "answers", "--answers", str(proj / "answers" / "a.parquet"), "--judge", "-p", str(proj)]
     gen = CliRunner().invoke(app, [*base, "--judge-generator", "foo"])
     assert gen.exit_code == 2
     assert "--judge-generator 'foo' (config ask.generator): must be one of" in gen.output
@@ -248,7 +248,7 @@ def test_cli_eval_judge_names_the_model_the_server_reported(tmp_path, tiny_bi_en
     proj = _project(tmp_path, tiny_bi_encoder)
     fake.model = "served-model-7b"
     fake.replies = [*REPEAT_1[:3], "What is it?", "What is it?", *REPEAT_1[3:], "What is it?", "What is it?"]
-    res = CliRunner().invoke(app, ["eval", "--answers", str(proj / "answers" / "a.parquet"), "--judge",
+    res = CliRunner().invoke(app, ["eval", "answers", "--answers", str(proj / "answers" / "a.parquet"), "--judge",
                                    "--judge-generator", "openai", "--judge-base-url", fake.base_url,
                                    "--judge-repeats", "1", "-p", str(proj), "--json"])
     assert res.exit_code == 0, res.output

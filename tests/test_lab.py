@@ -2,7 +2,7 @@
 Report` on the small data the CLI eval tests use, with their exact values;
 `Report.render` prints what `rag eval` prints for the same report (stdout
 and stderr compared with the CLI's); `--ks` parsed in one place; the
-preamble's checks; `Project`'s eval methods delegate to the lab."""
+preamble's checks."""
 
 from __future__ import annotations
 
@@ -129,8 +129,6 @@ def test_score_searches_queries_first(project, tmp_path):
     assert json.loads(report.path.read_text()) == report.to_dict()
     assert rendered(report) == cli("--qrels", SAMPLE_QRELS, "--queries", SAMPLE_QUESTIONS, "--ks", "1,3",
                                    "-p", project.root)
-    old, path = project.evaluate(SAMPLE_QRELS, queries=SAMPLE_QUESTIONS, ks=[1, 3])  # the old spelling
-    assert path == report.path and old["metrics"] == report["metrics"]
 
 
 def test_the_preamble_checks_before_any_work(files, project, tmp_path):
@@ -184,7 +182,7 @@ def test_compare(tmp_path):
     assert stderr.splitlines() == [*(f"{r}.trec: the run holds at most 2 documents per query, fewer than k = 10: "
                                      "metrics at a larger k count only those (P@10 <= 0.2); search deeper or leave "
                                      "out that k (--ks)" for r in ("bad", "good")), f"written: {out}"]
-    assert (stdout, stderr) == cli("--qrels", qrels, "--compare", *runs, "--ks", "1,10", "--permutations", 2000,
+    assert (stdout, stderr) == cli("compare", "--qrels", qrels, *runs, "--ks", "1,10", "--permutations", 2000,
                                    "-o", out, "-p", tmp_path / "none")
     assert lab.compare.run(Project.open(tmp_path / "none"), qrels, runs, ks="1", permutations=10).path is None
     with pytest.raises(BadInput, match="two or more run files"):
@@ -203,7 +201,7 @@ def test_compare_warns_per_run(tmp_path):
         "b.trec: 2 of 2 qrels queries are not in the run and score 0 (is it the run and qrels of the same query "
         "set?): q1, q2",
         "b.trec: 2 run queries are not in the qrels and ignored: x1, x2"]
-    assert rendered(report) == cli("--qrels", qrels, "--compare", *runs, "--permutations", 10, "--ks", 1,
+    assert rendered(report) == cli("compare", "--qrels", qrels, *runs, "--permutations", 10, "--ks", 1,
                                    "-o", tmp_path / "c.json")
 
 
@@ -217,17 +215,15 @@ def test_answers(tmp_path):
     assert json.loads(report.path.read_text()) == report.to_dict()
     assert report.warnings() == ["1 question(s) of the gold file have no answer row: q5",
                                  "1 answer row(s) have no gold answer and were not scored: q4"]
-    assert rendered(report) == cli("--answers", answers, "--gold", gold, "-p", proj)
+    assert rendered(report) == cli("answers", "--answers", answers, "--gold", gold, "-p", proj)
     with_cut = lab.answers.run(p, answers, gold, unanswerable=answers, name="cut")
     # 1 of the 4 rows refused, in both files
     assert with_cut["refusal"]["refusal_unanswerable"] == 0.25 and with_cut["refusal"]["false_answer_rate"] == 0.75
     assert with_cut["refusal"]["false_refusal_rate"] == 0.25
-    assert rendered(with_cut) == cli("--answers", answers, "--gold", gold, "--unanswerable", answers, "--name", "cut",
-                                     "-p", proj)
+    assert rendered(with_cut) == cli("answers", "--answers", answers, "--gold", gold, "--unanswerable", answers,
+                                     "--name", "cut", "-p", proj)
     with pytest.raises(BadInput, match="needs --gold FILE"):
         lab.answers.run(p, answers, None)
-    old, path = p.evaluate_answers(answers, gold, judge_repeats=2, llm={"model": None}, progress=None)
-    assert path == report.path and old["metrics"] == report["metrics"]
 
 
 def test_judge(tmp_path, tiny_bi_encoder, fake):  # noqa: F811 (the fixture)
@@ -244,8 +240,8 @@ def test_judge(tmp_path, tiny_bi_encoder, fake):  # noqa: F811 (the fixture)
     assert judge["counts"]["n_judged"] == 2 and judge["counts"]["n_refused"] == 1
     assert report.markdown() == to_markdown(json.loads(report.path.read_text()))
     fake.replies = list(replies)
-    assert rendered(report) == cli("--answers", answers, "--judge", "--judge-generator", "openai", "--judge-base-url",
-                                   fake.base_url, "--judge-model", "judge-1", "--judge-repeats", 1,
+    assert rendered(report) == cli("answers", "--answers", answers, "--judge", "--judge-generator", "openai",
+                                   "--judge-base-url", fake.base_url, "--judge-model", "judge-1", "--judge-repeats", 1,
                                    "--judge-temperature", 0.5, "-p", proj)
     shutil.rmtree(proj / "eval")
     with pytest.raises(BadInput, match="--judge-repeats 0"):
@@ -269,7 +265,7 @@ def test_funnel(project):
     assert "not in dense candidates" in stdout and "ANN recall (HNSW vs exact)" in stdout
     # the CLI takes k and candidates from rag.toml: the same project with them set
     default = lab.funnel.run(project, SAMPLE_QRELS, SAMPLE_QUESTIONS, name="f")
-    assert rendered(default) == cli("--funnel", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS,
+    assert rendered(default) == cli("funnel", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS,
                                     "--name", "f", "-p", project.root)
 
 
@@ -283,7 +279,7 @@ def test_perturb(project, tmp_path):
     for r in report["perturbations"].values():
         for m, loss in r["loss"].items():
             assert loss == pytest.approx(r["metrics"][m] - report["original"][m])
-    assert rendered(report) == cli("--perturb", "case", "--perturb", "punct", "--queries", SAMPLE_QUESTIONS,
+    assert rendered(report) == cli("perturb", "--perturb", "case", "--perturb", "punct", "--queries", SAMPLE_QUESTIONS,
                                    "--qrels", SAMPLE_QRELS, "--ks", 3, "--permutations", 200, "-o", out,
                                    "-p", project.root)
     default = lab.perturb.run(project, SAMPLE_QRELS, SAMPLE_QUESTIONS, ["upper"], permutations=10)
@@ -306,7 +302,7 @@ def test_tune_fusion(project, tmp_path):
     assert report["train"]["best"] == max(g["train"] for g in report["grid"]) >= report["train"]["default"]
     assert report["test"]["best"]["ndcg@10"] == pytest.approx(report["train"]["best"])
     assert p.config.search.fusion == report["best"]["fusion"] and report["written_to"] == str(p.config_path)
-    stdout, stderr = cli("--tune", "fusion", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS,
+    stdout, stderr = cli("tune", "fusion", "--queries", SAMPLE_QUESTIONS, "--qrels", SAMPLE_QRELS,
                          "--test-queries", SAMPLE_QUESTIONS, "--test-qrels", SAMPLE_QRELS, "--permutations", 200,
                          "-o", out, "-p", twin.root)
     assert rendered(report) == (stdout, stderr.replace(str(twin.root), str(p.root)))
@@ -329,7 +325,7 @@ def test_tune_refusal(project, tmp_path):
     assert report["target_met"] and report["train"]["tuned"]["false_refusal_rate"] <= 0.34
     assert report["train"]["tuned"] == report["test"]["tuned"]
     assert {k: getattr(p.config.ask, k) for k in report["best"]} == report["best"]
-    stdout, stderr = cli("--tune", "refusal", "--answers", a, "--unanswerable", u, "--max-false-refusal", 0.34,
+    stdout, stderr = cli("tune", "refusal", "--answers", a, "--unanswerable", u, "--max-false-refusal", 0.34,
                          "--test-answers", a, "--test-unanswerable", u, "-o", out, "-p", twin.root)
     assert rendered(report) == (stdout, stderr.replace(str(twin.root), str(p.root)))
     with pytest.raises(BadInput, match="--max-false-refusal"):
@@ -344,10 +340,8 @@ def test_unanswerable(tmp_path):
     assert report.path == out / "removed.json" and json.loads(report.path.read_text()) == report.to_dict()
     assert report["n_questions"] >= 3 and report["n_docs_kept"] >= 1
     assert len((out / "corpus.jsonl").read_text().splitlines()) == report["n_docs_kept"]
-    assert rendered(report) == cli("--make-unanswerable", 3, "--corpus", corpus, "--queries", queries,
+    assert rendered(report) == cli("make-unanswerable", 3, "--corpus", corpus, "--queries", queries,
                                    "--qrels", qrels, "-o", out, "--seed", 1)
-    assert Project.make_unanswerable(3, corpus=corpus, queries=queries, qrels=qrels, output=out,
-                                     seed=1) == report.to_dict()
     with pytest.raises(BadInput, match="at most 3 question"):
         lab.unanswerable.run(4, corpus=corpus, queries=queries, qrels=qrels, output=tmp_path / "y")
     with pytest.raises(BadInput, match="no Markdown"):
@@ -366,8 +360,6 @@ def test_report_save_markdown_and_summaries(files):
     assert "| mrr | 0.3333 | 0.5000 |" in report.markdown()
     written = report.write_summaries(md=files / "a.md")
     assert written == [files / "a.md"] and (files / "a.md").read_text() == report.markdown()
-    assert Project.eval_summaries(report.to_dict(), md=files / "b.md") == [files / "b.md"]
-    assert (files / "b.md").read_text() == report.markdown()
     pytest.importorskip("matplotlib")
     assert report.write_summaries(plots=files / "plots") == [files / "plots" / "a-metrics.png"]
 

@@ -112,7 +112,7 @@ def test_rag_eval_judge_through_the_llama_cpp_server(nasty_project, llama_server
                        '{"_id": "q2", "text": "What does the ef parameter set?"}\n', encoding="utf-8")
     asked = rag("ask", "--queries", queries, *ANSWERABLE, "-k", "2", "--name", "judged", "-p", nasty_project.root)
     assert asked.exit_code == 0, asked.output
-    res = rag("eval", "--answers", nasty_project.root / "answers" / "judged.parquet", "--judge",
+    res = rag("eval", "answers", "--answers", nasty_project.root / "answers" / "judged.parquet", "--judge",
               "--judge-generator", "openai", "--judge-base-url", llama_server, "--judge-api", "completions",
               "--judge-repeats", "2", "--json", "-p", nasty_project.root)
     assert res.exit_code == 0, res.output

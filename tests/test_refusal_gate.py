@@ -86,7 +86,7 @@ def test_old_answers_files_are_still_scored(project, tmp_path):
                     "latency_ms": [1.0], "best_score": [0.9], "coverage": [1.0]})
     pq.write_table(old, tmp_path / "old.parquet")
     (tmp_path / "gold.jsonl").write_text(json.dumps({"_id": "q1", "answers": ["by tf-idf"]}) + "\n")
-    res = rag("eval", "--answers", tmp_path / "old.parquet", "--gold", tmp_path / "gold.jsonl", "--json",
+    res = rag("eval", "answers", "--answers", tmp_path / "old.parquet", "--gold", tmp_path / "gold.jsonl", "--json",
               "-o", tmp_path / "r.json", "-p", project.root)
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["metrics"]["em"] == 1.0
@@ -119,13 +119,13 @@ def _tiny_dataset(folder: Path) -> list[Path]:
 
 def test_make_unanswerable_keeps_a_document(tmp_path):
     corpus, queries, qrels = _tiny_dataset(tmp_path / "data")
-    args = ["eval", "--corpus", corpus, "--queries", queries, "--qrels", qrels]
+    args = ["eval", "make-unanswerable", "--corpus", corpus, "--queries", queries, "--qrels", qrels]
     # keeping d2 or d3 loses one question: 3 of the 4 can be made unanswerable, not 4
-    bad = rag(*args, "--make-unanswerable", 4, "-o", tmp_path / "x")
+    bad = rag(*args, 4, "-o", tmp_path / "x")
     assert bad.exit_code == 2 and "at most 3 question(s)" in bad.stderr and "N <= 3" in bad.stderr
     assert not (tmp_path / "x").exists()
     for seed in range(8):
-        res = rag(*args, "--make-unanswerable", 3, "-o", tmp_path / f"s{seed}", "--seed", seed, "--json")
+        res = rag(*args, 3, "-o", tmp_path / f"s{seed}", "--seed", seed, "--json")
         assert res.exit_code == 0, res.output
         summary = json.loads(res.stdout)
         assert summary["n_questions"] >= 3 and summary["n_docs_kept"] >= 1
@@ -133,7 +133,7 @@ def test_make_unanswerable_keeps_a_document(tmp_path):
         assert len(kept) == summary["n_docs_kept"] == 3 - len(summary["removed_docs"])
     seen = set()
     for seed in range(8):
-        res = rag(*args, "--make-unanswerable", 1, "-o", tmp_path / f"one{seed}", "--seed", seed)
+        res = rag(*args, 1, "-o", tmp_path / f"one{seed}", "--seed", seed)
         assert res.exit_code == 0, res.output
         summary = json.loads((tmp_path / f"one{seed}" / "removed.json").read_text())
         n_q, n_d = summary["n_questions"], len(summary["removed_docs"])
@@ -146,7 +146,7 @@ def test_make_unanswerable_keeps_a_document(tmp_path):
 @pytest.mark.e2e
 def test_make_unanswerable_on_cmrc(cmrc_dir, tmp_path):
     out = tmp_path / "variant"
-    res = rag("eval", "--make-unanswerable", 10, "--corpus", cmrc_dir / "corpus.jsonl", "--queries",
+    res = rag("eval", "make-unanswerable", 10, "--corpus", cmrc_dir / "corpus.jsonl", "--queries",
               cmrc_dir / "queries.jsonl", "--qrels", cmrc_dir / "qrels" / "test.tsv", "-o", out, "--seed", 3,
               "--json")
     assert res.exit_code == 0, res.output
@@ -163,7 +163,7 @@ def test_make_unanswerable_on_cmrc(cmrc_dir, tmp_path):
     assert all(set(qrels[q["_id"]]) <= set(summary["removed_docs"]) for q in qs)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "keep.txt").write_text("x")
-    bad = rag("eval", "--make-unanswerable", 10, "--corpus", cmrc_dir / "corpus.jsonl", "--queries",
+    bad = rag("eval", "make-unanswerable", 10, "--corpus", cmrc_dir / "corpus.jsonl", "--queries",
               cmrc_dir / "queries.jsonl", "--qrels", cmrc_dir / "qrels" / "test.tsv", "-o", tmp_path / "other")
     assert bad.exit_code == 2 and (tmp_path / "other" / "keep.txt").exists()
 
@@ -221,7 +221,7 @@ def test_tune_refusal_writes_the_best_setting_and_ask_follows_it(tmp_path, proje
         res = rag("ask", "--queries", tmp_path / f"{n}.jsonl", "--gate", "off", "-q", "-p", root)
         assert res.exit_code == 0, res.output
     a, u = root / "answers" / "a.parquet", root / "answers" / "u.parquet"
-    res = rag("eval", "--tune", "refusal", "--answers", a, "--unanswerable", u, "--max-false-refusal", 0.34,
+    res = rag("eval", "tune", "refusal", "--answers", a, "--unanswerable", u, "--max-false-refusal", 0.34,
               "--test-answers", a, "--test-unanswerable", u, "--json", "--md", tmp_path / "t.md", "-p", root)
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
@@ -238,7 +238,7 @@ def test_tune_refusal_writes_the_best_setting_and_ask_follows_it(tmp_path, proje
     # answers recorded with the gate on cannot be tuned on when the gate refused first
     on = rag("ask", "--queries", tmp_path / "u.jsonl", "--name", "u-strict", "--min-score", 0.9999, "-q", "-p", root)
     assert on.exit_code == 0, on.output
-    bad = rag("eval", "--tune", "refusal", "--answers", a, "--unanswerable", root / "answers" / "u-strict.parquet",
+    bad = rag("eval", "tune", "refusal", "--answers", a, "--unanswerable", root / "answers" / "u-strict.parquet",
               "-p", root)
     assert bad.exit_code == 2 and "--gate off" in bad.output
 
@@ -253,7 +253,7 @@ def test_eval_reports_refusal_on_made_unanswerable(tmp_path, project, queries):
     refused = pq.read_table(root / "answers" / "all.parquet").column("refused").to_pylist()
     gold = tmp_path / "gold.jsonl"
     gold.write_text("".join(json.dumps({"_id": q, "answers": ["x"]}) + "\n" for q, _ in QUESTIONS))
-    res = rag("eval", "--answers", root / "answers" / "all.parquet", "--gold", gold, "--unanswerable",
+    res = rag("eval", "answers", "--answers", root / "answers" / "all.parquet", "--gold", gold, "--unanswerable",
               root / "answers" / "all.parquet", "--json", "--md", tmp_path / "r.md", "-p", root)
     assert res.exit_code == 0, res.output
     r = json.loads(res.stdout)["refusal"]
@@ -261,7 +261,7 @@ def test_eval_reports_refusal_on_made_unanswerable(tmp_path, project, queries):
     assert r["false_answer_rate"] == pytest.approx(1 - sum(refused) / 5)
     assert r["false_refusal_rate"] == pytest.approx(sum(refused) / 5)
     assert "false_answer_rate" in (tmp_path / "r.md").read_text()
-    table = rag("eval", "--answers", root / "answers" / "all.parquet", "--gold", gold, "--unanswerable",
+    table = rag("eval", "answers", "--answers", root / "answers" / "all.parquet", "--gold", gold, "--unanswerable",
                 root / "answers" / "all.parquet", "-p", root)
     assert table.exit_code == 0 and "refusal_unanswerable" in table.output
 
@@ -282,15 +282,15 @@ def test_eval_warns_of_answers_recorded_with_the_gate_off(tmp_path, project, que
     assert any(r["generator_refused"] is None for r in pq.read_table(on).to_pylist())  # the gate refused some
     gold = tmp_path / "gold.jsonl"
     gold.write_text("".join(json.dumps({"_id": q, "answers": ["x"]}) + "\n" for q, _ in QUESTIONS))
-    res = rag("eval", "--answers", on, "--gold", gold, "--unanswerable", off, "--json", "--md", tmp_path / "r.md",
-              "-p", root)
+    res = rag("eval", "answers", "--answers", on, "--gold", gold, "--unanswerable", off, "--json",
+              "--md", tmp_path / "r.md", "-p", root)
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     assert report["recorded_gate_off"] == [str(off)]
     assert "--gate off" in " ".join(res.stderr.split()) and str(off) in "".join(res.stderr.split())
     assert json.loads((root / "eval" / "answers-on.json").read_text())["recorded_gate_off"] == [str(off)]
     assert "Recorded with the gate off" in (tmp_path / "r.md").read_text()
-    res = rag("eval", "--answers", on, "--gold", gold, "--unanswerable", on, "--json", "-p", root)
+    res = rag("eval", "answers", "--answers", on, "--gold", gold, "--unanswerable", on, "--json", "-p", root)
     assert res.exit_code == 0 and json.loads(res.stdout)["recorded_gate_off"] == [] and "--gate off" not in res.stderr
 
 

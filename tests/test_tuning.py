@@ -123,7 +123,7 @@ def test_cli_search_with_fusion(project):
 
 def test_cli_tune_fusion_writes_the_winner(project, tmp_path):
     out = tmp_path / "tune.json"
-    res = CliRunner().invoke(app, ["eval", "--tune", "fusion", "--queries", str(SAMPLE_QUESTIONS), "--qrels",
+    res = CliRunner().invoke(app, ["eval", "tune", "fusion", "--queries", str(SAMPLE_QUESTIONS), "--qrels",
                                    str(SAMPLE_QRELS), "--test-queries", str(SAMPLE_QUESTIONS), "--test-qrels",
                                    str(SAMPLE_QRELS), "--permutations", "200", "-o", str(out),
                                    "--md", str(tmp_path / "tune.md"), "--plots", str(tmp_path),
@@ -144,18 +144,18 @@ def test_cli_tune_fusion_writes_the_winner(project, tmp_path):
     # test scored with the winner: same queries, so its nDCG@10 equals the train score
     assert report["test"]["best"]["ndcg@10"] == pytest.approx(report["train"]["best"])
     assert report["test"]["default"]["ndcg@10"] == pytest.approx(report["train"]["default"])
-    half = CliRunner().invoke(app, ["eval", "--tune", "fusion", "--queries", str(SAMPLE_QUESTIONS), "--qrels",
+    half = CliRunner().invoke(app, ["eval", "tune", "fusion", "--queries", str(SAMPLE_QUESTIONS), "--qrels",
                                     str(SAMPLE_QRELS), "--test-queries", str(SAMPLE_QUESTIONS),
                                     "-p", str(project.root)])
     assert half.exit_code == 2 and "--test-qrels" in half.output
-    other = CliRunner().invoke(app, ["eval", "--tune", "chunking", "--queries", str(SAMPLE_QUESTIONS),
+    other = CliRunner().invoke(app, ["eval", "tune", "chunking", "--queries", str(SAMPLE_QUESTIONS),
                                      "--qrels", str(SAMPLE_QRELS), "-p", str(project.root)])
     assert other.exit_code == 2 and "'fusion' or 'refusal'" in other.output
 
 
 def test_cli_perturb(project, tmp_path):
     out = tmp_path / "perturb.json"
-    res = CliRunner().invoke(app, ["eval", "--perturb", "case", "--perturb", "punct", "--queries",
+    res = CliRunner().invoke(app, ["eval", "perturb", "--perturb", "case", "--perturb", "punct", "--queries",
                                    str(SAMPLE_QUESTIONS), "--qrels", str(SAMPLE_QRELS), "--ks", "3",
                                    "--permutations", "200", "-o", str(out), "-p", str(project.root),
                                    "--plots", str(tmp_path)])
@@ -177,6 +177,6 @@ def test_cli_perturb(project, tmp_path):
                                                                         report["perturbations"].values()]
     ndcg = next(line for line in lines if "ndcg@3" in line)
     assert f"{report['original']['ndcg@3']:.4f}" in ndcg and f"{up['loss']['ndcg@3']:+.4f}" in ndcg
-    bad = CliRunner().invoke(app, ["eval", "--perturb", "caps", "--queries", str(SAMPLE_QUESTIONS), "--qrels",
-                                   str(SAMPLE_QRELS), "-p", str(project.root)])
+    bad = CliRunner().invoke(app, ["eval", "perturb", "--perturb", "caps", "--queries", str(SAMPLE_QUESTIONS),
+                                   "--qrels", str(SAMPLE_QRELS), "-p", str(project.root)])
     assert bad.exit_code == 2 and "--perturb 'caps'" in bad.output

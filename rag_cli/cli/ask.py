@@ -100,13 +100,13 @@ def ask(question: QuestionArg = None, queries: QueriesOpt = None, stream: Stream
     (`rag_cli/generate/gate.py`), of the signals measured per question: evidence
     count, best cosine, coverage, entity coverage, and with `model.reranker` set
     the best cross-encoder score, which `ask.min_rerank_score` (`--min-rerank-score`;
-    default 0 = off; a raw logit, per model, so let `rag eval --tune refusal` set
+    default 0 = off; a raw logit, per model, so let `rag eval tune refusal` set
     it) also gates. `--queries` records every signal in `answers/NAME.parquet`
     (`entity_coverage`, `rerank_score`, `reason`, `generator_refused`: the
     generator's own refusal, null when the gate refused first). `--gate off`
     (`ask.gate`) refuses nothing at the gate (the generator still may, and reads
     all the evidence) and still records the signals: the recording `rag eval
-    --tune refusal` needs.
+    tune refusal` needs.
 
     `--stream` (one QUESTION) prints the answer as the LLM generator writes it:
     the request to an `openai` server asks for `"stream": true` (server-sent

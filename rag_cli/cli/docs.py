@@ -101,7 +101,8 @@ def _options_table(command: Any) -> list[str]:
             continue
         value = _value_name(p)
         flags = ", ".join(f"`{o}`" for o in p.opts + p.secondary_opts)
-        rows.append(f"| {flags}{' ' + value if value else ''} | {_default(p.default)} | {_cell(p.help or '')} |")
+        default = "required" if p.required else _default(p.default)
+        rows.append(f"| {flags}{' ' + value if value else ''} | {default} | {_cell(p.help or '')} |")
     return rows if len(rows) > 2 else []
 
 
@@ -141,12 +142,14 @@ def _anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def _commands(root: Any) -> list[tuple[list[str], Any]]:
-    """(path, command) of every command and group, in `rag --help`'s order."""
+def _commands(group: Any, path: tuple[str, ...] = ()) -> list[tuple[list[str], Any]]:
+    """(path, command) of every command and group under `group`, nested groups
+    too (`rag eval tune fusion`), in `rag --help`'s order."""
     out = []
-    for name, command in root.commands.items():
-        out.append(([name], command))
-        out += [([name, sub], c) for sub, c in getattr(command, "commands", {}).items()]
+    for name, command in group.commands.items():
+        out.append(([*path, name], command))
+        if hasattr(command, "commands"):
+            out += _commands(command, (*path, name))
     return out
 
 

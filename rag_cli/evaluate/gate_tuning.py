@@ -1,9 +1,9 @@
-"""`rag eval --tune refusal`: the refusal gate's thresholds chosen on
+"""`rag eval tune refusal`: the refusal gate's thresholds chosen on
 recorded signals.
 
 Input: two answers files recorded with the gate off (`rag ask --queries Q
 --gate off`): one of answerable questions, one of made-unanswerable ones
-(asked in a project built from `rag eval --make-unanswerable`'s corpus).
+(asked in a project built from `rag eval make-unanswerable`'s corpus).
 Each row holds the gate's signals (`rag_cli.store.answers`) and the
 generator's own refusal. The decision for a setting is simulated with the
 gate's own function: refused = `gate_reason(signals, setting) != ""` or the

@@ -1,4 +1,4 @@
-"""The checks of `rag eval`'s outputs made before any work (every mode):
+"""The checks of `rag eval`'s outputs made before any work (every subcommand):
 no output is an input or another output, each can be written, and --plots
 can draw. Nothing is left half-done by an output found unwritable after the
 search, the tuning or the JSON report."""
@@ -70,7 +70,7 @@ def _not_in_project(flag: str, out: Path, project: Path | None) -> None:
 
 def check_eval_files(inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, plots: Any = None,
                      folder: tuple[str, Any] | None = None, project: Path | None = None) -> None:
-    """The output checks of every `rag eval` mode, made before any work.
+    """The output checks of every `rag eval` subcommand, made before any work.
 
     Args:
         inputs: {flag: a path, a list of paths or None} of the files read,
@@ -81,14 +81,14 @@ def check_eval_files(inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, p
         plots: the --plots folder (created when missing), or None; matplotlib
             must import.
         folder: (flag, path) of an output folder replaced as a whole
-            (--make-unanswerable's -o DIR), or None.
+            (`rag eval make-unanswerable`'s -o DIR), or None.
         project: the project folder, or None; an output inside it must be
             under its eval/ folder.
 
     Raises:
         BadInput naming both flags when an output is an input or another
         output (same resolved path, or the same file by `os.path.samefile`),
-        when --make-unanswerable's folder or the --plots folder holds an
+        when make-unanswerable's folder or the --plots folder holds an
         input, or naming the flag of an output that is empty, inside the
         project folder outside eval/, or cannot be written.
     """

@@ -21,8 +21,8 @@ passage), and a claim citing two abstracts only when both are gone.
 
 Ask queries.jsonl in a project built from corpus.jsonl (answers with
 `rag ask --queries`), and the same questions in the project of the full
-corpus: `rag eval --answers FULL --gold G --unanswerable CUT` reports the
-refusal and false-answer rates; `rag eval --tune refusal` tunes the gate on
+corpus: `rag eval answers --answers FULL --gold G --unanswerable CUT` reports the
+refusal and false-answer rates; `rag eval tune refusal` tunes the gate on
 them.
 """
 
@@ -61,7 +61,7 @@ def sample_unanswerable(qrels: Mapping[str, Mapping[str, int]], n: int, seed: in
     restricted to `query_ids` when given; the document `keep` is never
     removed. Raises BadInput when n < 1."""
     if n < 1:
-        raise BadInput(f"--make-unanswerable {n}: the number of questions must be >= 1")
+        raise BadInput(f"make-unanswerable N = {n}: the number of questions must be >= 1")
     relevant, by_doc = _relevant(qrels, query_ids)
     order = sorted(by_doc)
     random.Random(seed).shuffle(order)
@@ -125,7 +125,7 @@ def write_unanswerable(corpus: str | os.PathLike, queries: str | os.PathLike, qr
     keep = min(corpus_ids, key=lambda d: len(by_doc.get(d, [])))  # the fewest questions lost by keeping it
     possible = len(relevant) - len(by_doc.get(keep, []))
     if n > possible:
-        raise BadInput(f"--make-unanswerable {n}: at most {possible} question(s) of --queries {queries} can be made "
+        raise BadInput(f"make-unanswerable N = {n}: at most {possible} question(s) of --queries {queries} can be made "
                        f"unanswerable with a document of --corpus kept ({len(relevant)} have a relevant document "
                        f"in --qrels {qrels}); give N <= {possible}")
     picked, removed = sample_unanswerable(judged, n, seed, set(texts))

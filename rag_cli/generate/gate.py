@@ -25,7 +25,7 @@ with CJK characters only, unless `ask.entity_scope` is "all"
 
 The whole gate decision is `gate_reason`, a pure function of the
 question's `GateSignals` and the `[ask]` config: `rag ask` calls it on the
-signals it measured, and `rag eval --tune refusal` on the signals recorded
+signals it measured, and `rag eval tune refusal` on the signals recorded
 in answers/NAME.parquet, so the simulated decision is the real one.
 """
 

@@ -11,15 +11,15 @@
 
 Experiments (first argument: the project, or the inputs where none is needed):
 
-    score          score a run against qrels, or search a query file first   rag eval --qrels Q --run R | --queries F
-    compare        compare runs with the first: paired tests, Holm           rag eval --compare RUNS
-    answers        score answers against gold answers                        rag eval --answers A --gold G
-    judge          RAGAS faithfulness and answer relevancy by an LLM         rag eval --answers A --judge
-    funnel         the layer where the gold first goes missing; ANN recall   rag eval --funnel
-    perturb        the loss of changed queries (case, typo, punct)           rag eval --perturb KIND
-    tune_fusion    grid-search the hybrid fusion, write the winner           rag eval --tune fusion
-    tune_refusal   grid-search the refusal gate, write the winner            rag eval --tune refusal
-    unanswerable   a corpus with the gold of N questions removed             rag eval --make-unanswerable N
+    score          score a run against qrels, or search a query file first   rag eval [run] --qrels Q --run R|--queries F
+    compare        compare runs with the first: paired tests, Holm           rag eval compare RUNS
+    answers        score answers against gold answers                        rag eval answers --answers A --gold G
+    judge          RAGAS faithfulness and answer relevancy by an LLM         rag eval answers --answers A --judge
+    funnel         the layer where the gold first goes missing; ANN recall   rag eval funnel
+    perturb        the loss of changed queries (case, typo, punct)           rag eval perturb --perturb KIND
+    tune_fusion    grid-search the hybrid fusion, write the winner           rag eval tune fusion
+    tune_refusal   grid-search the refusal gate, write the winner            rag eval tune refusal
+    unanswerable   a corpus with the gold of N questions removed             rag eval make-unanswerable N
 
 The shared preamble (cutoffs, name and file checks, the default
 eval/NAME.json, qrels that judge this project) is `rag_cli.lab.common`; the

@@ -1,4 +1,4 @@
-"""Score answers (`rag eval --answers A --gold G`): exact match, F1,
+"""Score answers (`rag eval answers --answers A --gold G`): exact match, F1,
 has-answer, citation precision/recall, refusal rate and latency p50/p95 of
 answers/NAME.parquet (from `rag ask --queries`) against gold answers
 (see `rag_cli.evaluate.answers`), and with answers to made-unanswerable

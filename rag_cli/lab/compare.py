@@ -1,4 +1,4 @@
-"""Compare runs (`rag eval --compare`): each scored against the qrels as
+"""Compare runs (`rag eval compare`): each scored against the qrels as
 `rag_cli.lab.score` scores one, and each compared with the first (the
 baseline) per metric: the mean difference, paired randomisation and t-test
 p-values, Holm-corrected across the metrics, and win/tie/loss counts (see
@@ -34,7 +34,8 @@ def compare_runs(run_paths: list[Path], qrels_path: Path, ks: list[int], *, perm
     from rag_cli.store.runs import read_run
 
     if len(run_paths) < 2:
-        raise BadInput(f"--compare needs two or more run files (the first is the baseline), got {len(run_paths)}")
+        raise BadInput(f"rag eval compare needs two or more run files (the first is the baseline), "
+                       f"got {len(run_paths)}")
     if permutations < 1:
         raise BadInput(f"--permutations {permutations}: must be at least 1")
     qrels = read_qrels(qrels_path)

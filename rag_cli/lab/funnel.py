@@ -1,4 +1,4 @@
-"""Where the gold goes missing (`rag eval --funnel`): per query, the first
+"""Where the gold goes missing (`rag eval funnel`): per query, the first
 layer of the pipeline that loses every relevant document (sparse and dense
 candidates, fusion, rerank when a cross-encoder is set, the evidence and the
 citations of `ask`), and ANN recall (HNSW against exact search); see

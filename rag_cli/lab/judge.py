@@ -1,4 +1,4 @@
-"""Judge answers with an LLM (`rag eval --answers A --judge`): RAGAS
+"""Judge answers with an LLM (`rag eval answers --answers A --judge`): RAGAS
 faithfulness and answer relevancy (see `rag_cli.evaluate.judge`; Es et al.,
 "RAGAS: Automated Evaluation of Retrieval Augmented Generation", EACL 2024
 demos), repeated with seeds 0..R-1, under the "judge" key of the answers
@@ -15,7 +15,7 @@ from rag_cli.errors import BadInput
 from rag_cli.lab.answers import AnswersReport, chunks_not_in_project, prepare_answers, score_answers
 from rag_cli.progress import Progress
 
-#: The flags of `rag eval --judge` that set [ask]/[generator] keys for the judge (named in errors).
+#: The flags of `rag eval answers --judge` that set [ask]/[generator] keys for the judge (named in errors).
 JUDGE_FLAGS = {"generator": "--judge-generator", "base_url": "--judge-base-url", "model": "--judge-model",
                "api": "--judge-api"}
 

@@ -1,4 +1,4 @@
-"""Robustness to changed queries (`rag eval --perturb`): search the queries
+"""Robustness to changed queries (`rag eval perturb`): search the queries
 as given and changed each way (upper, lower, typo, punct; see
 `rag_cli.evaluate.perturb`), score every run against the qrels and report
 per kind the metrics, the loss against the original (changed - original)

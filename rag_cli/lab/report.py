@@ -78,7 +78,7 @@ class Report:
         return self.data
 
     def as_tuple(self) -> tuple[dict, Path | None]:
-        """(`to_dict()`, `path`): what the eval methods of `Project` returned."""
+        """(`to_dict()`, `path`): the report dict and where it was written, as one pair."""
         return self.data, self.path
 
     # -- what is said about it -------------------------------------------------

@@ -1,4 +1,5 @@
-"""Score a run against qrels (`rag eval --qrels Q --run R`), or search a
+"""Score a run against qrels (`rag eval run --qrels Q --run R`, or
+`rag eval --qrels Q --run R`), or search a
 query file first (`--queries`): Recall@k, Hit@k, MRR@k, nDCG@k, P@k,
 MAP@k, MAP and R-precision as trec_eval computes them (see
 `rag_cli.evaluate.report`: document level by the best chunk, MaxP, unless

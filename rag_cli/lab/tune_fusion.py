@@ -1,4 +1,4 @@
-"""Tune the hybrid fusion (`rag eval --tune fusion`): grid-search RRF k and
+"""Tune the hybrid fusion (`rag eval tune fusion`): grid-search RRF k and
 the min-max or z-score weighted sums with their dense weight for nDCG@10 on
 a train split, write the winner to rag.toml [search], and score it against
 RRF k = 60 on a test split with paired tests (see
@@ -44,7 +44,7 @@ def run(p, queries: str | os.PathLike, qrels: str | os.PathLike, *, test_queries
     data = tune_fusion(s, train, test, candidates=config.search.candidates, permutations=permutations,
                        progress=progress)
     best = data["best"]
-    with p.folder.writing("eval --tune"):
+    with p.folder.writing("eval tune fusion"):
         p.folder.save(("search", {"fusion": best["fusion"],
                                   **{key: best[key] for key in ("rrf_k", "dense_weight") if key in best}}))
     data = {"queries": str(queries), "qrels": str(qrels), "test_queries": str(test_queries or ""),

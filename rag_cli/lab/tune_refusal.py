@@ -1,4 +1,4 @@
-"""Tune the refusal gate (`rag eval --tune refusal`): grid-search the
+"""Tune the refusal gate (`rag eval tune refusal`): grid-search the
 gate's thresholds (ask.min_score, min_coverage, min_entity_coverage,
 strong_score, min_rerank_score) on answers recorded with the gate off, for
 the most refusals of made-unanswerable questions with false refusals of
@@ -55,7 +55,7 @@ def run(p, answers: str | os.PathLike, unanswerable: str | os.PathLike, *, max_f
     test = (_recorded_pair(test_answers, test_unanswerable, ("--test-answers", "--test-unanswerable"))
             if test_answers is not None else None)
     data = tune_refusal(train, test, p.config.ask, max_false_refusal=max_false_refusal)
-    with p.folder.writing("eval --tune"):
+    with p.folder.writing("eval tune refusal"):
         p.folder.save(("ask", {k: data["best"][k] for k in TUNED}))
     data = {"answers": str(answers), "unanswerable": str(unanswerable), "test_answers": str(test_answers or ""),
             "test_unanswerable": str(test_unanswerable or ""), "written_to": str(p.config_path), **data}

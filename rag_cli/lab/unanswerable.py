@@ -1,4 +1,4 @@
-"""Make questions unanswerable (`rag eval --make-unanswerable N`): the
+"""Make questions unanswerable (`rag eval make-unanswerable N`): the
 variant of a BEIR corpus with the gold documents of N questions removed,
 for measuring refusals (see `rag_cli.evaluate.unanswerable`). Needs no
 project."""
