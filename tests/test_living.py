@@ -142,19 +142,19 @@ def test_generations_keep_rollback_and_leftovers(tmp_path, scifact_docs, tiny_bi
         p.index()
     names = [g.name for _, g in generations(p.index_dir)]
     assert names == ["gen-000003", "gen-000004", "gen-000005"]  # keep 2 besides the current one
-    assert (p.index_dir / "CURRENT").read_text().strip() == "gen-000005"
-    # what a killed writer leaves is removed by the next one, never read
+    assert (p.index_dir / "CURRENT").read_text().splitlines()[0] == "gen-000005"
+    # what a killed writer leaves is removed by the next one, never read; its numbers are not given out again
     (p.index_dir / ".gen-000006.tmp").mkdir()
     (p.index_dir / "gen-000007").mkdir()
     (p.root / ".index.abc.tmp").mkdir()
     assert p.search("cancer", mode="sparse", k=1)
     p.index(keep=0)
-    assert sorted(x.name for x in p.index_dir.iterdir()) == ["CURRENT", "gen-000006"]
+    assert sorted(x.name for x in p.index_dir.iterdir()) == ["CURRENT", "gen-000008"]
     assert not (p.root / ".index.abc.tmp").exists()
-    with pytest.raises(BadInput, match="no generation older than gen-000006"):
+    with pytest.raises(BadInput, match="no generation older than gen-000008"):
         p.rollback()
     st = p.status()
-    assert st["current"] == "gen-000006" and st["documents"] == 20 and st["stale"] == []
+    assert st["current"] == "gen-000008" and st["documents"] == 20 and st["stale"] == []
     assert st["generations"][0]["n_chunks"] == st["chunks"] == st["vectors"]
 
 
@@ -551,3 +551,159 @@ def test_status_is_the_same_from_any_folder_after_chunking_a_relative_path(tmp_p
         monkeypatch.chdir(cwd)
         res = CliRunner().invoke(app, ["status", "-p", str(p.root)])
         assert res.exit_code == 0 and "up to date" in res.stdout and "stale" not in res.stdout, res.stdout
+
+
+# ---------------------------------------------------------------- issue 23: edges of the living index
+def _flip_byte(f: Path, at: int | None = None) -> None:
+    """Flip one byte of `f` (in the middle unless `at`), keeping its size."""
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2 if at is None else at] ^= 0xFF
+    f.write_bytes(bytes(data))
+
+
+def test_generation_numbers_only_grow_so_a_long_lived_project_never_serves_an_old_index(tmp_path, scifact_docs,
+                                                                                         tiny_bi_encoder):
+    # issue 23 item 2: rollback, then `update --keep 0` gave the new generation the rolled-back one's name,
+    # and a long-lived Project kept answering from the searcher it had cached under that name
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    p.index()
+    assert p.search("zyxwvut", mode="sparse", k=3).hits == []  # caches gen-000002
+    assert p.rollback()["to"] == "gen-000001"
+    time.sleep(0.01)
+    (src / "new.txt").write_text("The zyxwvut enzyme.\n", encoding="utf-8")
+    out = p.update(keep=0)
+    assert out["index"]["generation"] == "gen-000003"
+    assert [g.name for _, g in generations(p.index_dir)] == ["gen-000003"]
+    assert [h.doc_id for h in p.search("zyxwvut", mode="sparse", k=3).hits] == ["new.txt"]
+    assert [h.doc_id for h in Project.open(p.root).search("zyxwvut", mode="sparse", k=3).hits] == ["new.txt"]
+    p.index(keep=0)
+    assert current_generation(p.index_dir).name == "gen-000004"
+
+
+def test_the_searcher_cache_key_is_the_generations_content(tmp_path, scifact_docs, tiny_bi_encoder):
+    # item 2: even a generation folder replaced under the same name (by hand, or by an earlier version) is reloaded
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    other = build(tmp_path / "q", src, tiny_bi_encoder)
+    (src / "new.txt").write_text("The zyxwvut enzyme.\n", encoding="utf-8")
+    other.update()
+    assert p.search("zyxwvut", mode="sparse", k=3).hits == []
+    shutil.rmtree(p.index_dir)
+    shutil.copytree(other.index_dir / "gen-000002", p.index_dir / "gen-000001")
+    shutil.copy(other.index_dir / "CURRENT", p.index_dir / "CURRENT")
+    (p.index_dir / "CURRENT").write_text("gen-000001\n")  # the one-line pointer of earlier versions
+    assert [h.doc_id for h in p.search("zyxwvut", mode="sparse", k=3).hits] == ["new.txt"]
+
+
+@pytest.mark.parametrize("damage", ["chunks.parquet", "dense/hnsw.bin"])
+def test_rollback_onto_a_damaged_generation_refuses_naming_the_file(tmp_path, scifact_docs, tiny_bi_encoder, damage):
+    # item 3: rollback made a damaged generation current (exit 0); the next search was exit 2
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    p.index()
+    f = p.index_dir / "gen-000001" / damage
+    _flip_byte(f)
+    before = (p.index_dir / "CURRENT").read_bytes()
+    with pytest.raises(BadInput, match="not rolled back"):
+        p.rollback()
+    res = CliRunner().invoke(app, ["rollback", "-p", str(p.root)])
+    err = " ".join(res.stderr.split())
+    assert res.exit_code == 2 and f"{f} is damaged" in err and "still points at gen-000002" in err, err
+    assert (p.index_dir / "CURRENT").read_bytes() == before
+    assert p.search("cancer", mode="sparse", k=1).hits
+
+
+def test_plain_status_finds_a_flipped_byte_in_the_current_generation(tmp_path, scifact_docs, tiny_bi_encoder):
+    # item 6: `rag status` said "up to date" (exit 0) for bytes flipped without a change of size
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    f = p.index_dir / "gen-000001" / "chunks.parquet"
+    _flip_byte(f)
+    st = p.status()
+    assert len(st["damaged"]) == 1 and f"{f} is damaged: its sha256 differs" in st["damaged"][0]
+    res = CliRunner().invoke(app, ["status", "-p", str(p.root)])
+    assert res.exit_code == 2 and "up to date" not in res.stdout and f"damaged: {f}" in res.stdout.replace("\n", "")
+
+
+@pytest.mark.parametrize("damage", ["digit", "truncated", "one-line digit", "garbage", "empty"])
+def test_a_damaged_current_pointer_is_bad_input_naming_it(tmp_path, scifact_docs, tiny_bi_encoder, damage):
+    # item 7: one flipped digit in CURRENT served an older generation with exit 0; a truncated one said
+    # "gen-0 was removed while it was being opened; try again"
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    p.index()
+    cur = p.index_dir / "CURRENT"
+    text = cur.read_text()
+    assert text.startswith("gen-000002\nfiles.json sha256 ") and len(text.splitlines()) == 4
+    cur.write_text({"digit": text.replace("gen-000002", "gen-000001", 1), "truncated": text[:5],
+                    "one-line digit": "gen-000009\n", "garbage": "\x00\xff", "empty": ""}[damage])
+    with pytest.raises(BadInput, match=str(cur)):
+        Project.open(p.root).search("cancer", mode="sparse", k=1)
+    run = CliRunner().invoke
+    res = run(app, ["search", "cancer", "-p", str(p.root), "--mode", "sparse"])
+    assert res.exit_code == 2 and str(cur) in res.stderr.replace("\n", "") and "was removed" not in res.stderr
+    res = run(app, ["status", "-p", str(p.root)])
+    assert res.exit_code == 2 and f"damaged: {cur}" in res.stdout.replace("\n", "")
+    assert "* gen-" not in res.stdout  # no generation is called current
+    res = run(app, ["update", "-p", str(p.root)])
+    assert res.exit_code == 2 and str(cur) in res.stderr.replace("\n", "")
+    p.index()  # the way out: a new generation and a new pointer; every complete generation was kept
+    names = [g.name for _, g in generations(p.index_dir)]
+    assert names[:2] == ["gen-000001", "gen-000002"] and len(names) == 3
+    assert current_generation(p.index_dir).name == names[2]
+    assert p.search("cancer", mode="sparse", k=1).hits and p.status()["damaged"] == []
+
+
+def test_a_one_line_current_of_earlier_versions_is_read_and_replaced(tmp_path, scifact_docs, tiny_bi_encoder):
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    before = sparse_results(p)
+    (p.index_dir / "CURRENT").write_text("gen-000001\n")
+    assert sparse_results(p) == before and p.status()["damaged"] == []
+    assert p.index()["generation"] == "gen-000002"
+    assert (p.index_dir / "CURRENT").read_text().splitlines()[1].startswith("files.json sha256 ")
+
+
+def test_a_search_retries_when_its_generation_is_removed_while_it_is_hashed(tmp_path, scifact_docs,
+                                                                            tiny_bi_encoder, monkeypatch):
+    # item 9: a generation deleted between the size check and the hash of one of its files gave
+    # FileNotFoundError (exit 1) instead of reading CURRENT again
+    import rag_cli.store.index_folder as index_folder
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    p.index()
+    real = index_folder.sha256_file
+    calls = []
+
+    def writer_removes_it(path, *a, **kw):
+        calls.append(Path(path))
+        if len(calls) == 1:  # a writer switches CURRENT to another generation, then removes this one
+            index_folder.switch_current(p.index_dir, "gen-000001")
+            os.rename(p.index_dir / "gen-000002", p.index_dir / ".gen-000002.tmp")
+            shutil.rmtree(p.index_dir / ".gen-000002.tmp")
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(index_folder, "sha256_file", writer_removes_it)
+    hits = Project.open(p.root).search("cancer", mode="sparse", k=1).hits
+    assert hits and calls[0].parent.name == "gen-000002" and calls[-1].is_relative_to(p.index_dir / "gen-000001")
