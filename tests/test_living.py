@@ -390,6 +390,12 @@ def _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command: s
     assert proc.wait() == 0, proc.stderr.read()
     assert sparse_results(p) == two_states["b" if (trial % 2 == 0) else "a"]
     assert not [x for x in p.index_dir.iterdir() if x.name.startswith(".")]
+    assert _temporary_files(p.root) == []  # issue 23 item 4: e.g. a killed embed's .embeddings.parquet.*.tmp
+
+
+def _temporary_files(root: Path) -> list[str]:
+    """The temporary files (`*.tmp`) anywhere in the project folder."""
+    return sorted(str(f.relative_to(root)) for f in root.rglob("*.tmp"))
 
 
 @pytest.mark.parametrize("command", ["update", "index"])
@@ -707,3 +713,21 @@ def test_a_search_retries_when_its_generation_is_removed_while_it_is_hashed(tmp_
     monkeypatch.setattr(index_folder, "sha256_file", writer_removes_it)
     hits = Project.open(p.root).search("cancer", mode="sparse", k=1).hits
     assert hits and calls[0].parent.name == "gen-000002" and calls[-1].is_relative_to(p.index_dir / "gen-000001")
+
+
+def test_the_next_writer_removes_the_temporary_files_a_killed_one_left(tmp_path, scifact_docs, tiny_bi_encoder):
+    # item 4: a killed embed left .embeddings.parquet.*.tmp behind, and later updates did not remove it
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    [cache] = (p.root / "cache" / "vectors").iterdir()
+    left = [p.root / ".embeddings.parquet.k1ll3d.tmp", p.root / ".chunks.parquet.abc123.tmp",
+            p.root / ".docs.parquet.x.tmp", cache / ".part-00000000000000000001-42-000001.parquet.zz.tmp"]
+    for f in left:
+        f.write_bytes(b"half a file")
+    reader = p.root / "runs" / ".mine.parquet.r3ad.tmp"  # a reader (no lock) may be writing this one now
+    reader.parent.mkdir()
+    reader.write_bytes(b"being written")
+    out = p.update()
+    assert out["index"]["unchanged"]
+    assert _temporary_files(p.root) == ["runs/.mine.parquet.r3ad.tmp"]
