@@ -731,3 +731,57 @@ def test_the_next_writer_removes_the_temporary_files_a_killed_one_left(tmp_path,
     out = p.update()
     assert out["index"]["unchanged"]
     assert _temporary_files(p.root) == ["runs/.mine.parquet.r3ad.tmp"]
+
+
+@pytest.mark.parametrize("where", ["index", "chunk tables", "vector cache", "embeddings"])
+def test_a_full_disk_names_the_file_and_the_space_needed(tmp_path, scifact_docs, tiny_bi_encoder, monkeypatch, where):
+    # item 5: a full disk failed cleanly but said only "OSError: [Errno 28] No space left on device"
+    import errno
+
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    import rag_cli.index.sparse
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    time.sleep(0.01)
+    write_corpus(src, scifact_docs[:12])
+    full = OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space left on device")
+
+    def fail(*args, **kwargs):
+        raise full
+
+    if where == "index":
+        monkeypatch.setattr(rag_cli.index.sparse.SparseIndex, "save", fail)
+        named = p.index_dir / ".gen-000002.tmp" / "sparse"
+    elif where == "chunk tables":
+        real_write = pq.write_table
+        monkeypatch.setattr(pq, "write_table", lambda t, where, *a, **k: fail() if ".chunks.parquet." in str(where)
+                            else real_write(t, where, *a, **k))
+        named = p.chunks_path
+    elif where == "vector cache":
+        real_write = pq.write_table
+        monkeypatch.setattr(pq, "write_table", lambda t, where, *a, **k: fail() if "/.part-" in str(where)
+                            else real_write(t, where, *a, **k))
+        named = p.root / "cache" / "vectors"
+    else:
+        class Writer(pq.ParquetWriter):
+            def write_table(self, table, *a, **k):
+                fail() if ".embeddings.parquet." in str(self.where) else super().write_table(table, *a, **k)
+
+        monkeypatch.setattr(pq, "ParquetWriter", Writer)
+        named = p.embeddings_path
+    kept = [p.index_dir / "CURRENT"] + ([p.embeddings_path] if where != "index" else [])  # index: embedded before
+    before = {f: f.read_bytes() for f in kept}
+    res = CliRunner().invoke(app, ["update", "-p", str(p.root)])
+    err = " ".join(res.stderr.split())
+    assert res.exit_code == 1 and f"no space left on the device: {named}" in err, err
+    assert "this step needs about " in err and " are free" in err and "Errno 28" not in err
+    assert {f: f.read_bytes() for f in before} == before
+    assert current_generation(p.index_dir).name == "gen-000001" and _temporary_files(p.root) == []
+    assert not [x for x in p.index_dir.iterdir() if x.name.startswith(".")]
+    monkeypatch.undo()
+    assert p.update()["index"]["generation"] == "gen-000002"

@@ -41,7 +41,7 @@ from rag_cli.hashing import sha256_file, sha256_text
 from rag_cli.progress import Progress
 from rag_cli.store.chunks import embed_text_column, iter_chunk_batches
 from rag_cli.errors import BadInput, WorkFailed
-from rag_cli.store.embeddings import (NAMED_IDS, VectorCache, bad_vector_rows, describe_bad_vectors,
+from rag_cli.store.embeddings import (NAMED_IDS, ROW_BYTES, VectorCache, bad_vector_rows, describe_bad_vectors,
                                       describe_truncated, embeddings_writer, stored_fingerprint, vector_cache_dir)
 
 if TYPE_CHECKING:
@@ -131,6 +131,7 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
                        f"a smaller --size, or use --on-truncate warn")
     n_embedded = sum(s in new for s in shas)
     total, done = len(new), 0
+    cache.space_needed = total * (4 * dim + 80) + len(shas) * (4 * dim + ROW_BYTES)  # parts + embeddings.parquet
     kwargs = {} if batch_tokens is None else {"batch_tokens": batch_tokens}
 
     if new:
@@ -179,7 +180,7 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
             flush()
 
     with embeddings_writer(project.embeddings_path, fingerprint, folder.name, dim,
-                           folder.passage_fingerprint, max_length) as write:
+                           folder.passage_fingerprint, max_length, n_rows=len(shas)) as write:
         row = 0
         for batch in iter_chunk_batches(chunks_path, ["chunk_id"], window):
             part = shas[row : row + batch.num_rows]

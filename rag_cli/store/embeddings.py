@@ -48,6 +48,9 @@ class Embeddings:
 #: How many chunk ids a message about bad vectors names.
 NAMED_IDS = 10
 
+#: Bytes per row besides the vector (a chunk id, a text sha256, n_tokens, truncated), for space estimates.
+ROW_BYTES = 120
+
 
 def bad_vector_rows(vectors: np.ndarray) -> np.ndarray:
     """Rows that cannot be searched by cosine: a non-finite component (NaN,
@@ -171,6 +174,8 @@ class VectorCache:
         self._where: dict[str, tuple[int, int, int]] = {}
         self._loaded: tuple[tuple[int, int], np.ndarray] | None = None  # the last row group read
         self._seq = 0
+        #: Bytes the step that writes parts needs (said when the disk is full); None: the part's size.
+        self.space_needed: int | None = None
         if self.folder.is_dir():
             for part in sorted(self.folder.glob("part-*.parquet")):
                 self.add_source(part, remove_if_unreadable=True)
@@ -223,7 +228,7 @@ class VectorCache:
         path = self.folder / f"part-{time.time_ns():020d}-{os.getpid()}-{self._seq:06d}.parquet"
         table = pa.Table.from_arrays([pa.array(shas, pa.string()), vector_array(vectors)],
                                      names=["text_sha256", "vector"])
-        atomic.write_parquet(path, table)
+        atomic.write_parquet(path, table, need=self.space_needed)  # a full disk: WorkFailed naming the part
         self.add_source(path)
         return path
 
@@ -265,14 +270,17 @@ def stored_fingerprint(path: Path) -> tuple[str | None, str | None]:
 
 @contextlib.contextmanager
 def embeddings_writer(path: Path, fingerprint: str, model_name: str, dim: int, passage_fingerprint: str,
-                      max_length: int) -> Iterator[Callable[[pa.Array, list[str], np.ndarray, np.ndarray], None]]:
+                      max_length: int, n_rows: int | None = None
+                      ) -> Iterator[Callable[[pa.Array, list[str], np.ndarray, np.ndarray], None]]:
     """Write embeddings.parquet atomically, part by part: yields
     `write(chunk_ids, text_sha256s, vectors (n, dim) float32, n_tokens (n,) int)`
     (`truncated` is `n_tokens > max_length`); the file is renamed into place
-    when the block ends without an error."""
+    when the block ends without an error. `n_rows` (the rows to come) sizes
+    the space a full disk is said to need."""
     schema = embeddings_schema(fingerprint, model_name, dim, {"passage_fingerprint": passage_fingerprint,
                                                               "max_length": max_length})
-    with atomic.atomic_path(path) as tmp:
+    need = None if n_rows is None else n_rows * (4 * dim + ROW_BYTES)
+    with atomic.atomic_path(path, need=need) as tmp:
         with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
             rows = 0
 

@@ -64,6 +64,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from rag_cli.atomic import is_no_space, no_space
 from rag_cli.errors import BadInput
 from rag_cli.hashing import sha256_file
 
@@ -347,16 +348,23 @@ def write_index_folder(path: Path, *, dense, sparse, chunks: pa.Table, meta: dic
     clean_index_dir(path, keep)
     name = generation_name(gen_id)
     tmp = path / f".{name}.tmp"
+    writing = tmp
     try:
         tmp.mkdir()
-        dense.save(tmp / "dense")
-        sparse.save(tmp / "sparse")
-        pq.write_table(chunks, tmp / "chunks.parquet", compression="zstd")
+        writing = tmp / "dense"
+        dense.save(writing)
+        writing = tmp / "sparse"
+        sparse.save(writing)
+        writing = tmp / "chunks.parquet"
+        pq.write_table(chunks, writing, compression="zstd")
         if docs is not None:
-            pq.write_table(docs, tmp / "docs.parquet", compression="zstd")
+            writing = tmp / "docs.parquet"
+            pq.write_table(docs, writing, compression="zstd")
         meta = {**meta, "generation": {"id": gen_id, "name": name, "command": command, "counts": counts or {},
                                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        writing = tmp / "meta.json"
+        writing.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        writing = tmp / "files.json"
         files = {}
         for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
             _fsync(f)
@@ -369,12 +377,42 @@ def write_index_folder(path: Path, *, dense, sparse, chunks: pa.Table, meta: dic
             _fsync(d)
         os.rename(tmp, path / name)
         _fsync(path)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_no_space(exc):
+            raise no_space(writing, exc, generation_bytes(dense, chunks, docs, path),
+                           kept=f"the current index generation is unchanged and still searched") from exc
         raise
-    switch_current(path, name, gen_id)
+    try:
+        switch_current(path, name, gen_id)
+    except OSError as exc:
+        if is_no_space(exc):
+            raise no_space(path / CURRENT, exc, 4096, kept=f"{path / name} was written, but the current "
+                           "index generation is still the one before") from exc
+        raise
     clean_index_dir(path, keep)
     return path / name
+
+
+def generation_bytes(dense, chunks: pa.Table, docs: pa.Table | None, index_dir: Path) -> int:
+    """About how many bytes a new generation takes: the HNSW graph (vectors,
+    level-0 links and labels of every element, deleted ones included), the
+    BM25 index (as big as the current generation's, else about the size of
+    the chunk texts), the chunk and document tables (uncompressed size)."""
+    try:
+        n = int(dense.index.get_current_count())
+        dim, m = int(dense.index.dim), int(dense.index.M)
+    except Exception:  # not an hnswlib index (a test double): count the chunks
+        n, dim, m = chunks.num_rows, int(dense.params.get("dim", 0)) if hasattr(dense, "params") else 0, 16
+    graph = n * (4 * dim + 8 * m + 16) + 4096
+    sparse = 0
+    with contextlib.suppress(BadInput, OSError):
+        cur = current_generation(index_dir)
+        if cur is not None and cur != index_dir:
+            sparse = sum(f.stat().st_size for f in (cur / "sparse").rglob("*") if f.is_file())
+    if not sparse and "text" in chunks.column_names:
+        sparse = chunks.column("text").nbytes
+    return graph + sparse + chunks.nbytes + (docs.nbytes if docs is not None else 0)
 
 
 def rollback(path: Path) -> tuple[str, str]:
