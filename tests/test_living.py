@@ -785,3 +785,40 @@ def test_a_full_disk_names_the_file_and_the_space_needed(tmp_path, scifact_docs,
     assert not [x for x in p.index_dir.iterdir() if x.name.startswith(".")]
     monkeypatch.undo()
     assert p.update()["index"]["generation"] == "gen-000002"
+
+
+@pytest.mark.parametrize("same_tick", [False, True], ids=["edit during the read", "edit in the same mtime tick"])
+def test_an_edit_that_lands_while_update_reads_the_file_is_not_lost(tmp_path, scifact_docs, tiny_bi_encoder,
+                                                                    monkeypatch, same_tick):
+    # item 1: an edit between reading a file and taking its mtime was never indexed: docs.parquet recorded
+    # the new mtime with the old content, so every later update saw the file as unchanged
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    f = src / f"{scifact_docs[0][0]}.txt"
+    time.sleep(0.01)
+    f.write_text("Version two is about the qwertyuiop receptor.\n", encoding="utf-8")
+    real = Path.read_bytes
+    edited = []
+
+    def read_then_edit(self):
+        data = real(self)
+        if self == f and not edited:  # the edit lands right after the bytes were read
+            mtime = os.stat(f).st_mtime_ns
+            f.write_text("Version three is about the asdfghjkl enzymes.\n", encoding="utf-8")  # same size
+            if same_tick:  # an edit within the same tick of the file system's clock keeps the mtime
+                os.utime(f, ns=(mtime, mtime))
+            else:
+                os.utime(f, ns=(mtime + 10_000_000, mtime + 10_000_000))
+            edited.append(True)
+        return data
+
+    monkeypatch.setattr(Path, "read_bytes", read_then_edit)
+    p.update()
+    monkeypatch.undo()
+    assert edited
+    p.update()  # whatever the first update read, this one must index version three
+    ids = [h.doc_id for h in Project.open(p.root).search("asdfghjkl", mode="sparse", k=3).hits]
+    assert ids == [f.name]
+    assert Project.open(p.root).search("qwertyuiop", mode="sparse", k=3).hits == []
+    assert p.status()["stale"] == []

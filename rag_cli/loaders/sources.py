@@ -68,8 +68,7 @@ def load_file(path: str, doc_id: str, fmt: str, encoding: str | None = None) -> 
     files, and for corrupt, encrypted or text-less PDF/DOCX files.
     """
     try:
-        raw = Path(path).read_bytes()
-        mtime = os.stat(path).st_mtime
+        raw, mtime = read_stable(path)
     except OSError as exc:
         return Skipped(path, f"cannot be read ({exc.strerror or exc})")
     stem = Path(path).stem
@@ -107,6 +106,28 @@ def load_file(path: str, doc_id: str, fmt: str, encoding: str | None = None) -> 
         n_chars=len(text), title=title, text=text, metadata=meta, fmt=fmt, encoding=encoding,
         other_encodings=tuple(others),
     )
+
+
+#: Reads of a file that keeps changing while it is read, before its bytes are taken as they are.
+STABLE_READS = 3
+
+
+def read_stable(path: str) -> tuple[bytes, float]:
+    """(the bytes of `path`, the mtime they belong to). The file's identity
+    (mtime, size, inode) is taken before the read and compared after it; a
+    file that changed meanwhile is read again (at most `STABLE_READS`
+    times). The mtime returned is the one from before the read, so an edit
+    that lands after the read leaves a newer mtime on disk, and the next
+    `rag update` reads the file again instead of keeping old text under the
+    new mtime. Raises OSError as reading does."""
+    for _ in range(STABLE_READS):
+        before = os.stat(path)
+        raw = Path(path).read_bytes()
+        after = os.stat(path)
+        if ((before.st_mtime_ns, before.st_size, before.st_ino) == (after.st_mtime_ns, after.st_size, after.st_ino)
+                and len(raw) == before.st_size):
+            break
+    return raw, before.st_mtime
 
 
 def _walk(folder: str) -> list[str]:
