@@ -822,3 +822,76 @@ def test_an_edit_that_lands_while_update_reads_the_file_is_not_lost(tmp_path, sc
     assert ids == [f.name]
     assert Project.open(p.root).search("qwertyuiop", mode="sparse", k=3).hits == []
     assert p.status()["stale"] == []
+
+
+def _embedding_vectors(p: Project) -> np.ndarray:
+    from rag_cli.store.embeddings import read_embeddings
+
+    return read_embeddings(p.embeddings_path).vectors
+
+
+def _damage_a_cached_vector(part: Path, keep_checksum: bool) -> None:
+    """Give the first vector of a vector cache part a component of 3.2e34 (a flipped exponent bit),
+    the part's metadata (its checksum) kept, or dropped as in parts of earlier versions."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rag_cli.store.embeddings import to_matrix, vector_array
+
+    t = pq.read_table(part)
+    vecs = to_matrix(t.column("vector"), t.schema.field("vector").type.list_size).copy()
+    vecs[0, 0] = 3.2e34
+    schema = t.schema if keep_checksum else t.schema.remove_metadata()
+    pq.write_table(pa.Table.from_arrays([t.column("text_sha256"), vector_array(vecs)], schema=schema), part,
+                   compression="zstd")
+
+
+@pytest.mark.parametrize("keep_checksum", [True, False], ids=["checksum", "norm (a part of an earlier version)"])
+def test_a_damaged_vector_in_the_cache_is_set_aside_and_embedded_again(tmp_path, scifact_docs, tiny_bi_encoder,
+                                                                       keep_checksum):
+    # item 8: a flipped bit in the vector cache became a vector of norm 3.2e34 that embed, index and
+    # `status --verify` all accepted
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    good = _embedding_vectors(p)
+    [part] = (p.root / "cache" / "vectors").glob("*/part-*.parquet")
+    _damage_a_cached_vector(part, keep_checksum)
+    res = CliRunner().invoke(app, ["status", "--verify", "-p", str(p.root)])
+    assert res.exit_code == 2 and str(part) in res.stderr.replace("\n", ""), res.output
+    out = p.embed()
+    assert out["cache_repaired"] and str(part) in out["cache_repaired"][0] and not part.exists()
+    assert np.allclose(_embedding_vectors(p), good, atol=1e-6)
+    assert p.status(verify=True)["damaged"] == []
+    p.index()
+    assert p.search("cancer", mode="dense", k=1).hits
+
+
+def test_index_refuses_embeddings_whose_vectors_lost_their_unit_norm(tmp_path, scifact_docs, tiny_bi_encoder):
+    # item 8: a vector of norm 3.2e34 in embeddings.parquet was indexed
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+    from rag_cli.store.embeddings import to_matrix, vector_array
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    t = pq.read_table(p.embeddings_path)
+    vecs = to_matrix(t.column("vector"), t.schema.field("vector").type.list_size).copy()
+    vecs[2, 0] = 3.2e34
+    pq.write_table(t.set_column(t.schema.get_field_index("vector"), t.schema.field("vector"), vector_array(vecs)),
+                   p.embeddings_path)
+    before = (p.index_dir / "CURRENT").read_bytes()
+    res = CliRunner().invoke(app, ["index", "-p", str(p.root)])
+    err = " ".join(res.stderr.split())
+    assert res.exit_code == 2 and f"{p.embeddings_path} is damaged" in err and "norm 3.2e+34" in err, err
+    assert (p.index_dir / "CURRENT").read_bytes() == before
+    res = CliRunner().invoke(app, ["status", "--verify", "-p", str(p.root)])
+    assert res.exit_code == 2 and f"{p.embeddings_path} is damaged" in " ".join(res.stderr.split())

@@ -144,6 +144,39 @@ def stale_stages(project: "ProjectFolder") -> list[dict[str, Any]]:
     return out
 
 
+def _vector_problems(project: "ProjectFolder", unreadable: bool) -> list[str]:
+    """For `--verify`: vectors of embeddings.parquet that search cannot use
+    (NaN/inf, zero, or a norm other than 1 from a model that normalises),
+    and damaged parts of the vector cache (`check_vector_cache`)."""
+    from rag_cli.store.embeddings import (bad_vector_rows, check_vector_cache, describe_bad_vectors, off_unit_rows,
+                                          read_embeddings)
+
+    out = []
+    unit_folder = None
+    if project.embeddings_path.exists() and not unreadable:
+        try:
+            emb = read_embeddings(project.embeddings_path)
+        except BadInput as exc:
+            out.append(str(exc))
+        else:
+            bad = bad_vector_rows(emb.vectors)
+            off = off_unit_rows(emb.vectors) if emb.normalized else bad[:0]
+            if bad.size:
+                out.append(f"{project.embeddings_path} has vectors that cosine search cannot use, "
+                           f"{describe_bad_vectors([emb.chunk_ids[i] for i in bad], emb.vectors[bad])}; "
+                           "write it again with `rag embed`")
+            elif off.size:
+                out.append(f"{project.embeddings_path} is damaged: {off.size} vector(s) do not have norm 1 although "
+                           f"the model normalises (first: {emb.chunk_ids[off[0]]!r}); write it again with `rag embed`")
+            if emb.normalized:
+                unit_folder = emb.passage_fingerprint
+    cache = project.root / "cache" / "vectors"
+    for folder in sorted(cache.iterdir()) if cache.is_dir() else ():
+        if folder.is_dir():
+            out += check_vector_cache(folder, unit=folder.name == unit_folder)
+    return out
+
+
 def _same_pointer(project: "ProjectFolder", ptr) -> bool:
     """Whether index/CURRENT still holds what `ptr` was read from."""
     try:
@@ -198,6 +231,8 @@ def project_status(project: "ProjectFolder", verify: bool = False) -> dict[str, 
             "chunks": "write it again with `rag chunk SRC...` (or `rag build SRC...`)",
             "vectors": "write it again with `rag embed` (texts in the vector cache are not embedded again)"}
     damaged = [f"{problem}; {redo[name]}" for name, (_, problem) in rows.items() if problem]
+    if verify:
+        damaged += _vector_problems(project, unreadable=rows["vectors"][1] is not None)
     if pointer_problem:
         damaged.append(pointer_problem)
     elif ptr is not None and ptr.name not in {g["name"] for g in gens} and _same_pointer(project, ptr):
