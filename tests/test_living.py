@@ -895,3 +895,33 @@ def test_index_refuses_embeddings_whose_vectors_lost_their_unit_norm(tmp_path, s
     assert (p.index_dir / "CURRENT").read_bytes() == before
     res = CliRunner().invoke(app, ["status", "--verify", "-p", str(p.root)])
     assert res.exit_code == 2 and f"{p.embeddings_path} is damaged" in " ".join(res.stderr.split())
+
+
+@pytest.mark.parametrize("command", ["index", "update", "embed"])
+def test_invalid_utf8_in_chunks_parquet_is_bad_input_naming_the_file(tmp_path, scifact_docs, tiny_bi_encoder,
+                                                                      command):
+    # item 10: a flipped bit in chunks.parquet made update and index exit 1 with a bare UnicodeDecodeError
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    t = pq.read_table(p.chunks_path)
+    for name in ("text", "embed_text"):
+        if name in t.column_names:
+            raw = [s.encode() for s in t.column(name).to_pylist()]
+            raw[1] = raw[1][:5] + b"\xff\xfe" + raw[1][7:]  # the bytes a flipped bit leaves: not UTF-8
+            i = t.schema.get_field_index(name)
+            t = t.set_column(i, t.schema.field(i), pa.array(raw, pa.binary()).view(pa.string()))
+    pq.write_table(t, p.chunks_path, compression="zstd")
+    time.sleep(0.01)
+    (src / "new.txt").write_text("A new document about otters.\n", encoding="utf-8")
+    res = CliRunner().invoke(app, [command, "-p", str(p.root)])
+    err = " ".join(res.stderr.split())
+    assert res.exit_code == 2 and str(p.chunks_path) in err and "UnicodeDecodeError" not in err, (res.exit_code, err)
+    assert "UTF8" in err or "UTF-8" in err, err
+    assert current_generation(p.index_dir).name == "gen-000001"
