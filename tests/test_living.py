@@ -925,3 +925,16 @@ def test_invalid_utf8_in_chunks_parquet_is_bad_input_naming_the_file(tmp_path, s
     assert res.exit_code == 2 and str(p.chunks_path) in err and "UnicodeDecodeError" not in err, (res.exit_code, err)
     assert "UTF8" in err or "UTF-8" in err, err
     assert current_generation(p.index_dir).name == "gen-000001"
+
+
+def test_a_project_folder_inside_a_source_is_not_read_as_documents(tmp_path, scifact_docs, tiny_bi_encoder):
+    # item 11: the project folder inside a source (as the systemd recipe had it) is not a source
+    src = tmp_path / "notes"
+    write_corpus(src, scifact_docs[:5])
+    p = build(src / "project", src, tiny_bi_encoder)
+    (p.root / "eval").mkdir()
+    (p.root / "eval" / "report.md").write_text("# An eval report\n\nrecall 0.9\n", encoding="utf-8")
+    assert p.manifest()["chunk"]["skipped"] == []
+    assert p.status()["stale"] == []
+    out = p.update()
+    assert out["chunk"]["n_docs"] == 5 and out["chunk"]["skipped"] == [] and out["index"]["unchanged"]

@@ -52,7 +52,8 @@ def chunk_sources(project: "ProjectFolder", sources: list[str], *, fmt: str, par
 
     t0 = time.perf_counter()
     scanned = time.time()  # when the sources were first read (`rag update` reads files modified near it again)
-    items = iter_sources(sources, fmt=fmt, encoding=encoding)  # a missing source fails before the tokenizer loads
+    # a missing source fails before the tokenizer loads; the project folder inside a source is not a source
+    items = iter_sources(sources, fmt=fmt, encoding=encoding, exclude=[project.root])
     options = chunk_options(params, model)  # checks the settings before any document is read
     warnings: list[str] = []
     room = embedder_token_room(model.__dict__) if params.unit == "tokens" else None

@@ -84,7 +84,7 @@ def _changed_sources(project: "ProjectFolder") -> dict[str, list[str]]:
     src = project.config.sources
     if src.paths:
         skipped = {s.get("path") for s in project.manifest().get("chunk", {}).get("skipped", [])}
-        out["added"] = [f for f in dict.fromkeys(source_files(list(src.paths), src.format))
+        out["added"] = [f for f in dict.fromkeys(source_files(list(src.paths), src.format, exclude=[project.root]))
                         if f not in mtimes and f not in skipped]
     return {k: v for k, v in out.items() if v}
 

@@ -97,7 +97,7 @@ def update_chunks(project: "ProjectFolder", sources: list[str], *, fmt: str, par
             return docs
         return None
 
-    loaded = load_sources(sources, fmt=fmt, known=known if have_old else None)
+    loaded = load_sources(sources, fmt=fmt, known=known if have_old else None, exclude=[project.root])
     docs = loaded.documents
     same = {d.doc_id for d in docs if d.doc_id in reused or old_sha.get(d.doc_id) == d.sha256} if have_old else set()
     todo = [d for d in docs if d.doc_id not in same]
