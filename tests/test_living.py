@@ -3,7 +3,9 @@ crash safety (SIGKILL at random moments) and searches during updates."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import hashlib
 import json
 import os
 import random
@@ -373,24 +375,43 @@ def two_states(tmp_path_factory, scifact_docs, tiny_bi_encoder):
 def _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command: str, trials: int, seed: int) -> None:
     """Kill `rag COMMAND` with SIGKILL at a random moment `trials` times while the corpus alternates
     between A and B: after every kill the current generation loads and gives exactly A's or B's
-    results; then an uninterrupted `rag update` gives the last corpus's results and leaves nothing behind."""
+    results, and `rag status` finds nothing damaged (CURRENT included); then an uninterrupted
+    `rag update` gives the last corpus's results and leaves nothing behind. Every third trial
+    starts with a `rag rollback`, and every other write runs with `--keep 0`: a generation name
+    never means two generations, and the last one has the highest number (issue 23 items 2-4, 6, 7)."""
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:100])
     p = build(tmp_path / "p", src, tiny_bi_encoder)
     rng = random.Random(seed)
+    names: dict[str, str] = {}  # generation name -> sha256 of its files.json
+
+    def note_generations():
+        for _, g in generations(p.index_dir):
+            sha = hashlib.sha256((g / "files.json").read_bytes()).hexdigest()
+            assert names.setdefault(g.name, sha) == sha, f"trial {trial}: the name {g.name} was given out twice"
+
     for trial in range(trials):
         write_corpus(src, state_b(scifact_docs) if trial % 2 == 0 else scifact_docs[:100])
-        proc = _rag(*([command, src] if command == "build" else [command]), "-p", p.root, "-q")
+        if trial % 3 == 2:
+            with contextlib.suppress(BadInput):  # no older generation (--keep 0 before)
+                p.rollback()
+        keep = ["--keep", "0"] if trial % 2 else []
+        proc = _rag(*([command, src] if command == "build" else [command]), "-p", p.root, "-q", *keep)
         time.sleep(rng.uniform(0.2, 2.5))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         got = sparse_results(p)  # the current generation loads and is one of the two corpora
         assert got in (two_states["a"], two_states["b"]), f"trial {trial}: a mixed or broken index"
+        assert p.status()["damaged"] == [], f"trial {trial}: {p.status()['damaged']}"
+        note_generations()
     proc = _rag("update", "-p", p.root, "-q")
     assert proc.wait() == 0, proc.stderr.read()
     assert sparse_results(p) == two_states["b" if (trial % 2 == 0) else "a"]
     assert not [x for x in p.index_dir.iterdir() if x.name.startswith(".")]
     assert _temporary_files(p.root) == []  # issue 23 item 4: e.g. a killed embed's .embeddings.parquet.*.tmp
+    note_generations()
+    current = current_generation(p.index_dir).name
+    assert p.status()["damaged"] == [] and int(current[4:]) >= max(int(n[4:]) for n in names)
 
 
 def _temporary_files(root: Path) -> list[str]:
@@ -423,19 +444,28 @@ def test_searches_during_50_updates_see_whole_generations(tmp_path, scifact_docs
 
 
 def _searches_during_updates(tmp_path, scifact_docs, tiny_bi_encoder, two_states, n_updates: int) -> None:
+    """Search loops (a new Project for each round, and one long-lived Project that keeps its loaded
+    searcher) while `rag update` alternates the corpus, every other one with `--keep 0` (a reader may
+    find its generation removed while it checks it: issue 23 item 9). Every result is one of the two
+    corpora's; at the end the long-lived Project answers from the last generation (item 2)."""
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:100])
     p = build(tmp_path / "p", src, tiny_bi_encoder)
     expected = (two_states["a"], two_states["b"])
+    live = Project.open(p.root)
     errors, wrong, n = [], [], [0]
     stop = threading.Event()
+
+    def live_results():
+        return [[(h.chunk_id, round(h.score, 5)) for h in live.search(q, mode="sparse", k=10)] for q in QUERIES]
 
     def search_loop():
         while not stop.is_set():
             try:
-                got = sparse_results(p)  # each query may see another generation than the one before
+                for got in (sparse_results(p), live_results()):  # each query may see another generation
+                    wrong.extend((q, hits) for q, hits in enumerate(got)
+                                 if hits not in (expected[0][q], expected[1][q]))
                 n[0] += 1
-                wrong.extend((q, hits) for q, hits in enumerate(got) if hits not in (expected[0][q], expected[1][q]))
             except Exception as exc:  # noqa: BLE001 - any error counts
                 errors.append(repr(exc))
 
@@ -444,12 +474,13 @@ def _searches_during_updates(tmp_path, scifact_docs, tiny_bi_encoder, two_states
     try:
         for i in range(n_updates):
             write_corpus(src, state_b(scifact_docs) if i % 2 == 0 else scifact_docs[:100])
-            proc = _rag("update", "-p", p.root, "-q", "--keep", "1")
+            proc = _rag("update", "-p", p.root, "-q", "--keep", str(i % 2))
             assert proc.wait() == 0, proc.stderr.read()
     finally:
         stop.set()
         t.join()
     assert errors == [] and wrong == [] and n[0] >= n_updates, (errors[:3], len(wrong), n[0])
+    assert live_results() == two_states["b" if (n_updates - 1) % 2 == 0 else "a"]
 
 
 def test_two_updates_started_together_one_runs_the_other_exits_1_naming_it(tmp_path, scifact_docs, tiny_bi_encoder,

@@ -381,7 +381,7 @@ def write_index_folder(path: Path, *, dense, sparse, chunks: pa.Table, meta: dic
         shutil.rmtree(tmp, ignore_errors=True)
         if is_no_space(exc):
             raise no_space(writing, exc, generation_bytes(dense, chunks, docs, path),
-                           kept=f"the current index generation is unchanged and still searched") from exc
+                           kept="the current index generation is unchanged and still searched") from exc
         raise
     try:
         switch_current(path, name, gen_id)
