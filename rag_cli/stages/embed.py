@@ -41,8 +41,9 @@ from rag_cli.hashing import sha256_file, sha256_text
 from rag_cli.progress import Progress
 from rag_cli.store.chunks import embed_text_column, iter_chunk_batches
 from rag_cli.errors import BadInput, WorkFailed
-from rag_cli.store.embeddings import (NAMED_IDS, ROW_BYTES, DamagedVectors, VectorCache, bad_vector_rows, describe_bad_vectors,
-                                      describe_truncated, embeddings_writer, stored_fingerprint, vector_cache_dir)
+from rag_cli.store.embeddings import (NAMED_IDS, ROW_BYTES, DamagedVectors, VectorCache, bad_vector_rows,
+                                      describe_bad_vectors, describe_truncated, embeddings_writer, stored_fingerprint,
+                                      vector_cache_dir)
 
 if TYPE_CHECKING:
     from rag_cli.store.folder import ProjectFolder

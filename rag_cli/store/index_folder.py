@@ -33,11 +33,14 @@ generation's own content when it is opened), the highest generation number
 ever given out (numbers only grow, also after `rollback` and `--keep 0`: a
 name is never reused), and a sha256 of these three lines. A CURRENT that
 fails any of these is BadInput naming it. The one-line CURRENT of earlier
-versions (just the name) is still read. A generation folder is complete once `files.json` is in it;
-unfinished ones (a killed writer) are removed by the next writer, which also
-keeps only the `keep` newest generations besides the current one (a surplus
+versions (just the name) is still read.
+
+A generation folder is complete once `files.json` is in it; unfinished
+ones (a killed writer) are removed by the next writer, which also keeps
+only the `keep` newest generations besides the current one (a surplus
 generation is renamed to `.gen-<id>.tmp` before it is deleted, so a writer
 killed while deleting never leaves a half generation that looks complete).
+While CURRENT is damaged a writer removes no complete generation.
 
 Checks on open: the size of every file is compared with files.json; files
 of at most `VERIFY_SHA256_MAX_BYTES` are also hashed (sha256), so a damaged
