@@ -9,6 +9,7 @@ and the evaluation lab (`rag_cli.lab`) use it; it runs no stage.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -53,14 +54,10 @@ class Engines:
         with the indexes in `parts` and the bi-encoder when `with_embedder`.
         Raises BadInput if there is no index or the embedder differs from the index's."""
         from rag_cli.index.searcher import Searcher
-        from rag_cli.store.index_folder import current_generation
 
         f = self.folder
         f.require_exists()
-        gen = current_generation(f.index_dir)
-        if gen is None:
-            raise BadInput(f"{f.index_dir} has no index: run `rag index` first (project folder {f.root})")
-        stamp = (gen, (gen / "meta.json").stat().st_mtime_ns if gen == f.index_dir else None)
+        stamp = self._stamp()
         key = (with_embedder, asdict(config.model).__repr__() if with_embedder else None, parts)
         cached = self._searchers.get(key)
         if cached is not None and cached[0] == stamp:
@@ -70,9 +67,33 @@ class Engines:
             embedder = self.embedder(config)
             embedder.query_encoder.preload()  # the graph loads while the index and the tokenizer do
         searcher = Searcher.open(f.index_dir, embedder, f.root, parts)
-        stamp = (searcher.index_dir, stamp[1])  # the generation actually opened (CURRENT may have moved)
-        self._searchers = {key: (stamp, searcher)}
+        # the generation actually opened (CURRENT may have moved since _stamp read it)
+        self._searchers = {key: (searcher.generation_key, searcher)}
         return searcher
+
+    def _stamp(self) -> tuple:
+        """Which generation is current, in a way that never repeats (so a
+        cached searcher is never taken for another generation of the same
+        name): (folder, sha256 of its files.json as CURRENT records it), for
+        a one-line CURRENT of an earlier version the sha256 of the files.json
+        there, for the old flat layout the mtime of meta.json. Raises
+        BadInput when there is no index or CURRENT is damaged."""
+        from rag_cli.store.index_folder import current_pointer
+
+        f = self.folder
+        ptr = current_pointer(f.index_dir)
+        try:
+            if ptr is None:
+                stamp = (f.index_dir, (f.index_dir / "meta.json").stat().st_mtime_ns)
+            elif ptr.files_sha256 is not None:
+                stamp = (ptr.path, ptr.files_sha256)
+            else:
+                stamp = (ptr.path, hashlib.sha256((ptr.path / "files.json").read_bytes()).hexdigest())
+        except FileNotFoundError:
+            if ptr is None:
+                raise BadInput(f"{f.index_dir} has no index: run `rag index` first (project folder {f.root})") from None
+            stamp = (ptr.path, None)  # vanished or damaged: Searcher.open says which
+        return stamp
 
     def search_setup(self, options: dict[str, Any] | None = None, filter=None, *, for_ask: bool = False):
         """(config, searcher, mask) for a search with `options` ([search]

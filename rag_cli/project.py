@@ -279,7 +279,7 @@ class Project:
         roots = watch_roots(list(self.config.sources.paths))
         return watch_changes(roots, lambda: self.update(keep=keep, wait=wait, progress=progress),
                              debounce=debounce, stop=stop, on_batch=on_batch, on_update=on_update,
-                             on_error=on_error)
+                             on_error=on_error, ignore=[self.root])  # its own writes are not changes
 
     def rollback(self, *, wait: float | None = None) -> Rollback:
         """Make the previous index generation current again (the chunk and

@@ -105,6 +105,7 @@ class EmbedSummary(Result):
     fingerprint: str
     model_warnings: list
     model: str | None = optional()
+    cache_repaired: list | None = optional()  # damaged vector cache parts set aside (their texts embedded again)
 
 
 @dataclass(eq=False)

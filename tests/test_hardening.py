@@ -174,7 +174,7 @@ def test_json_output_has_no_nan(capsys):
 def test_index_space_is_checked_when_opened(project):
     """A generation whose files are intact (files.json agrees) but whose dense index is not cosine."""
     from rag_cli.hashing import sha256_file
-    from rag_cli.store.index_folder import current_generation
+    from rag_cli.store.index_folder import current_generation, switch_current
 
     ok("index", "-p", project)
     gen = current_generation(project / "index")
@@ -185,6 +185,7 @@ def test_index_space_is_checked_when_opened(project):
     listing = json.loads((gen / "files.json").read_text())
     listing["files"]["dense/rag_dense.json"] = {"size": dense_json.stat().st_size, "sha256": sha256_file(dense_json)}
     (gen / "files.json").write_text(json.dumps(listing))
+    switch_current(project / "index", gen.name)  # CURRENT records the sha256 of files.json
     res = rag("search", "cat", "-p", project)
     assert res.exit_code == 2, (res.stdout, res.stderr)
     msg = " ".join(res.stderr.split())

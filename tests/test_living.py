@@ -3,7 +3,9 @@ crash safety (SIGKILL at random moments) and searches during updates."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import hashlib
 import json
 import os
 import random
@@ -142,19 +144,19 @@ def test_generations_keep_rollback_and_leftovers(tmp_path, scifact_docs, tiny_bi
         p.index()
     names = [g.name for _, g in generations(p.index_dir)]
     assert names == ["gen-000003", "gen-000004", "gen-000005"]  # keep 2 besides the current one
-    assert (p.index_dir / "CURRENT").read_text().strip() == "gen-000005"
-    # what a killed writer leaves is removed by the next one, never read
+    assert (p.index_dir / "CURRENT").read_text().splitlines()[0] == "gen-000005"
+    # what a killed writer leaves is removed by the next one, never read; its numbers are not given out again
     (p.index_dir / ".gen-000006.tmp").mkdir()
     (p.index_dir / "gen-000007").mkdir()
     (p.root / ".index.abc.tmp").mkdir()
     assert p.search("cancer", mode="sparse", k=1)
     p.index(keep=0)
-    assert sorted(x.name for x in p.index_dir.iterdir()) == ["CURRENT", "gen-000006"]
+    assert sorted(x.name for x in p.index_dir.iterdir()) == ["CURRENT", "gen-000008"]
     assert not (p.root / ".index.abc.tmp").exists()
-    with pytest.raises(BadInput, match="no generation older than gen-000006"):
+    with pytest.raises(BadInput, match="no generation older than gen-000008"):
         p.rollback()
     st = p.status()
-    assert st["current"] == "gen-000006" and st["documents"] == 20 and st["stale"] == []
+    assert st["current"] == "gen-000008" and st["documents"] == 20 and st["stale"] == []
     assert st["generations"][0]["n_chunks"] == st["chunks"] == st["vectors"]
 
 
@@ -373,23 +375,50 @@ def two_states(tmp_path_factory, scifact_docs, tiny_bi_encoder):
 def _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command: str, trials: int, seed: int) -> None:
     """Kill `rag COMMAND` with SIGKILL at a random moment `trials` times while the corpus alternates
     between A and B: after every kill the current generation loads and gives exactly A's or B's
-    results; then an uninterrupted `rag update` gives the last corpus's results and leaves nothing behind."""
+    results, and `rag status` finds nothing damaged (CURRENT included); then an uninterrupted
+    `rag update` gives the last corpus's results and leaves nothing behind. Every third trial
+    starts with a `rag rollback`, and every other write runs with `--keep 0`: a generation name
+    never means two generations, and the last one has the highest number (issue 23 items 2-4, 6, 7)."""
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:100])
     p = build(tmp_path / "p", src, tiny_bi_encoder)
     rng = random.Random(seed)
+    names: dict[str, str] = {}  # generation name -> sha256 of its files.json
+
+    def note_generations():
+        for _, g in generations(p.index_dir):
+            sha = hashlib.sha256((g / "files.json").read_bytes()).hexdigest()
+            assert names.setdefault(g.name, sha) == sha, f"trial {trial}: the name {g.name} was given out twice"
+
     for trial in range(trials):
         write_corpus(src, state_b(scifact_docs) if trial % 2 == 0 else scifact_docs[:100])
-        proc = _rag(*([command, src] if command == "build" else [command]), "-p", p.root, "-q")
+        if trial % 3 == 2:
+            with contextlib.suppress(BadInput):  # no older generation (--keep 0 before)
+                p.rollback()
+        keep = ["--keep", "0"] if trial % 2 else []
+        proc = _rag(*([command, src] if command == "build" else [command]), "-p", p.root, "-q", *keep)
         time.sleep(rng.uniform(0.2, 2.5))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         got = sparse_results(p)  # the current generation loads and is one of the two corpora
         assert got in (two_states["a"], two_states["b"]), f"trial {trial}: a mixed or broken index"
+        assert p.status()["damaged"] == [], f"trial {trial}: {p.status()['damaged']}"
+        note_generations()
+    highest = max(int(n[4:]) for n in names)
     proc = _rag("update", "-p", p.root, "-q")
     assert proc.wait() == 0, proc.stderr.read()
     assert sparse_results(p) == two_states["b" if (trial % 2 == 0) else "a"]
     assert not [x for x in p.index_dir.iterdir() if x.name.startswith(".")]
+    assert _temporary_files(p.root) == []  # issue 23 item 4: e.g. a killed embed's .embeddings.parquet.*.tmp
+    current = current_generation(p.index_dir).name
+    assert current in names or int(current[4:]) > highest  # a new generation gets a new, higher number
+    note_generations()
+    assert p.status()["damaged"] == []
+
+
+def _temporary_files(root: Path) -> list[str]:
+    """The temporary files (`*.tmp`) anywhere in the project folder."""
+    return sorted(str(f.relative_to(root)) for f in root.rglob("*.tmp"))
 
 
 @pytest.mark.parametrize("command", ["update", "index"])
@@ -417,19 +446,28 @@ def test_searches_during_50_updates_see_whole_generations(tmp_path, scifact_docs
 
 
 def _searches_during_updates(tmp_path, scifact_docs, tiny_bi_encoder, two_states, n_updates: int) -> None:
+    """Search loops (a new Project for each round, and one long-lived Project that keeps its loaded
+    searcher) while `rag update` alternates the corpus, every other one with `--keep 0` (a reader may
+    find its generation removed while it checks it: issue 23 item 9). Every result is one of the two
+    corpora's; at the end the long-lived Project answers from the last generation (item 2)."""
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:100])
     p = build(tmp_path / "p", src, tiny_bi_encoder)
     expected = (two_states["a"], two_states["b"])
+    live = Project.open(p.root)
     errors, wrong, n = [], [], [0]
     stop = threading.Event()
+
+    def live_results():
+        return [[(h.chunk_id, round(h.score, 5)) for h in live.search(q, mode="sparse", k=10)] for q in QUERIES]
 
     def search_loop():
         while not stop.is_set():
             try:
-                got = sparse_results(p)  # each query may see another generation than the one before
+                for got in (sparse_results(p), live_results()):  # each query may see another generation
+                    wrong.extend((q, hits) for q, hits in enumerate(got)
+                                 if hits not in (expected[0][q], expected[1][q]))
                 n[0] += 1
-                wrong.extend((q, hits) for q, hits in enumerate(got) if hits not in (expected[0][q], expected[1][q]))
             except Exception as exc:  # noqa: BLE001 - any error counts
                 errors.append(repr(exc))
 
@@ -438,12 +476,13 @@ def _searches_during_updates(tmp_path, scifact_docs, tiny_bi_encoder, two_states
     try:
         for i in range(n_updates):
             write_corpus(src, state_b(scifact_docs) if i % 2 == 0 else scifact_docs[:100])
-            proc = _rag("update", "-p", p.root, "-q", "--keep", "1")
+            proc = _rag("update", "-p", p.root, "-q", "--keep", str(i % 2))
             assert proc.wait() == 0, proc.stderr.read()
     finally:
         stop.set()
         t.join()
     assert errors == [] and wrong == [] and n[0] >= n_updates, (errors[:3], len(wrong), n[0])
+    assert live_results() == two_states["b" if (n_updates - 1) % 2 == 0 else "a"]
 
 
 def test_two_updates_started_together_one_runs_the_other_exits_1_naming_it(tmp_path, scifact_docs, tiny_bi_encoder,
@@ -551,3 +590,384 @@ def test_status_is_the_same_from_any_folder_after_chunking_a_relative_path(tmp_p
         monkeypatch.chdir(cwd)
         res = CliRunner().invoke(app, ["status", "-p", str(p.root)])
         assert res.exit_code == 0 and "up to date" in res.stdout and "stale" not in res.stdout, res.stdout
+
+
+# ---------------------------------------------------------------- issue 23: edges of the living index
+def _flip_byte(f: Path, at: int | None = None) -> None:
+    """Flip one byte of `f` (in the middle unless `at`), keeping its size."""
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2 if at is None else at] ^= 0xFF
+    f.write_bytes(bytes(data))
+
+
+def test_generation_numbers_only_grow_so_a_long_lived_project_never_serves_an_old_index(tmp_path, scifact_docs,
+                                                                                         tiny_bi_encoder):
+    # issue 23 item 2: rollback, then `update --keep 0` gave the new generation the rolled-back one's name,
+    # and a long-lived Project kept answering from the searcher it had cached under that name
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    p.index()
+    assert p.search("zyxwvut", mode="sparse", k=3).hits == []  # caches gen-000002
+    assert p.rollback()["to"] == "gen-000001"
+    time.sleep(0.01)
+    (src / "new.txt").write_text("The zyxwvut enzyme.\n", encoding="utf-8")
+    out = p.update(keep=0)
+    assert out["index"]["generation"] == "gen-000003"
+    assert [g.name for _, g in generations(p.index_dir)] == ["gen-000003"]
+    assert [h.doc_id for h in p.search("zyxwvut", mode="sparse", k=3).hits] == ["new.txt"]
+    assert [h.doc_id for h in Project.open(p.root).search("zyxwvut", mode="sparse", k=3).hits] == ["new.txt"]
+    p.index(keep=0)
+    assert current_generation(p.index_dir).name == "gen-000004"
+
+
+def test_the_searcher_cache_key_is_the_generations_content(tmp_path, scifact_docs, tiny_bi_encoder):
+    # item 2: even a generation folder replaced under the same name (by hand, or by an earlier version) is reloaded
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    other = build(tmp_path / "q", src, tiny_bi_encoder)
+    (src / "new.txt").write_text("The zyxwvut enzyme.\n", encoding="utf-8")
+    other.update()
+    assert p.search("zyxwvut", mode="sparse", k=3).hits == []
+    shutil.rmtree(p.index_dir)
+    shutil.copytree(other.index_dir / "gen-000002", p.index_dir / "gen-000001")
+    shutil.copy(other.index_dir / "CURRENT", p.index_dir / "CURRENT")
+    (p.index_dir / "CURRENT").write_text("gen-000001\n")  # the one-line pointer of earlier versions
+    assert [h.doc_id for h in p.search("zyxwvut", mode="sparse", k=3).hits] == ["new.txt"]
+
+
+@pytest.mark.parametrize("damage", ["chunks.parquet", "dense/hnsw.bin"])
+def test_rollback_onto_a_damaged_generation_refuses_naming_the_file(tmp_path, scifact_docs, tiny_bi_encoder, damage):
+    # item 3: rollback made a damaged generation current (exit 0); the next search was exit 2
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    p.index()
+    f = p.index_dir / "gen-000001" / damage
+    _flip_byte(f)
+    before = (p.index_dir / "CURRENT").read_bytes()
+    with pytest.raises(BadInput, match="not rolled back"):
+        p.rollback()
+    res = CliRunner().invoke(app, ["rollback", "-p", str(p.root)])
+    err = " ".join(res.stderr.split())
+    assert res.exit_code == 2 and f"{f} is damaged" in err and "still points at gen-000002" in err, err
+    assert (p.index_dir / "CURRENT").read_bytes() == before
+    assert p.search("cancer", mode="sparse", k=1).hits
+
+
+def test_plain_status_finds_a_flipped_byte_in_the_current_generation(tmp_path, scifact_docs, tiny_bi_encoder):
+    # item 6: `rag status` said "up to date" (exit 0) for bytes flipped without a change of size
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    f = p.index_dir / "gen-000001" / "chunks.parquet"
+    _flip_byte(f)
+    st = p.status()
+    assert len(st["damaged"]) == 1 and f"{f} is damaged: its sha256 differs" in st["damaged"][0]
+    res = CliRunner().invoke(app, ["status", "-p", str(p.root)])
+    assert res.exit_code == 2 and "up to date" not in res.stdout and f"damaged: {f}" in res.stdout.replace("\n", "")
+
+
+@pytest.mark.parametrize("damage", ["digit", "truncated", "one-line digit", "garbage", "empty"])
+def test_a_damaged_current_pointer_is_bad_input_naming_it(tmp_path, scifact_docs, tiny_bi_encoder, damage):
+    # item 7: one flipped digit in CURRENT served an older generation with exit 0; a truncated one said
+    # "gen-0 was removed while it was being opened; try again"
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    p.index()
+    cur = p.index_dir / "CURRENT"
+    text = cur.read_text()
+    assert text.startswith("gen-000002\nfiles.json sha256 ") and len(text.splitlines()) == 4
+    cur.write_text({"digit": text.replace("gen-000002", "gen-000001", 1), "truncated": text[:5],
+                    "one-line digit": "gen-000009\n", "garbage": "\x00\xff", "empty": ""}[damage])
+    with pytest.raises(BadInput, match=str(cur)):
+        Project.open(p.root).search("cancer", mode="sparse", k=1)
+    run = CliRunner().invoke
+    res = run(app, ["search", "cancer", "-p", str(p.root), "--mode", "sparse"])
+    assert res.exit_code == 2 and str(cur) in res.stderr.replace("\n", "") and "was removed" not in res.stderr
+    res = run(app, ["status", "-p", str(p.root)])
+    assert res.exit_code == 2 and f"damaged: {cur}" in res.stdout.replace("\n", "")
+    assert "* gen-" not in res.stdout  # no generation is called current
+    res = run(app, ["update", "-p", str(p.root)])
+    assert res.exit_code == 2 and str(cur) in res.stderr.replace("\n", "")
+    p.index()  # the way out: a new generation and a new pointer; every complete generation was kept
+    names = [g.name for _, g in generations(p.index_dir)]
+    assert names[:2] == ["gen-000001", "gen-000002"] and len(names) == 3
+    assert current_generation(p.index_dir).name == names[2]
+    assert p.search("cancer", mode="sparse", k=1).hits and p.status()["damaged"] == []
+
+
+def test_a_one_line_current_of_earlier_versions_is_read_and_replaced(tmp_path, scifact_docs, tiny_bi_encoder):
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    before = sparse_results(p)
+    (p.index_dir / "CURRENT").write_text("gen-000001\n")
+    assert sparse_results(p) == before and p.status()["damaged"] == []
+    assert p.index()["generation"] == "gen-000002"
+    assert (p.index_dir / "CURRENT").read_text().splitlines()[1].startswith("files.json sha256 ")
+
+
+def test_a_search_retries_when_its_generation_is_removed_while_it_is_hashed(tmp_path, scifact_docs,
+                                                                            tiny_bi_encoder, monkeypatch):
+    # item 9: a generation deleted between the size check and the hash of one of its files gave
+    # FileNotFoundError (exit 1) instead of reading CURRENT again
+    import rag_cli.store.index_folder as index_folder
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    p.index()
+    real = index_folder.sha256_file
+    calls = []
+
+    def writer_removes_it(path, *a, **kw):
+        calls.append(Path(path))
+        if len(calls) == 1:  # a writer switches CURRENT to another generation, then removes this one
+            index_folder.switch_current(p.index_dir, "gen-000001")
+            os.rename(p.index_dir / "gen-000002", p.index_dir / ".gen-000002.tmp")
+            shutil.rmtree(p.index_dir / ".gen-000002.tmp")
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(index_folder, "sha256_file", writer_removes_it)
+    hits = Project.open(p.root).search("cancer", mode="sparse", k=1).hits
+    assert hits and calls[0].parent.name == "gen-000002" and calls[-1].is_relative_to(p.index_dir / "gen-000001")
+
+
+def test_the_next_writer_removes_the_temporary_files_a_killed_one_left(tmp_path, scifact_docs, tiny_bi_encoder):
+    # item 4: a killed embed left .embeddings.parquet.*.tmp behind, and later updates did not remove it
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    [cache] = (p.root / "cache" / "vectors").iterdir()
+    left = [p.root / ".embeddings.parquet.k1ll3d.tmp", p.root / ".chunks.parquet.abc123.tmp",
+            p.root / ".docs.parquet.x.tmp", cache / ".part-00000000000000000001-42-000001.parquet.zz.tmp"]
+    for f in left:
+        f.write_bytes(b"half a file")
+    reader = p.root / "runs" / ".mine.parquet.r3ad.tmp"  # a reader (no lock) may be writing this one now
+    reader.parent.mkdir()
+    reader.write_bytes(b"being written")
+    out = p.update()
+    assert out["index"]["unchanged"]
+    assert _temporary_files(p.root) == ["runs/.mine.parquet.r3ad.tmp"]
+
+
+@pytest.mark.parametrize("where", ["index", "chunk tables", "vector cache", "embeddings"])
+def test_a_full_disk_names_the_file_and_the_space_needed(tmp_path, scifact_docs, tiny_bi_encoder, monkeypatch, where):
+    # item 5: a full disk failed cleanly but said only "OSError: [Errno 28] No space left on device"
+    import errno
+
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    import rag_cli.index.sparse
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    time.sleep(0.01)
+    write_corpus(src, scifact_docs[:12])
+    full = OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space left on device")
+
+    def fail(*args, **kwargs):
+        raise full
+
+    if where == "index":
+        monkeypatch.setattr(rag_cli.index.sparse.SparseIndex, "save", fail)
+        named = p.index_dir / ".gen-000002.tmp" / "sparse"
+    elif where == "chunk tables":
+        real_write = pq.write_table
+        monkeypatch.setattr(pq, "write_table", lambda t, where, *a, **k: fail() if ".chunks.parquet." in str(where)
+                            else real_write(t, where, *a, **k))
+        named = p.chunks_path
+    elif where == "vector cache":
+        real_write = pq.write_table
+        monkeypatch.setattr(pq, "write_table", lambda t, where, *a, **k: fail() if "/.part-" in str(where)
+                            else real_write(t, where, *a, **k))
+        named = p.root / "cache" / "vectors"
+    else:
+        class Writer(pq.ParquetWriter):
+            def write_table(self, table, *a, **k):
+                fail() if ".embeddings.parquet." in str(self.where) else super().write_table(table, *a, **k)
+
+        monkeypatch.setattr(pq, "ParquetWriter", Writer)
+        named = p.embeddings_path
+    kept = [p.index_dir / "CURRENT"] + ([p.embeddings_path] if where != "index" else [])  # index: embedded before
+    before = {f: f.read_bytes() for f in kept}
+    res = CliRunner().invoke(app, ["update", "-p", str(p.root)])
+    err = " ".join(res.stderr.split())
+    assert res.exit_code == 1 and f"no space left on the device: {named}" in err, err
+    assert "this step needs about " in err and " are free" in err and "Errno 28" not in err
+    assert {f: f.read_bytes() for f in before} == before
+    assert current_generation(p.index_dir).name == "gen-000001" and _temporary_files(p.root) == []
+    assert not [x for x in p.index_dir.iterdir() if x.name.startswith(".")]
+    monkeypatch.undo()
+    assert p.update()["index"]["generation"] == "gen-000002"
+
+
+@pytest.mark.parametrize("same_tick", [False, True], ids=["edit during the read", "edit in the same mtime tick"])
+def test_an_edit_that_lands_while_update_reads_the_file_is_not_lost(tmp_path, scifact_docs, tiny_bi_encoder,
+                                                                    monkeypatch, same_tick):
+    # item 1: an edit between reading a file and taking its mtime was never indexed: docs.parquet recorded
+    # the new mtime with the old content, so every later update saw the file as unchanged
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    f = src / f"{scifact_docs[0][0]}.txt"
+    time.sleep(0.01)
+    f.write_text("Version two is about the qwertyuiop receptor.\n", encoding="utf-8")
+    real = Path.read_bytes
+    edited = []
+
+    def read_then_edit(self):
+        data = real(self)
+        if self == f and not edited:  # the edit lands right after the bytes were read
+            mtime = os.stat(f).st_mtime_ns
+            f.write_text("Version three is about the asdfghjkl enzymes.\n", encoding="utf-8")  # same size
+            if same_tick:  # an edit within the same tick of the file system's clock keeps the mtime
+                os.utime(f, ns=(mtime, mtime))
+            else:
+                os.utime(f, ns=(mtime + 10_000_000, mtime + 10_000_000))
+            edited.append(True)
+        return data
+
+    monkeypatch.setattr(Path, "read_bytes", read_then_edit)
+    p.update()
+    monkeypatch.undo()
+    assert edited
+    p.update()  # whatever the first update read, this one must index version three
+    ids = [h.doc_id for h in Project.open(p.root).search("asdfghjkl", mode="sparse", k=3).hits]
+    assert ids == [f.name]
+    assert Project.open(p.root).search("qwertyuiop", mode="sparse", k=3).hits == []
+    assert p.status()["stale"] == []
+
+
+def _embedding_vectors(p: Project) -> np.ndarray:
+    from rag_cli.store.embeddings import read_embeddings
+
+    return read_embeddings(p.embeddings_path).vectors
+
+
+def _damage_a_cached_vector(part: Path, keep_checksum: bool) -> None:
+    """Give the first vector of a vector cache part a component of 3.2e34 (a flipped exponent bit),
+    the part's metadata (its checksum) kept, or dropped as in parts of earlier versions."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rag_cli.store.embeddings import to_matrix, vector_array
+
+    t = pq.read_table(part)
+    vecs = to_matrix(t.column("vector"), t.schema.field("vector").type.list_size).copy()
+    vecs[0, 0] = 3.2e34
+    schema = t.schema if keep_checksum else t.schema.remove_metadata()
+    pq.write_table(pa.Table.from_arrays([t.column("text_sha256"), vector_array(vecs)], schema=schema), part,
+                   compression="zstd")
+
+
+@pytest.mark.parametrize("keep_checksum", [True, False], ids=["checksum", "norm (a part of an earlier version)"])
+def test_a_damaged_vector_in_the_cache_is_set_aside_and_embedded_again(tmp_path, scifact_docs, tiny_bi_encoder,
+                                                                       keep_checksum):
+    # item 8: a flipped bit in the vector cache became a vector of norm 3.2e34 that embed, index and
+    # `status --verify` all accepted
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    good = _embedding_vectors(p)
+    [part] = (p.root / "cache" / "vectors").glob("*/part-*.parquet")
+    _damage_a_cached_vector(part, keep_checksum)
+    res = CliRunner().invoke(app, ["status", "--verify", "-p", str(p.root)])
+    assert res.exit_code == 2 and str(part) in res.stderr.replace("\n", ""), res.output
+    out = p.embed()
+    assert out["cache_repaired"] and str(part) in out["cache_repaired"][0] and not part.exists()
+    assert np.allclose(_embedding_vectors(p), good, atol=1e-6)
+    assert p.status(verify=True)["damaged"] == []
+    p.index()
+    assert p.search("cancer", mode="dense", k=1).hits
+
+
+def test_index_refuses_embeddings_whose_vectors_lost_their_unit_norm(tmp_path, scifact_docs, tiny_bi_encoder):
+    # item 8: a vector of norm 3.2e34 in embeddings.parquet was indexed
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+    from rag_cli.store.embeddings import to_matrix, vector_array
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    t = pq.read_table(p.embeddings_path)
+    vecs = to_matrix(t.column("vector"), t.schema.field("vector").type.list_size).copy()
+    vecs[2, 0] = 3.2e34
+    pq.write_table(t.set_column(t.schema.get_field_index("vector"), t.schema.field("vector"), vector_array(vecs)),
+                   p.embeddings_path)
+    before = (p.index_dir / "CURRENT").read_bytes()
+    res = CliRunner().invoke(app, ["index", "-p", str(p.root)])
+    err = " ".join(res.stderr.split())
+    assert res.exit_code == 2 and f"{p.embeddings_path} is damaged" in err and "norm 3.2e+34" in err, err
+    assert (p.index_dir / "CURRENT").read_bytes() == before
+    res = CliRunner().invoke(app, ["status", "--verify", "-p", str(p.root)])
+    assert res.exit_code == 2 and f"{p.embeddings_path} is damaged" in " ".join(res.stderr.split())
+
+
+@pytest.mark.parametrize("command", ["index", "update", "embed"])
+def test_invalid_utf8_in_chunks_parquet_is_bad_input_naming_the_file(tmp_path, scifact_docs, tiny_bi_encoder,
+                                                                      command):
+    # item 10: a flipped bit in chunks.parquet made update and index exit 1 with a bare UnicodeDecodeError
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    t = pq.read_table(p.chunks_path)
+    for name in ("text", "embed_text"):
+        if name in t.column_names:
+            raw = [s.encode() for s in t.column(name).to_pylist()]
+            raw[1] = raw[1][:5] + b"\xff\xfe" + raw[1][7:]  # the bytes a flipped bit leaves: not UTF-8
+            i = t.schema.get_field_index(name)
+            t = t.set_column(i, t.schema.field(i), pa.array(raw, pa.binary()).view(pa.string()))
+    pq.write_table(t, p.chunks_path, compression="zstd")
+    time.sleep(0.01)
+    (src / "new.txt").write_text("A new document about otters.\n", encoding="utf-8")
+    res = CliRunner().invoke(app, [command, "-p", str(p.root)])
+    err = " ".join(res.stderr.split())
+    assert res.exit_code == 2 and str(p.chunks_path) in err and "UnicodeDecodeError" not in err, (res.exit_code, err)
+    assert "UTF8" in err or "UTF-8" in err, err
+    assert current_generation(p.index_dir).name == "gen-000001"
+
+
+def test_a_project_folder_inside_a_source_is_not_read_as_documents(tmp_path, scifact_docs, tiny_bi_encoder):
+    # item 11: the project folder inside a source (as the systemd recipe had it) is not a source
+    src = tmp_path / "notes"
+    write_corpus(src, scifact_docs[:5])
+    p = build(src / "project", src, tiny_bi_encoder)
+    (p.root / "eval").mkdir()
+    (p.root / "eval" / "report.md").write_text("# An eval report\n\nrecall 0.9\n", encoding="utf-8")
+    assert p.manifest()["chunk"]["skipped"] == []
+    assert p.status()["stale"] == []
+    out = p.update()
+    assert out["chunk"]["n_docs"] == 5 and out["chunk"]["skipped"] == [] and out["index"]["unchanged"]

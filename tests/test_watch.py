@@ -112,3 +112,33 @@ def test_watch_without_sources_or_build_is_bad_input(tmp_path):
     res = CliRunner().invoke(app, ["watch", str(tmp_path), "-p", str(tmp_path / "p"), "--debounce", "0"])
     assert res.exit_code == 2 and "--debounce 0" in res.stderr
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("name", [".rag", "index-project"])
+def test_a_project_folder_inside_a_watched_source_does_not_trigger_itself(tmp_path, tiny_bi_encoder, name):
+    # issue 23 item 11: with the project folder inside the watched folder (as the systemd recipe had it),
+    # every update's own writes started the next update (7 updates in 90 s with no file changed)
+    import threading
+
+    src = tmp_path / "notes"
+    src.mkdir()
+    (src / "alpha.txt").write_text("Alpha talks about tumour growth in mice.\n", encoding="utf-8")
+    p = Project.create(src / name, model={"embedder": str(tiny_bi_encoder)},
+                       chunk={"unit": "chars", "size": 200, "overlap": 20})
+    stop, batches, updates, errors = threading.Event(), [], [], []
+    t = threading.Thread(target=lambda: p.watch([src], debounce=0.2, on_batch=batches.append,
+                                                on_update=updates.append, on_error=errors.append, stop=stop))
+    t.start()
+    try:
+        _wait_for("the first build", lambda: current_generation(src / name / "index"))
+        time.sleep(4.0)  # nothing changes in the sources: at most the one catch-up update
+        assert len(updates) <= 1 and batches == [] and errors == [], (len(updates), batches[:2], errors)
+        (src / "beta.txt").write_text("Beta is about protein folding.\n", encoding="utf-8")
+        _wait_for("the update of beta.txt", lambda: _sparse_ids(src / name, "protein") == ["beta.txt"])
+        n = len(updates)
+        time.sleep(3.0)
+        assert len(updates) == n, len(updates) - n
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    assert not t.is_alive()

@@ -15,7 +15,8 @@ from rag_cli.errors import BadInput
 from rag_cli.index.dense import DenseIndex
 from rag_cli.index.sparse import SparseIndex
 from rag_cli.store.chunks import embedded_column, read_chunks
-from rag_cli.store.embeddings import Embeddings, bad_vector_rows, describe_bad_vectors, read_embeddings
+from rag_cli.store.embeddings import (NAMED_IDS, Embeddings, bad_vector_rows, describe_bad_vectors, off_unit_rows,
+                                      read_embeddings)
 from rag_cli.store.index_folder import INDEX_COLUMNS, INDEX_DOC_COLUMNS
 
 
@@ -44,6 +45,14 @@ def read_inputs(chunks_path: Path, embeddings_path: Path) -> tuple[pa.Table, np.
                        f"{describe_bad_vectors([chunk_ids[i] for i in bad], vectors[bad])}; "
                        "no index was written: run `rag embed` again (with a model that gives finite, "
                        "non-zero vectors for these texts)")
+    off = off_unit_rows(vectors) if emb.normalized else np.zeros(0, np.int64)
+    if off.size:
+        named = ", ".join(f"{chunk_ids[i]!r} (norm {np.linalg.norm(vectors[i].astype(np.float64)):.3g})"
+                          for i in off[:NAMED_IDS])
+        more = f" and {off.size - NAMED_IDS} more" if off.size > NAMED_IDS else ""
+        raise BadInput(f"{embeddings_path} is damaged: {off.size} vector(s) do not have norm 1 although the model "
+                       f"normalises: {named}{more}; no index was written: run `rag embed` again (it checks the "
+                       "vector cache and embeds damaged vectors again)")
     return chunks, vectors, emb
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from rag_cli.errors import BadInput
-from rag_cli.store.index_folder import current_generation, verify_generation
+from rag_cli.store.index_folder import GenerationVanished, current_generation, current_pointer, verify_generation
 
 
 @dataclass
@@ -20,7 +20,9 @@ class IndexFolder:
     of INDEX_COLUMNS present, plus `label`), `dense` (`DenseIndex`), `sparse`
     (`SparseIndex`), each None when not asked for (`open`'s `parts`), `docs`
     (pyarrow.Table of INDEX_DOC_COLUMNS, None for a generation without
-    docs.parquet); `path` is the generation's folder."""
+    docs.parquet); `path` is the generation's folder; `key` says which
+    generation this is in a way that never repeats: (folder, sha256 of its
+    files.json), or (folder, mtime of meta.json) for the old flat layout."""
 
     path: Path
     meta: dict
@@ -28,6 +30,7 @@ class IndexFolder:
     dense: object
     sparse: object
     docs: pa.Table | None = None
+    key: tuple | None = None
 
     @staticmethod
     def exists(path: Path) -> bool:
@@ -48,27 +51,38 @@ class IndexFolder:
         it (a reader slower than `keep` writes) is retried with the new CURRENT.
         """
         path = Path(path)
+        before = None
         for attempt in range(3):
-            gen = current_generation(path)
+            ptr = current_pointer(path)  # BadInput naming CURRENT when it is damaged
+            gen = ptr.path if ptr is not None else current_generation(path)
             if gen is None:
                 where = f" (project folder {project_root})" if project_root is not None else ""
                 raise BadInput(f"{path} has no index: run `rag index` first{where}")
+            if ptr is not None and before is not None and ptr.raw == before.raw:
+                # CURRENT still names it: no writer removed it (they remove only generations CURRENT left)
+                raise BadInput(f"{path / 'CURRENT'} names {gen.name}, which is not a complete generation of this "
+                               "index (the folder or its files.json is missing); write a new generation with "
+                               "`rag index`")
             try:
-                return cls._load(gen, flat=gen == path, parts=parts)
-            except _Vanished:
+                return cls._load(gen, flat=ptr is None, parts=parts,
+                                 files_sha256=ptr.files_sha256 if ptr is not None else None)
+            except GenerationVanished:
+                before = ptr
                 if attempt == 2:
                     raise BadInput(f"{gen} was removed while it was being opened; try again") from None
         raise AssertionError("unreachable")
 
     @classmethod
-    def _load(cls, gen: Path, flat: bool, parts: tuple[str, ...]) -> "IndexFolder":
+    def _load(cls, gen: Path, flat: bool, parts: tuple[str, ...], files_sha256: str | None = None) -> "IndexFolder":
         import pyarrow.parquet as pq
 
         if not flat:  # the old flat layout has no files.json
             if not gen.is_dir():
-                raise _Vanished
-            verify_generation(gen)
+                raise GenerationVanished(gen)
+            key = (gen, verify_generation(gen, files_sha256=files_sha256))
         try:
+            if flat:
+                key = (gen, (gen / "meta.json").stat().st_mtime_ns)
             meta = json.loads((gen / "meta.json").read_text(encoding="utf-8"))
             chunks = pq.ParquetFile(gen / "chunks.parquet").read()  # read_table would import pyarrow.dataset
             labels = chunks.column("label").to_numpy() if "label" in chunks.column_names else None
@@ -82,16 +96,9 @@ class IndexFolder:
 
                 sparse = SparseIndex.load(gen / "sparse")
             docs = pq.ParquetFile(gen / "docs.parquet").read() if (gen / "docs.parquet").exists() else None
-        except FileNotFoundError as exc:
-            if not gen.exists():
-                raise _Vanished from exc
-            raise BadInput(f"{gen} cannot be read ({type(exc).__name__}: {exc}); "
-                           "rebuild it with `rag index`") from exc
         except Exception as exc:  # hnswlib, bm25s, json and arrow each raise their own
+            if not gen.exists():  # a writer removed it while it was read: read CURRENT again
+                raise GenerationVanished(gen) from exc
             raise BadInput(f"{gen} cannot be read ({type(exc).__name__}: {exc}); "
                            "rebuild it with `rag index`") from exc
-        return cls(gen, meta, chunks, dense, sparse, docs)
-
-
-class _Vanished(Exception):
-    """The generation folder disappeared while it was opened."""
+        return cls(gen, meta, chunks, dense, sparse, docs, key)

@@ -83,6 +83,7 @@ class Searcher:
     _chunk_ids: list[str] = field(default_factory=list)
     _doc_ids: list[str] = field(default_factory=list)
     n_queries_truncated: int = 0
+    generation_key: tuple | None = None  # `IndexFolder.key`: which generation this is (never repeats)
 
     @classmethod
     def open(cls, index_dir: Path, embedder=None, project_root: Path | None = None,
@@ -109,6 +110,7 @@ class Searcher:
         s = cls(folder.path, meta, folder.chunks, folder.dense, folder.sparse, embedder, folder.docs)
         s._chunk_ids = folder.chunks.column("chunk_id").to_pylist()
         s._doc_ids = folder.chunks.column("doc_id").to_pylist()
+        s.generation_key = folder.key
         return s
 
     def mask(self, exprs: str | list[str] | None) -> np.ndarray | None:

@@ -7,7 +7,7 @@ import hashlib
 import importlib.util
 import os
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from ..errors import BadInput
 from .beir import is_beir_path, iter_beir_corpus
@@ -68,8 +68,7 @@ def load_file(path: str, doc_id: str, fmt: str, encoding: str | None = None) -> 
     files, and for corrupt, encrypted or text-less PDF/DOCX files.
     """
     try:
-        raw = Path(path).read_bytes()
-        mtime = os.stat(path).st_mtime
+        raw, mtime = read_stable(path)
     except OSError as exc:
         return Skipped(path, f"cannot be read ({exc.strerror or exc})")
     stem = Path(path).stem
@@ -107,6 +106,28 @@ def load_file(path: str, doc_id: str, fmt: str, encoding: str | None = None) -> 
         n_chars=len(text), title=title, text=text, metadata=meta, fmt=fmt, encoding=encoding,
         other_encodings=tuple(others),
     )
+
+
+#: Reads of a file that keeps changing while it is read, before its bytes are taken as they are.
+STABLE_READS = 3
+
+
+def read_stable(path: str) -> tuple[bytes, float]:
+    """(the bytes of `path`, the mtime they belong to). The file's identity
+    (mtime, size, inode) is taken before the read and compared after it; a
+    file that changed meanwhile is read again (at most `STABLE_READS`
+    times). The mtime returned is the one from before the read, so an edit
+    that lands after the read leaves a newer mtime on disk, and the next
+    `rag update` reads the file again instead of keeping old text under the
+    new mtime. Raises OSError as reading does."""
+    for _ in range(STABLE_READS):
+        before = os.stat(path)
+        raw = Path(path).read_bytes()
+        after = os.stat(path)
+        if ((before.st_mtime_ns, before.st_size, before.st_ino) == (after.st_mtime_ns, after.st_size, after.st_ino)
+                and len(raw) == before.st_size):
+            break
+    return raw, before.st_mtime
 
 
 def _walk(folder: str) -> list[str]:
@@ -160,7 +181,8 @@ def _beir_corpus_of(folder: str) -> str:
 
 
 def load_sources(sources: list[str], *, fmt: str = "auto", encoding: str | None = None,
-                 known: Callable[[str, float], list[Document] | None] | None = None) -> LoadResult:
+                 known: Callable[[str, float], list[Document] | None] | None = None,
+                 exclude: Sequence[str | os.PathLike] = ()) -> LoadResult:
     """Load documents from `sources` (files, folders searched recursively, or
     globs such as `docs/**/*.md`).
 
@@ -186,6 +208,9 @@ def load_sources(sources: list[str], *, fmt: str = "auto", encoding: str | None 
     of a file already loaded before, whose mtime has not changed: they are
     taken as they are (in the same checks and order) and the file is not read.
 
+    `exclude`: folders whose files are left out without a word (the project
+    folder, when it lies inside a source).
+
     Raises `BadInput` when `fmt` is unknown (flag `--format`), `encoding` is
     not a text codec (flag `--encoding`), a source does
     not exist or a glob matches nothing, two files get the same `doc_id`, a
@@ -193,7 +218,7 @@ def load_sources(sources: list[str], *, fmt: str = "auto", encoding: str | None 
     """
     docs: list[Document] = []
     skipped: list[Skipped] = []
-    for item in iter_sources(sources, fmt=fmt, encoding=encoding, known=known):
+    for item in iter_sources(sources, fmt=fmt, encoding=encoding, known=known, exclude=exclude):
         (skipped if isinstance(item, Skipped) else docs).append(item)
     if not docs:
         raise no_documents(sources, skipped)
@@ -201,8 +226,8 @@ def load_sources(sources: list[str], *, fmt: str = "auto", encoding: str | None 
 
 
 def iter_sources(sources: list[str], *, fmt: str = "auto", encoding: str | None = None,
-                 known: Callable[[str, float], list[Document] | None] | None = None
-                 ) -> Iterator[Document | Skipped]:
+                 known: Callable[[str, float], list[Document] | None] | None = None,
+                 exclude: Sequence[str | os.PathLike] = ()) -> Iterator[Document | Skipped]:
     """`load_sources` one file (or BEIR record) at a time: yields each
     `Document` or `Skipped` in the order `load_sources` returns them, holding
     only the doc ids and file paths seen. The flags are checked (BadInput)
@@ -220,11 +245,18 @@ def iter_sources(sources: list[str], *, fmt: str = "auto", encoding: str | None 
             _expand(source)
     if fmt == "beir":
         sources = [_beir_corpus_of(s) if os.path.isdir(s) else s for s in sources]
-    return _iter_sources(sources, fmt, encoding, known)
+    return _iter_sources(sources, fmt, encoding, known, _excluded(exclude))
+
+
+def _excluded(folders: Sequence[str | os.PathLike]) -> Callable[[str], bool]:
+    """path -> whether it lies inside one of `folders` (symlinks resolved)."""
+    prefixes = tuple(os.path.join(os.path.realpath(f), "") for f in folders)
+    return lambda path: bool(prefixes) and os.path.realpath(path).startswith(prefixes)
 
 
 def _iter_sources(sources: list[str], fmt: str, encoding: str | None,
-                  known: Callable[[str, float], list[Document] | None] | None) -> Iterator[Document | Skipped]:
+                  known: Callable[[str, float], list[Document] | None] | None,
+                  excluded: Callable[[str], bool] = lambda path: False) -> Iterator[Document | Skipped]:
     seen_files: dict[str, str] = {}
     id_owner: dict[str, str] = {}
 
@@ -239,6 +271,8 @@ def _iter_sources(sources: list[str], fmt: str, encoding: str | None,
     for source in sources:
         is_file_source = os.path.isfile(source)
         for path, doc_id in _expand(source):
+            if excluded(path):
+                continue
             key = os.path.realpath(path)
             if key in seen_files:
                 yield Skipped(path, f"already loaded (same file as {seen_files[key]})")
@@ -273,12 +307,14 @@ def _iter_sources(sources: list[str], fmt: str, encoding: str | None,
             yield result if isinstance(result, Skipped) else checked(result)
 
 
-def source_files(sources: list[str], fmt: str = "auto") -> list[str]:
+def source_files(sources: list[str], fmt: str = "auto", exclude: Sequence[str | os.PathLike] = ()) -> list[str]:
     """The files `load_sources(sources, fmt=fmt)` would read, paths as it
     gives them, without reading any: files of a known format (by extension
     under `fmt="auto"`), BEIR corpus files. A source that does not exist (or
     a glob that matches nothing) gives none instead of raising, so `rag
-    status` can compare the sources with docs.parquet."""
+    status` can compare the sources with docs.parquet. Files inside the
+    folders `exclude` are left out."""
+    excluded = _excluded(exclude)
     out: list[str] = []
     for source in sources:
         try:
@@ -287,7 +323,8 @@ def source_files(sources: list[str], fmt: str = "auto") -> list[str]:
                 continue
             is_file_source = os.path.isfile(source)
             out.extend(path for path, _ in _expand(source)
-                       if _fmt_of(path, fmt) is not None or (is_file_source and is_beir_path(path)))
+                       if (_fmt_of(path, fmt) is not None or (is_file_source and is_beir_path(path)))
+                       and not excluded(path))
         except BadInput:
             continue
     return out

@@ -52,7 +52,9 @@ def chunk_sources(project: "ProjectFolder", sources: list[str], *, fmt: str, par
     from rag_cli.models.loading import embedder_token_room
 
     t0 = time.perf_counter()
-    items = iter_sources(sources, fmt=fmt, encoding=encoding)  # a missing source fails before the tokenizer loads
+    scanned = time.time()  # when the sources were first read (`rag update` reads files modified near it again)
+    # a missing source fails before the tokenizer loads; the project folder inside a source is not a source
+    items = iter_sources(sources, fmt=fmt, encoding=encoding, exclude=[project.root])
     check_chunk_options(params)  # checks the settings before any document is read
     warnings: list[str] = []
     skipped: list[Skipped] = []
@@ -106,7 +108,7 @@ def chunk_sources(project: "ProjectFolder", sources: list[str], *, fmt: str, par
     project.record("chunk", params=chunk_settings(params, model, fmt, encoding), inputs={"sources": list(sources)},
                    outputs=[p.name for p in schemas], rows={"docs": docs.n, "chunks": chunks.n,
                                                             "parents": parents.n},
-                   skipped=skipped, n_oversized=n_oversized, seconds=round(seconds, 3))
+                   skipped=skipped, n_oversized=n_oversized, seconds=round(seconds, 3), scanned=scanned)
     return {"n_docs": docs.n, "n_chunks": chunks.n, "n_parents": parents.n,
             "n_oversized": n_oversized, "max_tokens": max_tokens, "skipped": skipped,
             "seconds": seconds, "warnings": warnings}

@@ -33,7 +33,7 @@ fails the run before anything is embedded or written.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -41,8 +41,9 @@ from rag_cli.hashing import sha256_file, sha256_text
 from rag_cli.progress import Progress
 from rag_cli.store.chunks import embed_text_column, iter_chunk_batches
 from rag_cli.errors import BadInput, WorkFailed
-from rag_cli.store.embeddings import (NAMED_IDS, VectorCache, bad_vector_rows, describe_bad_vectors,
-                                      describe_truncated, embeddings_writer, stored_fingerprint, vector_cache_dir)
+from rag_cli.store.embeddings import (NAMED_IDS, ROW_BYTES, DamagedVectors, VectorCache, bad_vector_rows,
+                                      describe_bad_vectors, describe_truncated, embeddings_writer, stored_fingerprint,
+                                      vector_cache_dir)
 
 if TYPE_CHECKING:
     from rag_cli.store.folder import ProjectFolder
@@ -95,7 +96,7 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
     encoder.check_query_graph()  # a broken query graph fails now, not at the first search
     dim = encoder.dim
     cache_dir = vector_cache_dir(project.root, folder.passage_fingerprint)
-    cache = VectorCache(cache_dir, dim)
+    cache = VectorCache(cache_dir, dim, unit=folder.normalize)
 
     stored, unreadable = stored_fingerprint(project.embeddings_path)  # a damaged file is rebuilt, not a dead end
     if stored == fingerprint:
@@ -131,6 +132,7 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
                        f"a smaller --size, or use --on-truncate warn")
     n_embedded = sum(s in new for s in shas)
     total, done = len(new), 0
+    cache.space_needed = total * (4 * dim + 80) + len(shas) * (4 * dim + ROW_BYTES)  # parts + embeddings.parquet
     kwargs = {} if batch_tokens is None else {"batch_tokens": batch_tokens}
 
     if new:
@@ -178,12 +180,34 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
                     progress("embedding", done, total)
             flush()
 
+    repaired: list[str] = []
+
+    def gather_checked(part: list[str], texts: Callable[[], list[str]]) -> np.ndarray:
+        """The cached vectors of `part`; a damaged cache part (or older
+        embeddings.parquet) is discarded and the texts it held are embedded again."""
+        for _ in range(cache.n_sources + 2):  # each round discards one source
+            missing: dict[str, str] = {}
+            if any(sha not in cache for sha in part):
+                for sha, text in zip(part, texts()):
+                    if sha not in cache:
+                        missing.setdefault(sha, text)
+            if missing:
+                _embed_again(encoder, cache, missing, kwargs, project)
+            try:
+                return cache.gather(part)
+            except DamagedVectors as exc:
+                n = cache.discard(exc.path)
+                repaired.append(f"{exc}; it was set aside and its {n} vector(s) are embedded again")
+        raise WorkFailed(f"the vector cache {cache_dir} keeps giving damaged vectors; delete that folder and run "
+                         "`rag embed` again")
+
     with embeddings_writer(project.embeddings_path, fingerprint, folder.name, dim,
-                           folder.passage_fingerprint, max_length) as write:
+                           folder.passage_fingerprint, max_length, n_rows=len(shas),
+                           normalized=folder.normalize) as write:
         row = 0
-        for batch in iter_chunk_batches(chunks_path, ["chunk_id"], window):
+        for batch in iter_chunk_batches(chunks_path, ["chunk_id", col], window):
             part = shas[row : row + batch.num_rows]
-            vectors = cache.gather(part)
+            vectors = gather_checked(part, lambda: batch.column(1).to_pylist())
             bad = bad_vector_rows(vectors)
             if bad.size:  # a cache written by an older version, or edited
                 ids = batch.column(0).to_pylist()
@@ -198,6 +222,8 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
                "n_truncated": n_truncated, "max_length": max_length, "rebuilt_unreadable": unreadable,
                "truncated": [{"chunk_id": c, "n_tokens": k} for c, k in truncated], "truncation": truncation,
                "seconds": seconds, "fingerprint": fingerprint, "model_warnings": list(folder.warnings)}
+    if repaired:
+        summary["cache_repaired"] = repaired
     project.record("embed", params={"model": folder.name, "onnx": str(folder.onnx_path), "max_length": max_length,
                                     "on_truncate": on_truncate},
                    inputs={"chunks.parquet": sha256_file(project.chunks_path)},
@@ -205,3 +231,17 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
                    n_embedded=n_embedded, n_truncated=n_truncated, seconds=round(seconds, 3),
                    vector_cache=str(cache_dir.relative_to(project.root)))
     return summary
+
+
+def _embed_again(encoder, cache: VectorCache, todo: dict[str, str], kwargs: dict, project: "ProjectFolder") -> None:
+    """Embed the texts `todo` ({sha256: text}) whose cached vectors were
+    damaged, and cache them. Raises WorkFailed for NaN/inf or zero vectors."""
+    folder = encoder.folder
+    shas, texts = list(todo), list(todo.values())
+    for idx, vectors in encoder.iter_encode(texts, folder.passage_prefix, **kwargs):
+        bad = bad_vector_rows(vectors)
+        if bad.size:
+            raise WorkFailed(f"{folder.onnx_path} gave vectors that cosine search cannot use for "
+                             f"{len(bad)} text(s) embedded again after a damaged vector cache part; "
+                             f"{project.embeddings_path.name} was not written; use another export of the model")
+        cache.write_part([shas[i] for i in idx], vectors)

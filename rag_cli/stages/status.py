@@ -6,8 +6,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rag_cli.errors import BadInput
 from rag_cli.hashing import sha256_file
-from rag_cli.store.index_folder import current_generation, generation_info
+from rag_cli.store.index_folder import GenerationVanished, current_generation, generation_info
 
 if TYPE_CHECKING:
     from rag_cli.store.folder import ProjectFolder
@@ -83,7 +84,7 @@ def _changed_sources(project: "ProjectFolder") -> dict[str, list[str]]:
     src = project.config.sources
     if src.paths:
         skipped = {s.get("path") for s in project.manifest().get("chunk", {}).get("skipped", [])}
-        out["added"] = [f for f in dict.fromkeys(source_files(list(src.paths), src.format))
+        out["added"] = [f for f in dict.fromkeys(source_files(list(src.paths), src.format, exclude=[project.root]))
                         if f not in mtimes and f not in skipped]
     return {k: v for k, v in out.items() if v}
 
@@ -125,7 +126,10 @@ def stale_stages(project: "ProjectFolder") -> list[dict[str, Any]]:
             stale("embed", "chunks.parquet changed since it was embedded", "rag embed")
     if not sha:
         return out
-    current = current_generation(project.index_dir)
+    try:
+        current = current_generation(project.index_dir)
+    except BadInput:  # a damaged CURRENT is reported under `damaged`
+        return out
     built = manifest.get("index", {})
     if current is None:
         stale("index", "there is no index yet", "rag index")
@@ -140,19 +144,68 @@ def stale_stages(project: "ProjectFolder") -> list[dict[str, Any]]:
     return out
 
 
+def _vector_problems(project: "ProjectFolder", unreadable: bool) -> list[str]:
+    """For `--verify`: vectors of embeddings.parquet that search cannot use
+    (NaN/inf, zero, or a norm other than 1 from a model that normalises),
+    and damaged parts of the vector cache (`check_vector_cache`)."""
+    from rag_cli.store.embeddings import (bad_vector_rows, check_vector_cache, describe_bad_vectors, off_unit_rows,
+                                          read_embeddings)
+
+    out = []
+    unit_folder = None
+    if project.embeddings_path.exists() and not unreadable:
+        try:
+            emb = read_embeddings(project.embeddings_path)
+        except BadInput as exc:
+            out.append(str(exc))
+        else:
+            bad = bad_vector_rows(emb.vectors)
+            off = off_unit_rows(emb.vectors) if emb.normalized else bad[:0]
+            if bad.size:
+                out.append(f"{project.embeddings_path} has vectors that cosine search cannot use, "
+                           f"{describe_bad_vectors([emb.chunk_ids[i] for i in bad], emb.vectors[bad])}; "
+                           "write it again with `rag embed`")
+            elif off.size:
+                out.append(f"{project.embeddings_path} is damaged: {off.size} vector(s) do not have norm 1 although "
+                           f"the model normalises (first: {emb.chunk_ids[off[0]]!r}); write it again with `rag embed`")
+            if emb.normalized:
+                unit_folder = emb.passage_fingerprint
+    cache = project.root / "cache" / "vectors"
+    for folder in sorted(cache.iterdir()) if cache.is_dir() else ():
+        if folder.is_dir():
+            out += check_vector_cache(folder, unit=folder.name == unit_folder)
+    return out
+
+
+def _same_pointer(project: "ProjectFolder", ptr) -> bool:
+    """Whether index/CURRENT still holds what `ptr` was read from."""
+    try:
+        return (project.index_dir / "CURRENT").read_bytes() == ptr.raw
+    except OSError:
+        return False
+
+
 def project_status(project: "ProjectFolder", verify: bool = False) -> dict[str, Any]:
     """{project, documents, chunks, vectors (row counts, None when the file
     is missing or damaged), generations (`generation_info`), current (name
     or None), model_fingerprints {embeddings, index}, disk_bytes {entry:
     bytes}, stale [{stage, why, command, files?}] (`stale_stages`), damaged
     [messages naming the file: an unreadable docs/chunks/embeddings.parquet,
-    a current generation whose files do not match files.json], sources
-    [paths]}. The current generation's file sizes are always compared with
-    its files.json; with `verify`, every generation's files are also hashed
-    and each generation gets `verified`: None when intact, else the problem."""
-    from rag_cli.errors import BadInput
-    from rag_cli.store.index_folder import verify_generation
+    a damaged index/CURRENT, a current generation whose files do not match
+    files.json], sources [paths]}.
+    The current generation is checked as a search checks it when it opens
+    it: every size, and the sha256 of every file up to
+    VERIFY_SHA256_MAX_BYTES (so a flipped byte in a small file is found
+    without `verify`; only bigger files get the size check alone). With
+    `verify`, every file of every generation is hashed and each generation
+    gets `verified`: None when intact, else the problem."""
+    from rag_cli.store.index_folder import current_pointer, verify_generation
 
+    pointer_problem = None
+    try:
+        ptr = current_pointer(project.index_dir)
+    except BadInput as exc:
+        ptr, pointer_problem = None, str(exc)
     gens = generation_info(project.index_dir)
     for g in gens:
         if not (verify or g["current"]):
@@ -160,13 +213,17 @@ def project_status(project: "ProjectFolder", verify: bool = False) -> dict[str, 
         problem = g["damaged"]
         if problem is None:
             try:
-                verify_generation(project.index_dir / g["name"], full=verify, sizes_only=not verify)
+                same = ptr is not None and ptr.name == g["name"]  # (CURRENT may have moved since it was read)
+                verify_generation(project.index_dir / g["name"], full=verify,
+                                  files_sha256=ptr.files_sha256 if same else None)
             except BadInput as exc:
                 problem = str(exc)
+            except GenerationVanished:  # removed by a writer since it was listed
+                problem = None
         g["damaged"] = problem
         if verify:
             g["verified"] = problem
-    cur = current_generation(project.index_dir)
+    cur = None if pointer_problem else current_generation(project.index_dir)
     current = next((g for g in gens if g["current"]), None)
     rows = {name: _rows(path) for name, path in (("documents", project.docs_path), ("chunks", project.chunks_path),
                                                  ("vectors", project.embeddings_path))}
@@ -174,6 +231,13 @@ def project_status(project: "ProjectFolder", verify: bool = False) -> dict[str, 
             "chunks": "write it again with `rag chunk SRC...` (or `rag build SRC...`)",
             "vectors": "write it again with `rag embed` (texts in the vector cache are not embedded again)"}
     damaged = [f"{problem}; {redo[name]}" for name, (_, problem) in rows.items() if problem]
+    if verify:
+        damaged += _vector_problems(project, unreadable=rows["vectors"][1] is not None)
+    if pointer_problem:
+        damaged.append(pointer_problem)
+    elif ptr is not None and ptr.name not in {g["name"] for g in gens} and _same_pointer(project, ptr):
+        damaged.append(f"{project.index_dir / 'CURRENT'} names {ptr.name}, which is not a complete generation of "
+                       "this index (the folder or its files.json is missing); write a new generation with `rag index`")
     if current is not None and current["damaged"]:
         damaged.append(current["damaged"])
     return {

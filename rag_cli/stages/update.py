@@ -5,9 +5,13 @@ Two steps, each called by `Project.update` under one project lock, with
 is new):
 
 1. `update_chunks`: rescan the sources. A file whose mtime equals the one in
-   docs.parquet is not read; another is read and each of its documents
+   docs.parquet, and that was not modified within `RACY_SECONDS` before the
+   scan that read it (an edit in the same timestamp tick would keep the
+   mtime), is not read; another is read and each of its documents
    compared by sha256 (of the file's bytes; of the JSON line for a BEIR
-   corpus). Chunks of changed and removed documents are dropped, new and
+   corpus). The mtime stored is the one taken before the file was read
+   (`rag_cli.loaders.sources.read_stable`), so an edit during the read is
+   never recorded as read. Chunks of changed and removed documents are dropped, new and
    changed documents are chunked, and docs.parquet / chunks.parquet are
    written in the order a fresh `rag chunk` of the same sources gives (so the
    tables, and BM25 over them, equal those of a fresh build).
@@ -50,6 +54,12 @@ if TYPE_CHECKING:
 #: The HNSW graph is rebuilt when more than this share of its labels is deleted.
 COMPACT_FRACTION = 0.2
 
+#: A file modified less than this many seconds before the scan that read it
+#: is read again by the next update even when its mtime is unchanged: an edit
+#: within the same tick of the file system's clock (up to 2 s on FAT) keeps
+#: the mtime the first scan recorded.
+RACY_SECONDS = 2.0
+
 
 def _old_docs(project: "ProjectFolder") -> dict[str, list[Document]]:
     """docs.parquet as Documents without text, grouped by file path (in table order)."""
@@ -70,21 +80,24 @@ def update_chunks(project: "ProjectFolder", sources: list[str], *, fmt: str, par
     docs_removed, docs_unchanged, chunks_added, chunks_removed, n_docs,
     n_chunks, skipped, seconds. Raises BadInput as `rag chunk` does."""
     t0 = time.perf_counter()
+    scanned = time.time()
     options = chunk_options(params, model)
     exists = project.docs_path.exists() and project.chunks_path.exists()
     have_old = not full and exists
     old_by_path = _old_docs(project) if exists else {}
     old_sha = {d.doc_id: d.sha256 for docs in old_by_path.values() for d in docs}
     reused: set[str] = set()
+    last_scan = project.manifest().get("chunk", {}).get("scanned") if exists else None
+    clean_before = last_scan - RACY_SECONDS if isinstance(last_scan, (int, float)) else float("inf")
 
     def known(path: str, mtime: float) -> list[Document] | None:
         docs = old_by_path.get(path)
-        if docs and all(d.mtime == mtime for d in docs):
+        if docs and mtime < clean_before and all(d.mtime == mtime for d in docs):
             reused.update(d.doc_id for d in docs)
             return docs
         return None
 
-    loaded = load_sources(sources, fmt=fmt, known=known if have_old else None)
+    loaded = load_sources(sources, fmt=fmt, known=known if have_old else None, exclude=[project.root])
     docs = loaded.documents
     same = {d.doc_id for d in docs if d.doc_id in reused or old_sha.get(d.doc_id) == d.sha256} if have_old else set()
     todo = [d for d in docs if d.doc_id not in same]
@@ -111,7 +124,8 @@ def update_chunks(project: "ProjectFolder", sources: list[str], *, fmt: str, par
                    outputs=[p.name for p in tables],
                    rows={"docs": len(docs), "chunks": chunks.num_rows,
                          "parents": tables[project.parents_path].num_rows if parent_child else 0},
-                   skipped=counts["skipped"], update={k: v for k, v in counts.items() if k != "skipped"})
+                   skipped=counts["skipped"], update={k: v for k, v in counts.items() if k != "skipped"},
+                   scanned=scanned)
     return {**counts, "seconds": time.perf_counter() - t0}
 
 

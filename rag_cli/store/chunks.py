@@ -68,9 +68,10 @@ def write_tables(tables: dict[Path, pa.Table], remove: Sequence[Path] = ()) -> N
 
     from rag_cli import atomic
 
+    need = sum(t.nbytes for t in tables.values())  # uncompressed: at most what the files take
     with contextlib.ExitStack() as stack:
         for path, table in tables.items():
-            pq.write_table(table, stack.enter_context(atomic.atomic_path(path)), compression="zstd")
+            pq.write_table(table, stack.enter_context(atomic.atomic_path(path, need=need)), compression="zstd")
         for path in remove:
             Path(path).unlink(missing_ok=True)
 

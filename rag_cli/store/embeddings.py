@@ -6,18 +6,25 @@ embedded text), `vector` fixed_size_list<float32>[dim], `n_tokens` int32
 special tokens included, before truncation) and `truncated` bool
 (`n_tokens > max_length`: the model saw only the first max_length tokens),
 one row per chunk in the order of chunks.parquet; the schema metadata holds
-`model_fingerprint`, `model_name`, `dim`, `passage_fingerprint` and
-`max_length`. Files written before `n_tokens`/`truncated` existed lack
-those two columns and are still read.
+`model_fingerprint`, `model_name`, `dim`, `passage_fingerprint`,
+`max_length` and `normalized` ("true" when the model gives unit vectors).
+Files written before `n_tokens`/`truncated` existed lack those two columns
+and are still read.
 
 The vector cache: `PROJECT/cache/vectors/<passage fingerprint>/part-*.parquet`
 (`text_sha256`, `vector`; one row group each), vectors by the sha256 of the
-embedded text, so a rerun embeds only new or changed texts.
+embedded text, so a rerun embeds only new or changed texts. Each part has
+its own checksum: `vectors_sha256` in its schema metadata, the sha256 of its
+float32 vectors (row-major). Vectors read from the cache are checked as they
+are read: the checksum (parts written before it existed have none), and for
+a model that normalises, a norm of 1 (`UNIT_NORM_TOLERANCE`), so a flipped
+bit never becomes a vector of norm 3e34 (`DamagedVectors`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import time
 from dataclasses import dataclass
@@ -43,10 +50,42 @@ class Embeddings:
     model_name: str
     dim: int
     passage_fingerprint: str = ""  # the model's fingerprint without its query graph (`ModelFolder.passage_fingerprint`)
+    normalized: bool | None = None  # whether the model gives unit vectors (None: a file written before this was kept)
 
 
 #: How many chunk ids a message about bad vectors names.
 NAMED_IDS = 10
+
+#: Bytes per row besides the vector (a chunk id, a text sha256, n_tokens, truncated), for space estimates.
+ROW_BYTES = 120
+
+#: A vector of a normalising model whose L2 norm differs from 1 by more than this is damaged.
+UNIT_NORM_TOLERANCE = 1e-3
+
+
+class DamagedVectors(Exception):
+    """Vectors read from a cache part (or an older embeddings.parquet used
+    as a source) are damaged: `path` (the file), `why` (what was found)."""
+
+    def __init__(self, path: Path, why: str):
+        super().__init__(f"{path}: {why}")
+        self.path, self.why = Path(path), why
+
+
+def off_unit_rows(vectors: np.ndarray, tolerance: float = UNIT_NORM_TOLERANCE) -> np.ndarray:
+    """Rows whose L2 norm is not 1 within `tolerance` (or not finite): the
+    damaged vectors of a model that normalises. (n, d) -> (m,) int64, ascending."""
+    vectors = np.asarray(vectors)
+    if vectors.size == 0:
+        return np.zeros(0, np.int64)
+    with np.errstate(all="ignore"):
+        norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
+    return np.flatnonzero(~np.isfinite(norms) | (np.abs(norms - 1.0) > tolerance)).astype(np.int64)
+
+
+def vectors_sha256(vectors: np.ndarray) -> str:
+    """sha256 of (n, d) vectors as row-major float32 bytes."""
+    return hashlib.sha256(np.ascontiguousarray(vectors, dtype=np.float32).tobytes()).hexdigest()
 
 
 def bad_vector_rows(vectors: np.ndarray) -> np.ndarray:
@@ -122,8 +161,10 @@ def read_embeddings(path: Path) -> Embeddings:
     dim = _check_sizes(path, table, int(meta.get("dim", 0)))
     vectors = to_matrix(table.column("vector"), dim) if dim else np.zeros((0, 0), np.float32)
     sha = table.column("text_sha256").to_pylist() if "text_sha256" in table.column_names else [""] * table.num_rows
+    normalized = {"true": True, "false": False}.get(meta.get("normalized", ""))
     return Embeddings(table.column("chunk_id").to_pylist(), sha, vectors, meta["model_fingerprint"],
-                      meta.get("model_name", ""), dim, meta.get("passage_fingerprint", meta["model_fingerprint"]))
+                      meta.get("model_name", ""), dim, meta.get("passage_fingerprint", meta["model_fingerprint"]),
+                      normalized)
 
 
 def embeddings_schema(fingerprint: str, model_name: str, dim: int, extra_meta: dict | None = None) -> pa.Schema:
@@ -160,17 +201,26 @@ class VectorCache:
     memory (hash -> source, row group, row); vectors are read row group by
     row group when gathered.
 
+    Every row group is checked when it is read (`gather`): its checksum
+    (`vectors_sha256` in a part's metadata) and, with `unit`, the norm of
+    each vector; a damaged source raises DamagedVectors, and `discard`
+    removes it (deleting a part of the cache) so its texts are embedded again.
+
     Args:
         folder: `PROJECT/cache/vectors/<fingerprint>`; created on the first write.
         dim: vector size; part files of another size are ignored.
+        unit: the model normalises: every vector must have norm 1.
     """
 
-    def __init__(self, folder: Path, dim: int):
-        self.folder, self.dim = Path(folder), int(dim)
+    def __init__(self, folder: Path, dim: int, unit: bool = False):
+        self.folder, self.dim, self.unit = Path(folder), int(dim), bool(unit)
         self._files: list[Path] = []  # opened when read: a big cache has more parts than a process may open
+        self._sums: list[str | None] = []  # each source's vectors_sha256 (None: none written)
         self._where: dict[str, tuple[int, int, int]] = {}
         self._loaded: tuple[tuple[int, int], np.ndarray] | None = None  # the last row group read
         self._seq = 0
+        #: Bytes the step that writes parts needs (said when the disk is full); None: the part's size.
+        self.space_needed: int | None = None
         if self.folder.is_dir():
             for part in sorted(self.folder.glob("part-*.parquet")):
                 self.add_source(part, remove_if_unreadable=True)
@@ -180,6 +230,11 @@ class VectorCache:
 
     def __len__(self) -> int:
         return len(self._where)
+
+    @property
+    def n_sources(self) -> int:
+        """The files indexed (parts and older embeddings.parquet), discarded ones included."""
+        return len(self._files)
 
     def add_source(self, path: Path, remove_if_unreadable: bool = False) -> str | None:
         """Index the `text_sha256` column of a Parquet file with `text_sha256`
@@ -198,6 +253,7 @@ class VectorCache:
                 vec_type = pf.schema_arrow.field("vector").type if "vector" in names else None
                 if "text_sha256" not in names or getattr(vec_type, "list_size", None) != self.dim:
                     return f"{path}: no text_sha256 column or no vectors of size {self.dim}"
+                checksum = (pf.schema_arrow.metadata or {}).get(b"vectors_sha256")
                 for rg in range(pf.num_row_groups):
                     shas = pf.read_row_group(rg, columns=["text_sha256"]).column(0).to_pylist()
                     for row, sha in enumerate(shas):
@@ -208,8 +264,23 @@ class VectorCache:
                 Path(path).unlink(missing_ok=True)
             return f"{path}: cannot be read as Parquet ({exc})"
         self._files.append(Path(path))
+        self._sums.append(checksum.decode() if checksum else None)
         self._where.update(found)
         return None
+
+    def discard(self, path: Path) -> int:
+        """Stop using the source `path` (damaged); a part of this cache is
+        deleted, another file (embeddings.parquet) is left as it is. Returns
+        how many hashes it held (to be embedded again)."""
+        path = Path(path)
+        srcs = {i for i, f in enumerate(self._files) if f == path}
+        gone = [sha for sha, loc in self._where.items() if loc[0] in srcs]
+        for sha in gone:
+            del self._where[sha]
+        self._loaded = None
+        if path.parent == self.folder and path.name.startswith("part-"):
+            path.unlink(missing_ok=True)
+        return len(gone)
 
     def write_part(self, shas: list[str], vectors: np.ndarray) -> Path:
         """Write one part file atomically and index it.
@@ -221,9 +292,11 @@ class VectorCache:
         self.folder.mkdir(parents=True, exist_ok=True)
         self._seq += 1
         path = self.folder / f"part-{time.time_ns():020d}-{os.getpid()}-{self._seq:06d}.parquet"
-        table = pa.Table.from_arrays([pa.array(shas, pa.string()), vector_array(vectors)],
-                                     names=["text_sha256", "vector"])
-        atomic.write_parquet(path, table)
+        schema = pa.schema([("text_sha256", pa.string()), ("vector", pa.list_(pa.float32(), self.dim))],
+                           metadata={"vectors_sha256": vectors_sha256(vectors)})
+        table = pa.Table.from_arrays([pa.array(shas, pa.string()), vector_array(vectors)], schema=schema)
+        atomic.write_parquet(path, table, need=self.space_needed,  # a full disk: WorkFailed naming the part
+                             row_group_size=max(len(shas), 1))  # one row group: the checksum covers it
         self.add_source(path)
         return path
 
@@ -232,6 +305,9 @@ class VectorCache:
 
         Raises:
             KeyError: a hash is not cached.
+            DamagedVectors: a row group read is damaged: unreadable, another
+                checksum than the one written, or (with `unit`) a vector whose
+                norm is not 1. `discard` its path and embed its texts again.
         """
         out = np.empty((len(shas), self.dim), dtype=np.float32)
         locs = [self._where[s] for s in shas]
@@ -239,11 +315,55 @@ class VectorCache:
         for i in order:
             src, rg, row = locs[i]
             if self._loaded is None or self._loaded[0] != (src, rg):
-                with pq.ParquetFile(self._files[src]) as pf:
-                    col = pf.read_row_group(rg, columns=["vector"]).column(0)
-                self._loaded = ((src, rg), to_matrix(col, self.dim))
+                self._loaded = ((src, rg), self._read(src, rg))
             out[i] = self._loaded[1][row]
         return out
+
+    def _read(self, src: int, rg: int) -> np.ndarray:
+        """Row group `rg` of source `src` as (n, dim) float32, checked (see `gather`)."""
+        path = self._files[src]
+        try:
+            with pq.ParquetFile(path) as pf:
+                col = pf.read_row_group(rg, columns=["vector"]).column(0)
+                single = pf.num_row_groups == 1
+            vectors = to_matrix(col, self.dim)
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            raise DamagedVectors(path, f"cannot be read as Parquet ({type(exc).__name__}: {exc})") from exc
+        want = self._sums[src]
+        if want is not None and single and vectors_sha256(vectors) != want:
+            raise DamagedVectors(path, "its vectors' sha256 differs from the one written (the file was changed "
+                                       "or damaged)")
+        off = off_unit_rows(vectors) if self.unit else np.zeros(0, np.int64)
+        if off.size:
+            norm = float(np.linalg.norm(vectors[off[0]].astype(np.float64)))
+            raise DamagedVectors(path, f"{off.size} vector(s) of row group {rg} do not have norm 1 although the "
+                                       f"model normalises (row {int(off[0])}: norm {norm:.3g})")
+        return vectors
+
+
+def check_vector_cache(folder: Path, unit: bool = False) -> list[str]:
+    """Problems of the part files of the vector cache `folder`: unreadable,
+    a checksum (`vectors_sha256`) other than the one written, or with `unit`
+    a vector whose norm is not 1. One message per damaged part, naming it
+    (for `rag status --verify`; `rag embed` sets such parts aside itself)."""
+    problems = []
+    for part in sorted(Path(folder).glob("part-*.parquet")):
+        try:
+            with pq.ParquetFile(part) as pf:
+                dim = getattr(pf.schema_arrow.field("vector").type, "list_size", 0)
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            problems.append(f"{part}: cannot be read as Parquet ({type(exc).__name__}: {exc})")
+            continue
+        cache = VectorCache(Path(folder) / "-", dim, unit=unit)  # a folder that does not exist: no parts of its own
+        if cache.add_source(part) is not None:
+            problems.append(f"{part}: not a part of the vector cache (no text_sha256 or vector column)")
+            continue
+        try:
+            for rg in range(pq.ParquetFile(part).num_row_groups):
+                cache._read(0, rg)
+        except DamagedVectors as exc:
+            problems.append(str(exc))
+    return [f"{p}; the next `rag embed` sets it aside and embeds its texts again" for p in problems]
 
 
 def vector_cache_dir(root: Path, fingerprint: str) -> Path:
@@ -265,14 +385,20 @@ def stored_fingerprint(path: Path) -> tuple[str | None, str | None]:
 
 @contextlib.contextmanager
 def embeddings_writer(path: Path, fingerprint: str, model_name: str, dim: int, passage_fingerprint: str,
-                      max_length: int) -> Iterator[Callable[[pa.Array, list[str], np.ndarray, np.ndarray], None]]:
+                      max_length: int, n_rows: int | None = None, normalized: bool | None = None
+                      ) -> Iterator[Callable[[pa.Array, list[str], np.ndarray, np.ndarray], None]]:
     """Write embeddings.parquet atomically, part by part: yields
     `write(chunk_ids, text_sha256s, vectors (n, dim) float32, n_tokens (n,) int)`
     (`truncated` is `n_tokens > max_length`); the file is renamed into place
-    when the block ends without an error."""
-    schema = embeddings_schema(fingerprint, model_name, dim, {"passage_fingerprint": passage_fingerprint,
-                                                              "max_length": max_length})
-    with atomic.atomic_path(path) as tmp:
+    when the block ends without an error. `n_rows` (the rows to come) sizes
+    the space a full disk is said to need; `normalized` (the model gives
+    unit vectors) is kept in the metadata, for `rag index` to check."""
+    extra = {"passage_fingerprint": passage_fingerprint, "max_length": max_length}
+    if normalized is not None:
+        extra["normalized"] = "true" if normalized else "false"
+    schema = embeddings_schema(fingerprint, model_name, dim, extra)
+    need = None if n_rows is None else n_rows * (4 * dim + ROW_BYTES)
+    with atomic.atomic_path(path, need=need) as tmp:
         with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
             rows = 0
 

@@ -34,6 +34,12 @@ from rag_cli.errors import BadInput, WorkFailed
 
 DEFAULT_PROJECT = ".rag"
 
+#: Outputs written only under the project lock: the temporary files a killed
+#: writer leaves beside them (`.NAME.<random>.tmp`, see `rag_cli.atomic`) are
+#: removed by the next writer. (manifest.json, runs/, answers/ and eval/ are
+#: also written by readers, which take no lock: their temporary files are left.)
+WRITER_OUTPUTS = ("docs.parquet", "chunks.parquet", "parents.parquet", "embeddings.parquet")
+
 
 def project_dir(option: str | os.PathLike | None = None) -> Path:
     """The project folder: `option`, else `$RAG_PROJECT`, else `./.rag`."""
@@ -214,6 +220,7 @@ class ProjectFolder:
             try:
                 self.manifest()  # a damaged manifest.json fails now, before any output is written
                 self._write_holder(command)
+                self.remove_leftovers()
                 self._lock_depth = 1
                 yield
             finally:
@@ -226,6 +233,21 @@ class ProjectFolder:
                 with contextlib.suppress(OSError):
                     self.root.rmdir()
             raise
+
+    def remove_leftovers(self) -> list[Path]:
+        """Remove the temporary files a killed writer left: those of
+        `WRITER_OUTPUTS` in the project folder and the unfinished part files
+        of the vector cache (`cache/vectors/*/.part-*.tmp`). Call under the
+        lock (`writing` does). Unfinished index generations are removed by
+        the index writer (`clean_index_dir`). Returns the files removed."""
+        found = [p for name in WRITER_OUTPUTS for p in self.root.glob(f".{name}.*.tmp")]
+        found += self.root.glob("cache/vectors/*/.part-*.tmp")
+        removed = []
+        for p in found:
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                p.unlink()
+                removed.append(p)
+        return removed
 
     def _write_holder(self, command: str) -> None:
         from rag_cli import atomic

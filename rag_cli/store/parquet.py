@@ -2,7 +2,9 @@
 runs) with one error policy: a missing, truncated or otherwise unreadable
 file is bad input (`BadInput`, exit 2) whose message names the file, says
 what is wrong and what to do (e.g. "run `rag chunk` again"), never a bare
-`ArrowInvalid` (exit 1)."""
+`ArrowInvalid` (exit 1). What is read is validated in full (`validate(full=True)`),
+so a flipped bit that leaves a string column without valid UTF-8 is
+reported here, naming the file, not later as a bare UnicodeDecodeError."""
 
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ def read_parquet(path: str | Path, remedy: str, *, columns: Sequence[str] | None
     not_folder(path, f"one Parquet file; {remedy}")
     try:
         table = pq.read_table(path, columns=list(columns) if columns is not None else None)
+        table.validate(full=True)  # e.g. strings that are not UTF-8
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... for a damaged file
         raise _unreadable(path, exc, remedy) from exc
     _check_columns(path, table.column_names, required, remedy)
@@ -85,7 +88,9 @@ def iter_parquet_batches(path: str | Path, remedy: str, columns: Sequence[str],
     """
     pf = open_parquet(path, remedy, required=columns)
     try:
-        yield from pf.iter_batches(batch_size=batch_size, columns=list(columns))
+        for batch in pf.iter_batches(batch_size=batch_size, columns=list(columns)):
+            batch.validate(full=True)  # e.g. strings that are not UTF-8
+            yield batch
     except Exception as exc:  # damaged data pages surface only when read
         raise _unreadable(Path(path), exc, remedy) from exc
     finally:
