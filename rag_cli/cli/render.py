@@ -54,7 +54,7 @@ def chunked(summary: dict, params: str, chunks: Path, parents: Path) -> None:
 
 def embedded_summary(summary: dict, path: Path) -> None:
     """`rag embed`: the model's warnings, what was embedded and reused, truncated chunks."""
-    for message in summary["model_warnings"]:
+    for message in summary["model_warnings"] + (summary.get("cache_repaired") or []):
         warn(message)
     if summary["rebuilt_unreadable"]:
         warn(f"the old embeddings could not be read and were rebuilt: {summary['rebuilt_unreadable']}")
@@ -71,6 +71,8 @@ def indexed(summary: dict, index_dir: Path) -> None:
 
 def built(out: dict, index_dir: Path) -> None:
     c, e, i = out["chunk"], out["embed"], out["index"]
+    for message in e.get("cache_repaired") or []:
+        warn(message)
     note(f"{c['n_docs']} documents -> {c['n_chunks']} chunks; {e['n_embedded']} embedded, {e['n_reused']} "
          f"reused; index {i['generation']} ({i['n_chunks']} chunks) -> {index_dir}")
     skipped(c.get("skipped", []))
@@ -78,6 +80,8 @@ def built(out: dict, index_dir: Path) -> None:
 
 def updated(out: dict) -> None:
     c, e, i = out["chunk"], out["embed"], out["index"]
+    for message in e.get("cache_repaired") or []:
+        warn(message)
     if out["full_rechunk"]:
         warn(f"every document was rechunked: {out['full_rechunk']}")
     if i["full"]:
