@@ -100,7 +100,7 @@ class IndexConfig:
     bm25_k1: float = setting(1.2, "BM25 k1: term-frequency saturation", limits=(0, None), flag="--k1")
     bm25_b: float = setting(0.75, "BM25 b: length normalisation, 0-1", limits=(0, 1), flag="--b")
     bm25_method: str = setting("lucene", "BM25 variant: lucene (Lucene's and Anserini's scoring) | robertson | "
-                                "atire | bm25l | bm25+")
+                                "atire | bm25l | bm25+", limits=("lucene", "robertson", "atire", "bm25l", "bm25+"))
     keep: int = setting(2, "Old index generations kept for `rag rollback`", limits=(0, None))
 
 
@@ -108,7 +108,7 @@ class IndexConfig:
 class SearchConfig:
     """`[search]`: retrieval mode, depth and hybrid fusion (see `rag_cli.index.fusion`)."""
 
-    mode: str = setting("hybrid", "dense | sparse | hybrid")
+    mode: str = setting("hybrid", "dense | sparse | hybrid", limits=("dense", "sparse", "hybrid"))
     k: int = setting(10, "Results per query", limits=(1, None), flag="-k")
     rrf_k: int = setting(60, "RRF constant k in 1/(k + rank)", limits=(0, None))
     candidates: int = setting(100, "Hybrid: hits per retriever before fusion", limits=(1, None))
@@ -262,6 +262,7 @@ class Config:
                     raise BadInput(f"{path}: unknown key {key!r} in [{section}]; known: {', '.join(known)}")
                 check_setting(section, key, value, source=str(path))
             config = replace(config, **{section: replace(getattr(config, section), **values)})
+        _check_chunk_section(config.chunk, path)
         return config
 
     def save(self, path: str | Path) -> None:
@@ -380,7 +381,20 @@ def check_setting(section: str, key: str, value: Any, source: str | None = None,
     if not problem and info.check is not None:
         problem = info.check(value)
     if problem:
-        raise BadInput(f"{where}: {problem}" + (f" (flag {flag})" if source else ""))
+        raise BadInput(f"{where}: {problem}" + (f" (flag {flag})" if source and info.cli else ""))
+
+
+def _check_chunk_section(chunk: "ChunkConfig", path: Path) -> None:
+    """The [chunk] values of `path` checked together (size, overlap < size, strategy, unit, ...) as the
+    chunk flags are (`rag_cli.chunking.units.validate`); BadInput naming the file."""
+    from rag_cli.chunking.units import validate
+
+    try:
+        validate(chunk.strategy, chunk.size, chunk.overlap, chunk.unit, tokenizer=True,
+                 context_sentences=chunk.context_sentences, parent_size=chunk.parent_size,
+                 breakpoint_percentile=chunk.breakpoint_percentile)
+    except BadInput as exc:
+        raise BadInput(f"{path} [chunk]: {exc}") from None
 
 
 def split_options(options: dict[str, Any], sections: tuple[str, ...],

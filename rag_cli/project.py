@@ -333,6 +333,11 @@ class Project:
         from rag_cli.stages.search import run_queries
 
         check_name(name)
+        if output is not None:  # not the query file, not a file of the project (only under runs/)
+            from rag_cli.evaluate.outputs import check_eval_files
+
+            check_eval_files({"--queries": queries}, {"-o": output},
+                             project=self.root if self.root.is_dir() else None, under="runs")
         config, s, mask = self.engines.search_setup(_options(options, "search").get("search"), filter)
         path = Path(output) if output else self.run_path(name or f"{file_stem(queries)}-{config.search.mode}", format)
         before = s.n_queries_truncated

@@ -664,3 +664,46 @@ def test_build_says_which_files_it_skipped(tmp_path, tiny_bi_encoder):
     res = rag("build", docs, "--model", tiny_bi_encoder, "--unit", "chars", "-p", tmp_path / "p.rag")
     assert res.exit_code == 0, res.output
     assert f"skipped {docs / 'empty.md'}: no text" in " ".join(res.stderr.split())
+
+
+@pytest.mark.parametrize("target", ["rag.toml", "chunks.parquet", "QUERIES"])
+def test_search_queries_output_never_replaces_a_project_file_or_its_input(project, tmp_path, target):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"_id": "1", "text": "hnsw graph"}\n', encoding="utf-8")
+    out = queries if target == "QUERIES" else project / target
+    assert_bad_input(["search", "--queries", queries, "-o", out, "-p", project], project, "-o", str(out))
+    assert queries.read_text(encoding="utf-8").startswith('{"_id"')
+
+
+def test_search_queries_output_under_runs_or_outside_is_written(project, tmp_path):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"_id": "1", "text": "hnsw graph"}\n', encoding="utf-8")
+    for out in (project / "runs" / "mine.parquet", tmp_path / "elsewhere.parquet"):
+        res = rag("search", "--queries", queries, "-o", out, "-p", project)
+        assert res.exit_code == 0, res.stderr
+        assert out.exists()
+
+
+def test_rag_toml_chunk_values_are_checked_when_read(tmp_path):
+    p = tmp_path / "p"
+    p.mkdir()
+    (p / "rag.toml").write_text('[chunk]\nstrategy = "nope"\n', encoding="utf-8")
+    res = rag("init", p)
+    assert res.exit_code == 2 and "rag.toml [chunk]: --strategy 'nope' is not known" in res.stderr
+
+
+def test_rag_toml_errors_name_a_flag_only_when_there_is_one(tmp_path):
+    p = tmp_path / "p"
+    p.mkdir()
+    (p / "rag.toml").write_text("[ask]\nrerank_candidates = 0\n", encoding="utf-8")
+    res = rag("init", p)
+    assert res.exit_code == 2 and "rerank_candidates = 0: must be ≥ 1" in res.stderr and "flag" not in res.stderr
+
+
+def test_eval_options_may_come_before_the_subcommand(project):
+    run = project / "runs" / "base.parquet"
+    res = rag("eval", "-p", project, "--json", "compare", run, run, "--qrels", SAMPLE_QRELS)
+    assert res.exit_code == 0, res.stderr
+    import json
+
+    assert json.loads(res.stdout)["comparisons"]

@@ -60,16 +60,17 @@ def _inside(path: Path, folder: Path) -> bool:
     return path.resolve().is_relative_to(folder.resolve())
 
 
-def _not_in_project(flag: str, out: Path, project: Path | None) -> None:
-    """BadInput when `out` is inside `project` but not under its eval/ folder:
-    there it could replace a file of the project (chunks.parquet, a run, ...)."""
-    if project is not None and _inside(out, project) and not _inside(out, project / "eval"):
+def _not_in_project(flag: str, out: Path, project: Path | None, under: str = "eval") -> None:
+    """BadInput when `out` is inside `project` but not under its `under`
+    folder: there it could replace a file of the project (chunks.parquet, rag.toml, a run, ...)."""
+    if project is not None and _inside(out, project) and not _inside(out, project / under):
         raise BadInput(f"{flag} {out} is inside the project folder {project}, whose files rag keeps (chunks, index, "
-                       f"runs, answers); write it under {project / 'eval'} or outside the project")
+                       f"runs, answers); write it under {project / under} or outside the project")
 
 
 def check_eval_files(inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, plots: Any = None,
-                     folder: tuple[str, Any] | None = None, project: Path | None = None) -> None:
+                     folder: tuple[str, Any] | None = None, project: Path | None = None,
+                     under: str = "eval") -> None:
     """The output checks of every `rag eval` subcommand, made before any work.
 
     Args:
@@ -83,7 +84,7 @@ def check_eval_files(inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, p
         folder: (flag, path) of an output folder replaced as a whole
             (`rag eval make-unanswerable`'s -o DIR), or None.
         project: the project folder, or None; an output inside it must be
-            under its eval/ folder.
+            under its `under` folder (eval/; runs/ for `rag search --queries -o`).
 
     Raises:
         BadInput naming both flags when an output is an input or another
@@ -99,7 +100,7 @@ def check_eval_files(inputs: Mapping[str, Any], outputs: Mapping[str, Any], *, p
     files = [(flag, Path(v)) for flag, v in outputs.items() if v is not None]
     written: list[tuple[str, Path]] = []
     for flag, out in files:
-        _not_in_project(flag, out, project)
+        _not_in_project(flag, out, project, under)
         for other, path in read + written:
             if _same(out, path):
                 raise BadInput(f"{flag} {out} is also {other} {path}: it would be overwritten; "

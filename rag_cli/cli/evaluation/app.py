@@ -28,7 +28,9 @@ class DefaultGroup(TyperGroup):
 
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         if args and args[0].startswith("-") and args[0] not in ctx.help_option_names:
-            args = [self.default, *args]
+            named = next((i for i, a in enumerate(args) if a in self.commands), None)
+            # `rag eval -p DIR compare R1 R2`: the subcommand named after its options goes first
+            args = [args[named], *args[:named], *args[named + 1:]] if named else [self.default, *args]
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx):
