@@ -161,7 +161,7 @@ class AskConfig:
                            "rewrite's retrieval fused with the question's by RRF",
                            limits=("none", "multi-query", "hyde"))
     rerank_candidates: int = setting(20, "With model.reranker: chunks retrieved and reranked, of which the best "
-                                     "k are kept", limits=(1, None), cli=False)
+                                     "k are kept", limits=(1, None))
     min_rerank_score: float = setting(0.0, "With model.reranker: refuse below this best cross-encoder logit (a raw "
                                       "logit, per model); 0 = off")
     gate: str = setting("on", "on | off: off refuses nothing itself (the generator may) and still records the "

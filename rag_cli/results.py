@@ -17,6 +17,10 @@ from typing import Any
 def _plain(value: Any) -> Any:
     if isinstance(value, Result):
         return value.to_dict()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return [_plain(v) for v in value]
     if isinstance(value, list):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
@@ -36,7 +40,8 @@ class Result:
     _KEYS: dict[str, str] = {}
 
     def to_dict(self) -> dict[str, Any]:
-        """{key: value} of every field (None optional fields left out), nested results as dicts."""
+        """{key: value} of every field (None optional fields left out), nested results as dicts,
+        paths as str and tuples as lists: JSON-ready."""
         names = {v: k for k, v in self._KEYS.items()}
         return {names.get(f.name, f.name): _plain(getattr(self, f.name)) for f in fields(self)  # type: ignore[arg-type]
                 if not (f.metadata.get("omit_none") and getattr(self, f.name) is None)}

@@ -695,9 +695,10 @@ def test_rag_toml_chunk_values_are_checked_when_read(tmp_path):
 def test_rag_toml_errors_name_a_flag_only_when_there_is_one(tmp_path):
     p = tmp_path / "p"
     p.mkdir()
-    (p / "rag.toml").write_text("[ask]\nrerank_candidates = 0\n", encoding="utf-8")
+    (p / "rag.toml").write_text("[sources]\nformat = 3\n", encoding="utf-8")
     res = rag("init", p)
-    assert res.exit_code == 2 and "rerank_candidates = 0: must be ≥ 1" in res.stderr and "flag" not in res.stderr
+    assert res.exit_code == 2 and "[sources] format = 3 should be a string" in res.stderr
+    assert "flag" not in res.stderr
 
 
 def test_eval_options_may_come_before_the_subcommand(project):
