@@ -242,7 +242,7 @@ def test_status_without_an_index_and_after_rollback_is_stale(tmp_path, scifact_d
     assert res.exit_code == 0 and "up to date" not in res.stdout
 
 
-@pytest.mark.parametrize("damage", ["meta.json", "files.json", "dense/hnsw.bin", "chunks.parquet", "docs.parquet"])
+@pytest.mark.parametrize("damage", ["meta.json", "files.json", "dense/hnsw.bin", "chunks.arrow", "docs.parquet"])
 def test_status_reports_a_damaged_current_generation(tmp_path, scifact_docs, tiny_bi_encoder, damage):
     from typer.testing import CliRunner
 

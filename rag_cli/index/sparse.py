@@ -101,9 +101,11 @@ class SparseIndex:
 
     @classmethod
     def load(cls, folder: Path) -> "SparseIndex":
+        """Load `folder`'s bm25s index with its score arrays memory-mapped (`mmap=True`): a query reads
+        only the postings of its terms; the vocabulary is read whole."""
         import bm25s
 
-        retriever = bm25s.BM25.load(str(folder), show_progress=False)
+        retriever = bm25s.BM25.load(str(folder), show_progress=False, mmap=True)
         params = json.loads((folder / "rag_sparse.json").read_text(encoding="utf-8"))
         return cls(retriever, params)
 
