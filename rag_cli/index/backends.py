@@ -107,20 +107,26 @@ def build_dense(vectors: np.ndarray, settings, threads: int = 0) -> VectorIndex:
     """A fresh dense index of `settings.backend` over `vectors` ((n, d) float32; label i = row i).
     `settings` is the [index] config (`IndexConfig`). Raises BadInput for settings the data cannot
     take (e.g. a `pq_m` that does not divide the dimension) or a missing faiss."""
+    import time
+
+    t0 = time.perf_counter()
     backend = getattr(settings, "backend", "hnswlib")
     if backend == "exact":
         from rag_cli.index.exact import ExactIndex
 
-        return ExactIndex.build(vectors)
-    if backend == "faiss":
+        dense = ExactIndex.build(vectors)
+    elif backend == "faiss":
         import_faiss()
         from rag_cli.index.faiss_index import FaissIndex
 
-        return FaissIndex.build(vectors, settings, threads=threads)
-    from rag_cli.index.dense import DenseIndex
+        dense = FaissIndex.build(vectors, settings, threads=threads)
+    else:
+        from rag_cli.index.dense import DenseIndex
 
-    return DenseIndex.build(vectors, m=settings.hnsw_m, ef_construction=settings.hnsw_ef_construction,
-                            ef=settings.hnsw_ef, threads=threads)
+        dense = DenseIndex.build(vectors, m=settings.hnsw_m, ef_construction=settings.hnsw_ef_construction,
+                                 ef=settings.hnsw_ef, threads=threads)
+    dense.params["build_seconds"] = round(time.perf_counter() - t0, 3)  # of the last full build
+    return dense
 
 
 def load_dense(folder: Path, row_labels: np.ndarray | None = None) -> VectorIndex:

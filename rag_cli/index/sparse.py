@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -89,9 +90,11 @@ class SparseIndex:
 
         if method not in ("lucene", "robertson", "atire", "bm25l", "bm25+"):
             raise BadInput(f"--bm25-method {method!r} is unknown; use lucene, robertson, atire, bm25l or bm25+")
+        t0 = time.perf_counter()
         retriever = bm25s.BM25(k1=k1, b=b, method=method)
         retriever.index([analyze(t) for t in texts], show_progress=False)
-        return cls(retriever, {"k1": k1, "b": b, "method": method, "n_docs": len(texts), "analyzer": "jieba+snowball-en"})
+        return cls(retriever, {"k1": k1, "b": b, "method": method, "n_docs": len(texts), "analyzer": "jieba+snowball-en",
+                               "build_seconds": round(time.perf_counter() - t0, 3)})
 
     def save(self, folder: Path) -> None:
         """Write the bm25s files into `folder` (which the caller renames into place)."""
