@@ -10,11 +10,14 @@ built from real model output (see docs/scale.md, "How the corpus is built"):
    train, CMRC, SQuAD) encoded as queries. Cached: a rerun embeds nothing.
 2. `corpus --n N`: N synthetic chunks. Each vector is a random convex
    combination of a real chunk vector and two of its 10 nearest real
-   neighbours (Dirichlet weights, the source weighted most), plus a
-   perturbation along a real difference vector (v_j - v_k of two random
-   real chunks, scaled by 0.15), L2-normalised as e5's vectors are. Each
-   text is 2-5 sentences drawn from the source chunk's document and its
-   neighbours' documents. Written as a contract-valid project folder
+   neighbours (Dirichlet(10, 1, 1) weights: the source weighs 0.83 on
+   average), plus a perturbation along a real difference vector (v_a - v_b
+   of two random real chunks, scaled by 0.3), L2-normalised as e5's vectors
+   are; these two constants were chosen so that, at the real corpus's size,
+   the cosine to the nearest other chunk, of random pairs and of the real
+   queries' top 10 match the real vectors' (`corpus_stats`). Each text is
+   2-5 distinct sentences, each drawn from the source chunk or one of the
+   two neighbours (with the same weights). Written as a contract-valid project folder
    (docs, chunks, embeddings) in WORK/n{N}/base/.
 3. `index`: `rag index --backend B [--index-type T]` per backend (the real
    CLI, its wall time and peak RSS), each into its own copy of the project
@@ -176,7 +179,7 @@ def real_neighbours(vectors: np.ndarray, k: int = 10) -> np.ndarray:
 
 
 def synth_block(real: dict, nbr: np.ndarray, rng: np.random.Generator, size: int,
-                alpha=(3.0, 1.0, 1.0), noise: float = 0.15) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+                alpha=(10.0, 1.0, 1.0), noise: float = 0.3) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
     """`size` synthetic chunks: (vectors (size, d) unit float32, texts, source real chunk of each, tokens)."""
     from rag_cli.index.backends import unit
 
@@ -201,6 +204,7 @@ def synth_block(real: dict, nbr: np.ndarray, rng: np.random.Generator, size: int
         u = rng.random(k[i])
         chunks = which[i, np.minimum(np.searchsorted(cw[i], u), 2)]
         idx = first[chunks] + (rng.random(k[i]) * count[chunks]).astype(np.int64)
+        idx = idx[np.sort(np.unique(idx, return_index=True)[1])]  # a sentence once per chunk
         texts.append(" ".join(sents[j] for j in idx))
         ntok[i] = int(stok[idx].sum())
     return v.astype(np.float32), texts, src, ntok
@@ -315,8 +319,7 @@ def corpus_stats(work: Path, base: Path, sample: int = 5000, seed: int = 1) -> d
                 "nn_cosine_p90": float(np.percentile(nn, 90)), "random_pair_cosine_mean": float(pairs.mean()),
                 "random_pair_cosine_std": float(pairs.std()),
                 "query_top1_cosine_mean": float(np.mean([s[0] for _, s in top])),
-                "query_top10_cosine_mean": float(np.mean([s[-1] for _, s in top])),
-                "norm_before_unit_mean": None}
+                "query_top10_cosine_mean": float(np.mean([s[-1] for _, s in top]))}
 
     out = {"real": stats(unit(real)), "synthetic": stats(syn),
            "synthetic_subset_of_real_size": stats(np.asarray(syn[:len(real)]))}
@@ -368,6 +371,21 @@ BACKENDS = {
 }
 
 
+def measured(cmd: list[str]) -> tuple[float, float, str]:
+    """`run_measured` of `cmd` through GNU time (`/usr/bin/time -f "%e %M"`): (wall seconds, peak RSS
+    in MiB, stdout). Not wait4 here: this process is large (the corpus), and Linux carries the
+    parent's RSS high-water mark into a child's ru_maxrss at exec, so a child forked from here would
+    report at least this process's peak (every build of the first run read 6,059 MiB)."""
+    import shutil
+    import tempfile
+
+    time_bin = shutil.which("time") or "/usr/bin/time"
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as f:
+        _, _, out = run_measured([time_bin, "-f", "%e %M", "-o", f.name, *cmd], env=env())
+        seconds, kib = f.read().split()[-2:]
+    return float(seconds), int(kib) / 1024, out
+
+
 def rag_cmd(*args) -> list[str]:
     return [sys.executable, "-m", "rag_cli", *map(str, args)]
 
@@ -398,7 +416,7 @@ def build_index(work: Path, n: int, name: str) -> dict:
     config.save(proj / "rag.toml")
     flags = [f"--backend {v}" if k == "backend" else f"--index-type {v}" for k, v in BACKENDS[name].items()]
     log(f"index: {name} ({n} chunks)")
-    seconds, peak, out = run_measured(rag_cmd("index", "-p", proj, "--json"), env=env())
+    seconds, peak, out = measured(rag_cmd("index", "-p", proj, "--json"))
     from rag_cli.store.index_folder import current_generation
 
     gen = current_generation(proj / "index")
@@ -450,7 +468,7 @@ def proc_mem() -> dict:
     out = {}
     for line in Path("/proc/self/status").read_text().splitlines():
         key, _, value = line.partition(":")
-        if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
+        if key in ("VmRSS", "RssAnon", "RssFile"):
             out[key] = round(int(value.split()[0]) / 1024, 1)
     return out
 
@@ -493,20 +511,41 @@ def measure_one(work: Path, n: int, name: str, n_queries: int, seed: int = 7) ->
         return lat, hits
 
     run("dense", min(20, limit))  # warm-up: the first queries page in the graph / codes
+
+    def dense_recall(hits) -> float:
+        return round(float(np.mean([len({h.row for h in hh} & set(gt[i].tolist())) / 10
+                                    for i, hh in enumerate(hits)])), 4)
+
+    # the search-time settings: recall against speed (index.hnsw_ef; faiss nprobe, rerank)
+    sweep = {"hnswlib": [{"ef": e} for e in (64, 128, 256, 512)],
+             "faiss-hnsw-sq8": [{"ef": e, "rerank": r} for e, r in ((64, 100), (128, 100), (256, 100), (256, 200),
+                                                                     (512, 200))],
+             "faiss-sq8": [{"rerank": r} for r in (0, 100)],
+             "faiss-ivf-pq": [{"nprobe": p, "rerank": r} for p, r in ((16, 100), (32, 100), (64, 100), (64, 200),
+                                                                      (128, 200), (128, 400))]}.get(name, [])
+    defaults = dict(s.dense.params)
+    res["sweep"] = []
+    for point in sweep:
+        s.dense.params.update(point)
+        lat, hits = run("dense", limit)
+        res["sweep"].append({**point, "recall@10": dense_recall(hits), "qps": round(len(lat) / sum(lat), 1),
+                             "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99)})
+    s.dense.params.clear()
+    s.dense.params.update(defaults)
     for mode in ("dense", "sparse", "hybrid"):
         m = limit if mode != "sparse" else len(qv)
         lat, hits = run(mode, m)
         entry = {"queries": m, "qps": round(m / sum(lat), 1), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99),
                  "mean_ms": round(float(np.mean(lat)) * 1000, 2)}
         if mode == "dense":
-            entry["recall@10"] = round(float(np.mean([len({h.row for h in hh} & set(gt[i].tolist())) / 10
-                                                      for i, hh in enumerate(hits)])), 4)
+            entry["recall@10"] = dense_recall(hits)
+            entry["settings"] = {k: s.dense.params.get(k) for k in ("ef", "nprobe", "rerank") if k in s.dense.params}
         res[mode] = entry
     t = time.perf_counter()
     mask = s.mask("collection=cmrc")
     mask_s = time.perf_counter() - t
     lat, hits = run("dense", min(limit, 200), mask)
-    ok = all(s.docs is not None for _ in [0])
+    ok = s.docs is not None
     allowed = set(np.flatnonzero(mask).tolist())
     res["filtered_dense"] = {"filter": "collection=cmrc", "allowed_rows": int(mask.sum()),
                              "mask_seconds": round(mask_s, 3), "queries": len(lat), "p50_ms": pct(lat, 50),
@@ -538,8 +577,7 @@ def cold_search(proj: Path, query: str, repeats: int = 3, evict: bool = False) -
     for _ in range(repeats):
         if evict:
             drop_cache(current_generation(proj / "index"))
-        seconds, peak, out = run_measured(rag_cmd("search", query, "-p", proj, "--mode", "hybrid", "-k", "10",
-                                                  "--json"), env=env())
+        seconds, peak, out = measured(rag_cmd("search", query, "-p", proj, "--mode", "hybrid", "-k", "10", "--json"))
         runs.append({"seconds": round(seconds, 3), "peak_rss_mib": round(peak, 1)})
         hits = json.loads(out)
     return {"command": f"rag search {json.dumps(query, ensure_ascii=False)} -p PROJECT --mode hybrid -k 10 --json",
@@ -553,7 +591,7 @@ def small_index_cold(work: Path) -> dict:
     """The cold `rag search` on the real SciFact project (11k chunks, hnswlib), for comparison."""
     proj = work / "real" / "scifact"
     if not (proj / "index").exists():
-        run_measured(rag_cmd("index", "-p", proj, "--json"), env=env())
+        measured(rag_cmd("index", "-p", proj, "--json"))
     return {"project": "real SciFact (11,011 chunks, hnswlib)",
             "warm_page_cache": cold_search(proj, "vitamin D deficiency and bone density")}
 
@@ -608,13 +646,17 @@ def main() -> None:
             report["build"][name] = build_index(args.work, args.n, name)
             out_path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
     if args.only in (None, "measure"):
+        q_all = np.load(args.work / "real" / "queries.npy")
+        rng = np.random.default_rng(7)  # the queries measure_one picks
+        ground_truth(args.work, args.n, q_all[np.sort(rng.choice(len(q_all), min(args.queries, len(q_all)),
+                                                                 replace=False))])
         report.setdefault("search", {})
         report.setdefault("cold", {})
         query = json.loads((args.work / "real" / "queries.json").read_text(encoding="utf-8"))["texts"][0]
         for name in names:
             log(f"measure: {name}")
-            seconds, peak, out = run_measured([sys.executable, __file__, "--n", str(args.n), "--work", str(args.work),
-                                               "--queries", str(args.queries), "--measure-one", name], env=env())
+            seconds, peak, out = measured([sys.executable, __file__, "--n", str(args.n), "--work", str(args.work),
+                                           "--queries", str(args.queries), "--measure-one", name])
             report["search"][name] = {**json.loads(out), "process_peak_rss_mib": round(peak, 1)}
             proj = args.work / f"n{args.n}" / name
             report["cold"][name] = {"warm_page_cache": cold_search(proj, query),

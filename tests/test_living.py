@@ -60,9 +60,23 @@ def state_b(docs):
     return out + docs[100:102]
 
 
-def build(root: Path, src: Path, model: Path, **kw) -> Project:
+#: The dense backends the update and kill tests run on ([index] settings).
+BACKENDS = {"hnswlib": {}, "exact": {"backend": "exact"},
+            "faiss-hnsw-sq8": {"backend": "faiss", "index_type": "hnsw-sq8"},
+            "faiss-ivf-pq": {"backend": "faiss", "index_type": "ivf-pq"}}
+
+
+@pytest.fixture(params=list(BACKENDS))
+def backend(request) -> dict:
+    """The [index] settings of one dense backend (faiss: fails under CI without faiss-cpu)."""
+    if request.param.startswith("faiss"):
+        request.getfixturevalue("faiss")
+    return BACKENDS[request.param]
+
+
+def build(root: Path, src: Path, model: Path, index: dict | None = None, **kw) -> Project:
     p = Project.create(root, model={"embedder": str(model)}, chunk={"unit": "chars", "size": 400, "overlap": 40},
-                       index={"hnsw_m": 8, "hnsw_ef_construction": 64})
+                       index={"hnsw_m": 8, "hnsw_ef_construction": 64, **(index or {})})
     p.build([src], **kw)
     return p
 
@@ -72,10 +86,10 @@ def sparse_results(p: Project) -> list[list[tuple[str, float]]]:
     return [[(h.chunk_id, round(h.score, 5)) for h in fresh.search(q, mode="sparse", k=10)] for q in QUERIES]
 
 
-def test_update_equals_a_fresh_build(tmp_path, scifact_docs, tiny_bi_encoder):
+def test_update_equals_a_fresh_build(tmp_path, scifact_docs, tiny_bi_encoder, backend):
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:100])
-    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    p = build(tmp_path / "p", src, tiny_bi_encoder, backend)
     first, results_a = current_generation(p.index_dir).name, sparse_results(p)
     time.sleep(0.01)
     write_corpus(src, state_b(scifact_docs))
@@ -90,7 +104,7 @@ def test_update_equals_a_fresh_build(tmp_path, scifact_docs, tiny_bi_encoder):
     assert out["embed"]["n_embedded"] <= c["chunks_added"]
     assert p.manifest()["update"]["chunk"]["docs_changed"] == 3
 
-    fresh = build(tmp_path / "fresh", src, tiny_bi_encoder)
+    fresh = build(tmp_path / "fresh", src, tiny_bi_encoder, backend)
     assert sparse_results(p) == sparse_results(fresh)
     import pyarrow.parquet as pq
 
@@ -370,13 +384,15 @@ def two_states(tmp_path_factory, scifact_docs, tiny_bi_encoder):
     return out
 
 
-def _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command: str, trials: int, seed: int) -> None:
+def _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command: str, trials: int, seed: int,
+                 index: dict | None = None) -> None:
     """Kill `rag COMMAND` with SIGKILL at a random moment `trials` times while the corpus alternates
     between A and B: after every kill the current generation loads and gives exactly A's or B's
-    results; then an uninterrupted `rag update` gives the last corpus's results and leaves nothing behind."""
+    results (and its dense index of backend `index` loads and answers); then an uninterrupted
+    `rag update` gives the last corpus's results and leaves nothing behind."""
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:100])
-    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    p = build(tmp_path / "p", src, tiny_bi_encoder, index)
     rng = random.Random(seed)
     for trial in range(trials):
         write_corpus(src, state_b(scifact_docs) if trial % 2 == 0 else scifact_docs[:100])
@@ -386,6 +402,7 @@ def _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command: s
         proc.wait()
         got = sparse_results(p)  # the current generation loads and is one of the two corpora
         assert got in (two_states["a"], two_states["b"]), f"trial {trial}: a mixed or broken index"
+        assert len(Project.open(p.root).search(QUERIES[0], mode="dense", k=5).hits) == 5
     proc = _rag("update", "-p", p.root, "-q")
     assert proc.wait() == 0, proc.stderr.read()
     assert sparse_results(p) == two_states["b" if (trial % 2 == 0) else "a"]
@@ -394,8 +411,8 @@ def _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command: s
 
 @pytest.mark.parametrize("command", ["update", "index"])
 def test_sigkill_at_random_moments_leaves_a_working_index(tmp_path, scifact_docs, tiny_bi_encoder, two_states,
-                                                          command):
-    _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command, trials=3, seed=7)
+                                                          command, backend):
+    _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command, trials=3, seed=7, index=backend)
 
 
 @pytest.mark.slow
