@@ -292,7 +292,7 @@ def make_corpus(work: Path, n: int, seed: int = 2026, per_doc: int = 10) -> Path
     return base
 
 
-def corpus_stats(work: Path, base: Path, sample: int = 5000, seed: int = 1) -> dict:
+def corpus_stats(work: Path, base: Path, sample: int = 2000, seed: int = 1) -> dict:
     """How the synthetic vectors compare with the real ones: cosine to the nearest other chunk and of
     random pairs (over `sample` chunks), and the real queries' top-1 / top-10 cosines, for the real
     chunks and for the synthetic corpus."""

@@ -107,8 +107,8 @@ class IndexConfig:
     nlist: int = setting(0, "faiss ivf-pq: IVF cells (k-means); 0 = the power of two nearest 4·√n",
                          limits=(0, None))
     pq_m: int = setting(0, "faiss ivf-pq: bytes per vector (PQ sub-vectors), must divide the dimension; "
-                        "0 = dimension / 8", limits=(0, None))
-    nprobe: int = setting(32, "faiss ivf-pq: cells searched per query", limits=(1, None))
+                        "0 = its largest divisor up to dimension / 6 (64 for 384)", limits=(0, None))
+    nprobe: int = setting(64, "faiss ivf-pq: cells searched per query", limits=(1, None))
     rerank: int = setting(100, "faiss: candidates re-scored with the exact (memory-mapped) vectors before the "
                           "best k are kept; 0 = the codes' approximate scores", limits=(0, None))
     bm25_k1: float = setting(1.2, "BM25 k1", limits=(0, None), flag="--k1")

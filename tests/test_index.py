@@ -255,7 +255,7 @@ def test_faiss_structure_and_search_params(faiss):
     x = clustered(2000)
     ivf = build_dense(x, IndexConfig(backend="faiss", index_type="ivf-pq", pq_m=8, nprobe=4)).params
     assert (ivf["nlist"], ivf["pq_m"], ivf["pq_nbits"], ivf["code_bytes"]) == (auto_nlist(2000), 8, 8, 8)
-    assert auto_nlist(1_000_000) == 4096 and auto_nlist(50) == 1 and auto_pq_m(384) == 48 and auto_pq_m(20) == 2
+    assert auto_nlist(1_000_000) == 4096 and auto_nlist(50) == 1 and auto_pq_m(384) == 64 and auto_pq_m(20) == 2 and auto_pq_m(16) == 2
     settings = IndexConfig(backend="faiss", index_type="ivf-pq", pq_m=8, nprobe=4)
     assert rebuild_reason(ivf, settings) is None
     assert "pq_m changed" in rebuild_reason(ivf, IndexConfig(backend="faiss", index_type="ivf-pq", nprobe=4))

@@ -10,8 +10,8 @@ i.e. cosine:
 * `sq8`: `IndexScalarQuantizer`, the same codes scanned flat.
 * `ivf-pq`: `IndexIVFPQ`, `nlist` k-means cells (0: a power of two near
   4·√n) of which `nprobe` are searched, each vector's residual coded in
-  `pq_m` bytes (0: dim / 8) of 8 bits (fewer on a corpus too small to train
-  256 centroids per sub-quantizer).
+  `pq_m` bytes (0: about dim / 6, 64 for 384 dimensions) of 8 bits (fewer
+  on a corpus too small to train 256 centroids per sub-quantizer).
 
 Re-ranking: the best `max(k, index.rerank)` candidates of the codes are
 re-scored with the exact vectors, read from `dense/vectors.npy`
@@ -64,8 +64,10 @@ def auto_nlist(n: int) -> int:
 
 
 def auto_pq_m(dim: int) -> int:
-    """PQ sub-vectors for `dim`: dim / 8 (8 dimensions per byte), or the largest divisor of dim below it."""
-    for m in range(max(dim // 8, 1), 0, -1):
+    """PQ sub-vectors (bytes per vector) for `dim`: the largest divisor of dim up to dim / 6 (64 for
+    384 dimensions: 72 bytes per vector with its id, 69 MiB at a million; on 50,000 of the scale
+    benchmark's vectors, nprobe 64 and re-ranking 100, recall@10 0.956 against 0.936 with 48)."""
+    for m in range(max(dim // 6, 1), 0, -1):
         if dim % m == 0:
             return m
     return 1
