@@ -556,6 +556,33 @@ def measure_one(work: Path, n: int, name: str, n_queries: int, seed: int = 7) ->
     return res
 
 
+def measure_encoding(work: Path, n_queries: int = 200, seed: int = 7) -> dict:
+    """In this (fresh) process: the default embedder's latency for one real query at a time (what a
+    warm server adds to a dense or hybrid search), and its load time and RSS."""
+    from dataclasses import asdict
+
+    from rag_cli.config import Config
+    from rag_cli.index.searcher import prepare_query
+    from rag_cli.models.loading import load_embedder
+
+    texts = json.loads((work / "real" / "queries.json").read_text(encoding="utf-8"))["texts"]
+    rng = np.random.default_rng(seed)
+    texts = [texts[i] for i in np.sort(rng.choice(len(texts), n_queries, replace=False))]
+    mem0 = proc_mem()
+    t0 = time.perf_counter()
+    enc = load_embedder(asdict(Config().model))
+    enc.encode_queries([prepare_query(texts[0])])
+    load_s = time.perf_counter() - t0
+    lat = []
+    for t in texts:
+        t1 = time.perf_counter()
+        enc.encode_queries([prepare_query(t)])
+        lat.append(time.perf_counter() - t1)
+    return {"model": Config().model.embedder, "precision": Config().model.precision, "queries": len(texts),
+            "load_and_first_query_seconds": round(load_s, 2), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99),
+            "mean_ms": round(float(np.mean(lat)) * 1000, 2), "mem_before_mib": mem0, "mem_after_mib": proc_mem()}
+
+
 def drop_cache(folder: Path) -> None:
     """Evict `folder`'s files from the page cache (posix_fadvise DONTNEED; only these files, no root)."""
     for f in folder.rglob("*"):
@@ -623,7 +650,9 @@ def main() -> None:
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.measure_one:
-        print(json.dumps(measure_one(args.work, args.n, args.measure_one, args.queries)))
+        out = (measure_encoding(args.work) if args.measure_one == "encoding" else
+               measure_one(args.work, args.n, args.measure_one, args.queries))
+        print(json.dumps(out))
         return
     if args.only == "fixture":
         write_fixture(args.work, ROOT / "tests" / "data" / "e5_scifact_vectors.npz")
@@ -665,6 +694,9 @@ def main() -> None:
             out_path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
         if "small_index" not in report:
             report["small_index"] = small_index_cold(args.work)
+        if "query_encoding" not in report:
+            _, _, out = measured([sys.executable, __file__, "--work", str(args.work), "--measure-one", "encoding"])
+            report["query_encoding"] = json.loads(out)
     report["load_avg"]["end"] = os.getloadavg()
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(report, indent=2, ensure_ascii=False))

@@ -169,9 +169,7 @@ def top_k(scores: np.ndarray, k: int, min_exclusive: float | None = None) -> tup
 
     Only values > `min_exclusive` are kept when it is given.
     """
-    idx = np.arange(len(scores))
-    if min_exclusive is not None:
-        idx = idx[scores > min_exclusive]
+    idx = np.arange(len(scores)) if min_exclusive is None else np.flatnonzero(scores > min_exclusive)
     if len(idx) > k:
         part = np.argpartition(-scores[idx], k - 1)[:k]
         idx = idx[part]
