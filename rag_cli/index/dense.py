@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rag_cli.index.backends import EXACT_MAX_ROWS
+from rag_cli.index.dense_common import EXACT_MAX_ROWS
 
 
 @dataclass

@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from rag_cli.errors import BadInput
-from rag_cli.index.backends import (EXACT_MAX_ROWS, Result, check_queries, empty, exact_rows, import_faiss,
+from rag_cli.index.dense_common import (EXACT_MAX_ROWS, Result, check_queries, empty, exact_rows, import_faiss,
                                     label_rows, load_vectors, save_vectors, top_k_blocks, unit)
 
 #: Training sample: at most this many vectors per IVF cell (k-means) and for the scalar quantiser.
