@@ -92,11 +92,26 @@ class ChunkConfig:
 
 @dataclass(frozen=True)
 class IndexConfig:
-    """`[index]`: HNSW (M, ef_construction, ef) and BM25 (k1, b, variant) parameters."""
+    """`[index]`: the dense backend (`rag_cli.index.backends`: hnswlib, faiss or exact) and its
+    parameters (HNSW M, ef_construction, ef; faiss index type, IVF cells, PQ bytes, probes,
+    re-ranking), and BM25 (k1, b, variant)."""
 
-    hnsw_m: int = setting(32, "HNSW graph degree M", limits=(2, None))
+    backend: str = setting("hnswlib", "Dense index: hnswlib (HNSW over float32, in RAM) | faiss (the faiss "
+                           "extra; see --index-type) | exact (brute force over memory-mapped vectors: small "
+                           "corpora, the ground truth of recall)", limits=("hnswlib", "faiss", "exact"))
+    index_type: str = setting("hnsw-sq8", "faiss: hnsw-sq8 (HNSW over 8-bit codes) | sq8 (8-bit codes scanned "
+                              "flat) | ivf-pq (IVF cells of product-quantised codes)",
+                              limits=("hnsw-sq8", "sq8", "ivf-pq"))
+    hnsw_m: int = setting(32, "HNSW graph degree M (hnswlib, faiss hnsw-sq8)", limits=(2, None))
     hnsw_ef_construction: int = setting(200, "HNSW build beam", limits=(1, None), flag="--ef-construction")
     hnsw_ef: int = setting(128, "HNSW query beam (raised to k)", limits=(1, None), flag="--ef")
+    nlist: int = setting(0, "faiss ivf-pq: IVF cells (k-means); 0 = the power of two nearest 4·√n",
+                         limits=(0, None))
+    pq_m: int = setting(0, "faiss ivf-pq: bytes per vector (PQ sub-vectors), must divide the dimension; "
+                        "0 = its largest divisor up to dimension / 6 (64 for 384)", limits=(0, None))
+    nprobe: int = setting(64, "faiss ivf-pq: cells searched per query", limits=(1, None))
+    rerank: int = setting(100, "faiss: candidates re-scored with the exact (memory-mapped) vectors before the "
+                          "best k are kept; 0 = the codes' approximate scores", limits=(0, None))
     bm25_k1: float = setting(1.2, "BM25 k1: term-frequency saturation", limits=(0, None), flag="--k1")
     bm25_b: float = setting(0.75, "BM25 b: length normalisation, 0-1", limits=(0, 1), flag="--b")
     bm25_method: str = setting("lucene", "BM25 variant: lucene (Lucene's and Anserini's scoring) | robertson | "

@@ -255,3 +255,9 @@ def make_sample_project(tiny_bi_encoder):
         return p
 
     return make
+
+
+@pytest.fixture(scope="session")
+def faiss():
+    """The faiss module (faiss-cpu: the `faiss` extra, also in the dev extra)."""
+    return require_module("faiss", "faiss-cpu")

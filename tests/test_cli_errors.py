@@ -242,7 +242,7 @@ def test_message_keeps_paths_whole(tmp_path):
 
 
 # ------------------------------------------------------------------ damaged files, odd queries
-@pytest.mark.parametrize("damaged", ["meta.json", "dense/hnsw.bin", "chunks.parquet"])
+@pytest.mark.parametrize("damaged", ["meta.json", "dense/hnsw.bin", "chunks.arrow"])
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "same size"])
 def test_damaged_index_file_says_rebuild(project, damaged, damage):
     from rag_cli.store.index_folder import current_generation

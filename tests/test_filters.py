@@ -61,8 +61,16 @@ DOCS = {
 }
 
 
-@pytest.fixture()
-def project(tmp_path, tiny_bi_encoder):
+#: The dense backends every filter test runs on ([index] settings).
+BACKENDS = {"hnswlib": {}, "exact": {"backend": "exact"},
+            "faiss-hnsw-sq8": {"backend": "faiss", "index_type": "hnsw-sq8"},
+            "faiss-ivf-pq": {"backend": "faiss", "index_type": "ivf-pq"}}
+
+
+@pytest.fixture(params=list(BACKENDS))
+def project(request, tmp_path, tiny_bi_encoder):
+    if request.param.startswith("faiss"):
+        request.getfixturevalue("faiss")  # fails under CI without faiss-cpu
     src = tmp_path / "src"
     for rel, (date, tags, year) in DOCS.items():
         f = src / rel
@@ -70,7 +78,7 @@ def project(tmp_path, tiny_bi_encoder):
         paras = "\n\n".join(f"Paragraph {i} of {rel} on search index chunk number {i}." for i in range(8))
         f.write_text(f"---\ndate: {date}\ntags: {tags}\nyear: {year}\n---\n# {rel}\n\n{paras}\n", encoding="utf-8")
     p = Project.create(tmp_path / "p", model={"embedder": str(tiny_bi_encoder)},
-                       chunk={"unit": "chars", "size": 120, "overlap": 0})
+                       chunk={"unit": "chars", "size": 120, "overlap": 0}, index=BACKENDS[request.param])
     p.build([src])
     return p
 

@@ -88,3 +88,38 @@ def test_funnel_with_a_reranker(tmp_path, tiny_bi_encoder, tiny_cross_encoder):
     for row in report["per_query"]:
         assert row["rerank"] in (True, False) and row["evidence"] is None
         assert row["first_missing"] == first_missing(row)
+
+
+@pytest.mark.parametrize("backend", ["hnswlib", "faiss", "exact"])
+def test_ann_recall_is_measured_against_the_exact_backend(project, tmp_path, monkeypatch, backend, request):
+    """Structure: the funnel's ground truth is the `exact` backend (ExactIndex.search over the
+    vectors stored in the index), whatever the project's backend; the report names the backend."""
+    import rag_cli.evaluate.funnel as funnel_mod
+    from rag_cli import lab
+    from rag_cli.index.exact import ExactIndex
+
+    if backend == "faiss":
+        request.getfixturevalue("faiss")
+    p = project
+    if backend != "hnswlib":
+        p = Project.create(tmp_path / "p", model={"embedder": str(project.config.model.embedder)},
+                           chunk={"unit": "chars", "size": 300, "overlap": 0}, search={"k": 2, "candidates": 3},
+                           index={"backend": backend, **({"index_type": "ivf-pq"} if backend == "faiss" else {})})
+        p.chunk([SAMPLE_DOCS])
+        p.embed()
+        p.index()
+    s = p.engines.searcher(p.config, with_embedder=True)
+    truth = funnel_mod.ground_truth(s)
+    assert isinstance(truth, ExactIndex)
+    assert (truth is s.dense) == (backend == "exact")
+    np.testing.assert_allclose(truth.vectors(range(s.chunks.num_rows)), s.vectors(range(s.chunks.num_rows)),
+                               atol=1e-6)
+    searched = []
+    real_search = ExactIndex.search
+    monkeypatch.setattr(ExactIndex, "search", lambda self, *a, **kw: searched.append(self) or
+                        real_search(self, *a, **kw))
+    report = lab.funnel.run(p, SAMPLE_QRELS, SAMPLE_QUESTIONS, k=2, candidates=3, answers=False, name=backend)
+    assert searched, "ANN recall was not measured against ExactIndex"
+    assert report["ann_ground_truth"] == "exact"
+    assert report["ann_backend"] == {"hnswlib": "hnswlib", "faiss": "faiss ivf-pq", "exact": "exact"}[backend]
+    assert report["ann"]["ann_recall@10"] == pytest.approx(1.0)  # a few dozen chunks

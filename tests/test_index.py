@@ -1,5 +1,8 @@
 """Unit tests of the dense (hnswlib), sparse (bm25s) and fusion (RRF) modules."""
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -104,3 +107,192 @@ def test_idf_and_coverage():
     assert cov == pytest.approx(idf["appl"] / (idf["appl"] + idf["zebra"]))
     assert idx.coverage("the of", ["anything"]) == 0.0
     assert idx.coverage("apple", []) == 0.0
+
+
+# --------------------------------------------------------------------------- the dense backends
+#: (id, [index] settings) of every dense backend and faiss index type
+BACKENDS = [("hnswlib", {"backend": "hnswlib"}), ("exact", {"backend": "exact"}),
+            ("faiss-hnsw-sq8", {"backend": "faiss", "index_type": "hnsw-sq8"}),
+            ("faiss-sq8", {"backend": "faiss", "index_type": "sq8"}),
+            ("faiss-ivf-pq", {"backend": "faiss", "index_type": "ivf-pq"})]
+
+
+@pytest.fixture(params=[b for b, _ in BACKENDS])
+def backend(request):
+    """(name, IndexConfig) of one dense backend; a faiss backend needs faiss (fails under CI without it)."""
+    from rag_cli.config import IndexConfig
+
+    settings = dict(BACKENDS)[request.param]
+    if settings["backend"] == "faiss":
+        request.getfixturevalue("faiss")
+    return request.param, IndexConfig(hnsw_m=16, hnsw_ef_construction=100, hnsw_ef=64, **settings)
+
+
+def clustered(n: int, d: int = 32, seed: int = 0) -> np.ndarray:
+    """n unit vectors around 40 centres (neighbourhoods as text embeddings have, unlike uniform noise)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(40, d))
+    x = centres[rng.integers(0, 40, n)] + 0.35 * rng.normal(size=(n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def exact_top(x: np.ndarray, q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[list[int]]:
+    sims = q @ x.T
+    if allowed is not None:
+        sims[:, ~allowed] = -np.inf
+    return [np.lexsort((np.arange(len(x)), -row))[:k].tolist() for row in sims]
+
+
+def recall(got, want) -> float:
+    return float(np.mean([len(set(g[0].tolist()) & set(w)) / len(w) for g, w in zip(got, want)]))
+
+
+def test_every_backend_returns_cosines_k_and_mask(backend, tmp_path):
+    from rag_cli.index.backends import build_dense, load_dense
+
+    name, settings = backend
+    x = clustered(3000)
+    idx = build_dense(x, settings)
+    assert idx.params["backend"] == settings.backend
+    [(rows, cos)] = idx.search(x[7:8], 5)
+    assert rows[0] == 7 and cos[0] == pytest.approx(1.0, abs=1e-5)
+    np.testing.assert_allclose(cos, x[rows] @ x[7], atol=1e-5)  # exact cosines (faiss: re-ranked)
+    q = x[:50] + 0.05
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    assert recall(idx.search(q, 10), exact_top(x, q, 10)) >= (1.0 if name == "exact" else 0.9)
+    # a mask that allows more than EXACT_MAX_ROWS rows is applied inside the search (hnswlib filter,
+    # faiss IDSelectorBitmap); every hit is allowed, and the hits are the allowed rows' best
+    mask = np.zeros(3000, dtype=bool)
+    mask[::3] = mask[1::3] = True
+    got = idx.search(q, 10, mask=mask)
+    assert all(mask[r].all() and len(r) == 10 for r, _ in got)
+    assert recall(got, exact_top(x, q, 10, mask)) >= (1.0 if name == "exact" else 0.9)
+    # a selective mask: exactly the allowed rows, min(k, allowed) of them
+    few = np.zeros(3000, dtype=bool)
+    few[[3, 9, 2500]] = True
+    [(rows, _)] = idx.search(x[:1], 10, mask=few)
+    assert sorted(rows.tolist()) == [3, 9, 2500]
+    # k above the corpus gives every row once
+    small = build_dense(x[:40], settings)
+    [(rows, _)] = small.search(x[:1], 500)
+    assert sorted(rows.tolist()) == list(range(40))
+    # saved and loaded (vectors and codes memory-mapped): the same results
+    idx.save(tmp_path / "dense")
+    again = load_dense(tmp_path / "dense")
+    assert type(again) is type(idx) and again.params == idx.params
+    for (r1, s1), (r2, s2) in zip(again.search(q, 10, mask=mask), got):
+        assert r1.tolist() == r2.tolist() and np.allclose(s1, s2, atol=1e-6)
+    np.testing.assert_allclose(again.vectors([5, 1]), x[[5, 1]], atol=1e-6)
+
+
+def test_every_backend_updates_in_place_with_adds_and_deletes(backend, tmp_path):
+    """The update `rag update` makes: labels of removed chunks deleted, new chunks added under new labels,
+    rows renumbered; deleted rows never come back, added ones are found, and it survives save/load."""
+    from rag_cli.index.backends import build_dense, load_dense
+
+    name, settings = backend
+    x = clustered(2600)
+    old, new = x[:2500], x[2500:]
+    idx = build_dense(old, settings)
+    idx.save(tmp_path / "g1")
+    idx = load_dense(tmp_path / "g1")  # updated from a loaded (memory-mapped) index, as `rag update` does
+    gone = list(range(0, 2500, 25))  # 100 labels deleted
+    keep = [i for i in range(2500) if i % 25]
+    row_labels = np.array(keep + list(range(2500, 2600)), dtype=np.int64)
+    vectors = np.concatenate([old[keep], new])
+    idx.update(row_labels, gone, new, np.arange(2500, 2600, dtype=np.int64), vectors=vectors, settings=settings)
+    assert idx.params["n"] == 2500
+    idx.save(tmp_path / "g2")
+    for index in (idx, load_dense(tmp_path / "g2", row_labels)):
+        [(rows, cos)] = index.search(new[3:4], 3)  # a new vector finds itself: row 2400 + 3
+        assert rows[0] == 2403 and cos[0] == pytest.approx(1.0, abs=1e-5)
+        got = index.search(old[gone[:20]], 10)  # a deleted vector's query never returns a row for it
+        want = exact_top(vectors, old[gone[:20]], 10)
+        assert recall(got, want) >= (1.0 if name == "exact" else 0.9)
+        assert all((r >= 0).all() and (r < 2500).all() for r, _ in got)
+        np.testing.assert_allclose(index.vectors([0, 2403]), vectors[[0, 2403]], atol=1e-6)
+
+
+def test_every_backend_recall_on_real_e5_vectors(backend):
+    """1,500 real multilingual-e5-small vectors of SciFact chunks and 100 real query vectors
+    (tests/data/e5_scifact_vectors.npz, written by `bench/scale.py --only fixture`): recall@10 of each
+    backend against exact search."""
+    from rag_cli.index.backends import build_dense, unit
+
+    name, settings = backend
+    data = np.load(Path(__file__).parent / "data" / "e5_scifact_vectors.npz")
+    x, q = unit(data["chunks"].astype(np.float32)), unit(data["queries"].astype(np.float32))
+    idx = build_dense(x, settings)
+    got = idx.search(q, 10)
+    want = exact_top(x, q, 10)
+    assert recall(got, want) >= {"exact": 1.0, "hnswlib": 0.98, "faiss-hnsw-sq8": 0.97, "faiss-sq8": 0.98,
+                                 "faiss-ivf-pq": 0.95}[name]
+
+
+def test_rebuild_reason_and_search_params():
+    from rag_cli.config import IndexConfig
+    from rag_cli.index.backends import rebuild_reason, same_search_params
+
+    x = clustered(200)
+    from rag_cli.index.backends import build_dense
+
+    hnsw = build_dense(x, IndexConfig()).params
+    assert rebuild_reason(hnsw, IndexConfig()) is None
+    assert rebuild_reason({k: v for k, v in hnsw.items() if k != "backend"}, IndexConfig()) is None  # old generation
+    assert rebuild_reason(hnsw, IndexConfig(hnsw_m=8)) == "the HNSW parameters M / ef_construction changed"
+    assert rebuild_reason(hnsw, IndexConfig(backend="exact")) == "the dense backend changed (hnswlib -> exact)"
+    assert same_search_params(hnsw, IndexConfig()) and not same_search_params(hnsw, IndexConfig(hnsw_ef=7))
+    exact = build_dense(x, IndexConfig(backend="exact")).params
+    assert rebuild_reason(exact, IndexConfig(backend="exact", hnsw_m=8)) is None
+    assert same_search_params(exact, IndexConfig(backend="exact", hnsw_ef=7))
+
+
+def test_faiss_structure_and_search_params(faiss):
+    from rag_cli.config import IndexConfig
+    from rag_cli.index.backends import build_dense, rebuild_reason, same_search_params
+    from rag_cli.index.faiss_index import auto_nlist, auto_pq_m
+
+    x = clustered(2000)
+    ivf = build_dense(x, IndexConfig(backend="faiss", index_type="ivf-pq", pq_m=8, nprobe=4)).params
+    assert (ivf["nlist"], ivf["pq_m"], ivf["pq_nbits"], ivf["code_bytes"]) == (auto_nlist(2000), 8, 8, 8)
+    assert auto_nlist(1_000_000) == 4096 and auto_nlist(50) == 1 and auto_pq_m(384) == 64 and auto_pq_m(20) == 2 and auto_pq_m(16) == 2
+    settings = IndexConfig(backend="faiss", index_type="ivf-pq", pq_m=8, nprobe=4)
+    assert rebuild_reason(ivf, settings) is None
+    assert "pq_m changed" in rebuild_reason(ivf, IndexConfig(backend="faiss", index_type="ivf-pq", nprobe=4))
+    assert "index_type" in rebuild_reason(ivf, IndexConfig(backend="faiss", index_type="sq8", pq_m=8, nprobe=4))
+    assert same_search_params(ivf, settings)
+    assert not same_search_params(ivf, IndexConfig(backend="faiss", index_type="ivf-pq", pq_m=8, nprobe=9))
+    from rag_cli.errors import BadInput
+
+    with pytest.raises(BadInput, match=r"--pq-m 7 \(config index.pq_m\): must divide the vectors' dimension 32"):
+        build_dense(x, IndexConfig(backend="faiss", index_type="ivf-pq", pq_m=7))
+
+
+def test_missing_faiss_is_exit_2_naming_the_extra(tmp_path, tiny_bi_encoder, faiss):
+    """Without faiss, `rag index` with index.backend = "faiss" exits 2 before reading anything, and a
+    faiss generation cannot be searched: both name the extra."""
+    import subprocess
+    import sys
+
+    from rag_cli import Project
+
+    p = Project.create(tmp_path / "p", model={"embedder": str(tiny_bi_encoder)})
+    p.chunk([Path(__file__).resolve().parents[1] / "sample_corpus" / "docs"])
+    p.embed()
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "faiss.py").write_text("raise ImportError('No module named faiss (hidden by the test)')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), str(Path(__file__).resolve().parents[1])])}
+    text = (p.root / "rag.toml").read_text()
+    (p.root / "rag.toml").write_text(text.replace('backend = "hnswlib"', 'backend = "faiss"', 1))
+    res = subprocess.run([sys.executable, "-m", "rag_cli", "index", "-p", str(p.root)], capture_output=True,
+                         text=True, env=env)
+    assert res.returncode == 2, res.stderr
+    assert "pip install 'rag-cli[faiss]'" in res.stderr and "faiss-cpu" in " ".join(res.stderr.split())
+    assert not (p.root / "index").exists()
+    p.index(backend="faiss", index_type="ivf-pq")  # with faiss here; then searched without it
+    res = subprocess.run([sys.executable, "-m", "rag_cli", "search", "bm25", "--mode", "dense", "-p", str(p.root)],
+                         capture_output=True, text=True, env=env)
+    assert res.returncode == 2, res.stderr
+    msg = " ".join(res.stderr.split())
+    assert "is a faiss index (ivf-pq)" in msg and "pip install 'rag-cli[faiss]'" in msg

@@ -62,9 +62,23 @@ def state_b(docs):
     return out + docs[100:102]
 
 
-def build(root: Path, src: Path, model: Path, **kw) -> Project:
+#: The dense backends the update and kill tests run on ([index] settings).
+BACKENDS = {"hnswlib": {}, "exact": {"backend": "exact"},
+            "faiss-hnsw-sq8": {"backend": "faiss", "index_type": "hnsw-sq8"},
+            "faiss-ivf-pq": {"backend": "faiss", "index_type": "ivf-pq"}}
+
+
+@pytest.fixture(params=list(BACKENDS))
+def backend(request) -> dict:
+    """The [index] settings of one dense backend (faiss: fails under CI without faiss-cpu)."""
+    if request.param.startswith("faiss"):
+        request.getfixturevalue("faiss")
+    return BACKENDS[request.param]
+
+
+def build(root: Path, src: Path, model: Path, index: dict | None = None, **kw) -> Project:
     p = Project.create(root, model={"embedder": str(model)}, chunk={"unit": "chars", "size": 400, "overlap": 40},
-                       index={"hnsw_m": 8, "hnsw_ef_construction": 64})
+                       index={"hnsw_m": 8, "hnsw_ef_construction": 64, **(index or {})})
     p.build([src], **kw)
     return p
 
@@ -74,10 +88,10 @@ def sparse_results(p: Project) -> list[list[tuple[str, float]]]:
     return [[(h.chunk_id, round(h.score, 5)) for h in fresh.search(q, mode="sparse", k=10)] for q in QUERIES]
 
 
-def test_update_equals_a_fresh_build(tmp_path, scifact_docs, tiny_bi_encoder):
+def test_update_equals_a_fresh_build(tmp_path, scifact_docs, tiny_bi_encoder, backend):
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:100])
-    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    p = build(tmp_path / "p", src, tiny_bi_encoder, backend)
     first, results_a = current_generation(p.index_dir).name, sparse_results(p)
     time.sleep(0.01)
     write_corpus(src, state_b(scifact_docs))
@@ -92,7 +106,7 @@ def test_update_equals_a_fresh_build(tmp_path, scifact_docs, tiny_bi_encoder):
     assert out["embed"]["n_embedded"] <= c["chunks_added"]
     assert p.manifest()["update"]["chunk"]["docs_changed"] == 3
 
-    fresh = build(tmp_path / "fresh", src, tiny_bi_encoder)
+    fresh = build(tmp_path / "fresh", src, tiny_bi_encoder, backend)
     assert sparse_results(p) == sparse_results(fresh)
     import pyarrow.parquet as pq
 
@@ -244,7 +258,7 @@ def test_status_without_an_index_and_after_rollback_is_stale(tmp_path, scifact_d
     assert res.exit_code == 0 and "up to date" not in res.stdout
 
 
-@pytest.mark.parametrize("damage", ["meta.json", "files.json", "dense/hnsw.bin", "chunks.parquet", "docs.parquet"])
+@pytest.mark.parametrize("damage", ["meta.json", "files.json", "dense/hnsw.bin", "chunks.arrow", "docs.parquet"])
 def test_status_reports_a_damaged_current_generation(tmp_path, scifact_docs, tiny_bi_encoder, damage):
     from typer.testing import CliRunner
 
@@ -372,16 +386,18 @@ def two_states(tmp_path_factory, scifact_docs, tiny_bi_encoder):
     return out
 
 
-def _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command: str, trials: int, seed: int) -> None:
+def _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command: str, trials: int, seed: int,
+                 index: dict | None = None) -> None:
     """Kill `rag COMMAND` with SIGKILL at a random moment `trials` times while the corpus alternates
     between A and B: after every kill the current generation loads and gives exactly A's or B's
-    results, and `rag status` finds nothing damaged (CURRENT included); then an uninterrupted
-    `rag update` gives the last corpus's results and leaves nothing behind. Every third trial
-    starts with a `rag rollback`, and every other write runs with `--keep 0`: a generation name
-    never means two generations, and the last one has the highest number (issue 23 items 2-4, 6, 7)."""
+    results (and its dense index of backend `index` loads and answers), and `rag status` finds
+    nothing damaged (CURRENT included); then an uninterrupted `rag update` gives the last
+    corpus's results and leaves nothing behind. Every third trial starts with a `rag rollback`,
+    and every other write runs with `--keep 0`: a generation name never means two generations,
+    and the last one has the highest number (issue 23 items 2-4, 6, 7)."""
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:100])
-    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    p = build(tmp_path / "p", src, tiny_bi_encoder, index)
     rng = random.Random(seed)
     names: dict[str, str] = {}  # generation name -> sha256 of its files.json
 
@@ -402,6 +418,7 @@ def _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command: s
         proc.wait()
         got = sparse_results(p)  # the current generation loads and is one of the two corpora
         assert got in (two_states["a"], two_states["b"]), f"trial {trial}: a mixed or broken index"
+        assert len(Project.open(p.root).search(QUERIES[0], mode="dense", k=5).hits) == 5
         assert p.status()["damaged"] == [], f"trial {trial}: {p.status()['damaged']}"
         note_generations()
     highest = max(int(n[4:]) for n in names)
@@ -424,8 +441,8 @@ def _temporary_files(root: Path) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["update", "index"])
 def test_sigkill_at_random_moments_leaves_a_working_index(tmp_path, scifact_docs, tiny_bi_encoder, two_states,
-                                                          command):
-    _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command, trials=3, seed=7)
+                                                          command, backend):
+    _kill_trials(tmp_path, scifact_docs, tiny_bi_encoder, two_states, command, trials=3, seed=7, index=backend)
 
 
 @pytest.mark.slow
@@ -640,7 +657,7 @@ def test_the_searcher_cache_key_is_the_generations_content(tmp_path, scifact_doc
     assert [h.doc_id for h in p.search("zyxwvut", mode="sparse", k=3).hits] == ["new.txt"]
 
 
-@pytest.mark.parametrize("damage", ["chunks.parquet", "dense/hnsw.bin"])
+@pytest.mark.parametrize("damage", ["chunks.arrow", "dense/hnsw.bin"])
 def test_rollback_onto_a_damaged_generation_refuses_naming_the_file(tmp_path, scifact_docs, tiny_bi_encoder, damage):
     # item 3: rollback made a damaged generation current (exit 0); the next search was exit 2
     from typer.testing import CliRunner
@@ -672,7 +689,7 @@ def test_plain_status_finds_a_flipped_byte_in_the_current_generation(tmp_path, s
     src = tmp_path / "src"
     write_corpus(src, scifact_docs[:10])
     p = build(tmp_path / "p", src, tiny_bi_encoder)
-    f = p.index_dir / "gen-000001" / "chunks.parquet"
+    f = p.index_dir / "gen-000001" / "chunks.arrow"
     _flip_byte(f)
     st = p.status()
     assert len(st["damaged"]) == 1 and f"{f} is damaged: its sha256 differs" in st["damaged"][0]

@@ -20,8 +20,11 @@ Layers, in pipeline order, each asking "is at least one relevant document
 when the gold reaches the citations (or the last layer measured). Queries
 without a relevant document are left out.
 
-ANN recall@k: |HNSW top k ∩ exact top k| / k per query, averaged; exact
-search is the brute-force cosine over the vectors stored in the index.
+ANN recall@k: |ANN top k ∩ exact top k| / k per query, averaged, where ANN
+is the index's dense backend (hnswlib, faiss) and the ground truth is the
+`exact` backend (`rag_cli.index.exact.ExactIndex`: brute-force cosine) over
+the vectors stored in the same index. An index built with the exact backend
+scores 1.0.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rag_cli.evaluate.metrics import RELEVANCE_LEVEL, Qrels
+from rag_cli.index.backends import describe
 from rag_cli.index.searcher import Searcher, prepare_query
 from rag_cli.progress import Progress
 
@@ -78,21 +82,29 @@ def exact_top_k(vectors: np.ndarray, queries: np.ndarray, k: int, block: int = 6
     return np.take_along_axis(best_rows, order, axis=1)
 
 
+def ground_truth(searcher: Searcher):
+    """The `exact` backend over the vectors stored in the searcher's dense index (the index itself
+    when it is exact): what ANN recall is measured against."""
+    from rag_cli.index.exact import exact_of
+
+    return exact_of(searcher.dense)
+
+
 def ann_recall(searcher: Searcher, query_vectors: np.ndarray, ks: Sequence[int]) -> dict[str, float | None]:
-    """`{"ann_recall@k": mean}` of the index's HNSW search against exact search
-    on the vectors stored in the same index, for each k in `ks`; None (not
-    measured, never 0.0) without query vectors or chunks."""
+    """`{"ann_recall@k": mean}` of the index's dense search against the exact
+    backend on the vectors stored in the same index (`ground_truth`), for each
+    k in `ks`; None (not measured, never 0.0) without query vectors or chunks."""
     n = searcher.chunks.num_rows
     if n == 0 or len(query_vectors) == 0:
         return {f"ann_recall@{k}": None for k in ks}
-    vectors = searcher.vectors(list(range(n)))
     deepest = max(ks)
-    exact = exact_top_k(vectors, query_vectors, deepest)
+    exact = ground_truth(searcher).search(query_vectors, deepest)
     approx = searcher.dense.search(query_vectors, deepest)
     out = {}
     for k in ks:
         kk = min(k, n)
-        rec = [len(set(exact[i, :kk].tolist()) & set(rows[:kk].tolist())) / kk for i, (rows, _) in enumerate(approx)]
+        rec = [len(set(exact[i][0][:kk].tolist()) & set(rows[:kk].tolist())) / kk
+               for i, (rows, _) in enumerate(approx)]
         out[f"ann_recall@{k}"] = float(np.mean(rec))
     return out
 
@@ -155,6 +167,8 @@ def funnel(searcher: Searcher, queries: list[tuple[str, str]], qrels: Qrels, *, 
         "layers_measured": measured,
         "per_query": rows,
         "ann": ann_recall(searcher, vectors, ann_ks),
+        "ann_backend": describe(searcher.dense.params),
+        "ann_ground_truth": "exact",
         "params": {"k": k, "candidates": candidates, "rrf_k": rrf_k, "fusion": fusion,
                    "dense_weight": dense_weight},
         "definitions": __doc__.split("\n\n", 1)[1].strip(),

@@ -1,6 +1,6 @@
 """Building the two indexes from chunks and their vectors, shared by `rag index`
-(a full build) and `rag update` (a full build when the model or the HNSW
-graph parameters changed, else an update in place)."""
+(a full build) and `rag update` (a full build when the model, the dense
+backend or its structure parameters changed, else an update in place)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from rag_cli.config import IndexConfig
 from rag_cli.errors import BadInput
-from rag_cli.index.dense import DenseIndex
+from rag_cli.index.backends import VectorIndex, build_dense
 from rag_cli.index.sparse import SparseIndex
 from rag_cli.store.chunks import embedded_column, read_chunks
 from rag_cli.store.embeddings import (NAMED_IDS, Embeddings, bad_vector_rows, describe_bad_vectors, off_unit_rows,
@@ -74,11 +74,10 @@ def index_texts(chunks: pa.Table) -> list[str]:
 
 
 def build_full(chunks: pa.Table, vectors: np.ndarray, params: IndexConfig, threads: int = 0,
-               step: Callable[[int], None] = lambda done: None) -> tuple[DenseIndex, SparseIndex, pa.Table]:
-    """A fresh HNSW graph (label = row) and BM25 index; returns them and
-    `chunks` with the `label` column (int64)."""
-    dense = DenseIndex.build(vectors, m=params.hnsw_m, ef_construction=params.hnsw_ef_construction,
-                             ef=params.hnsw_ef, threads=threads)
+               step: Callable[[int], None] = lambda done: None) -> tuple[VectorIndex, SparseIndex, pa.Table]:
+    """A fresh dense index of `params.backend` (label = row) and BM25 index;
+    returns them and `chunks` with the `label` column (int64)."""
+    dense = build_dense(vectors, params, threads)
     step(2)
     sparse = SparseIndex.build(index_texts(chunks), k1=params.bm25_k1, b=params.bm25_b, method=params.bm25_method)
     step(3)
@@ -86,14 +85,15 @@ def build_full(chunks: pa.Table, vectors: np.ndarray, params: IndexConfig, threa
 
 
 def with_labels(chunks: pa.Table, labels: np.ndarray) -> pa.Table:
-    """`chunks` with its `label` column ((n,) int64 HNSW labels) set."""
+    """`chunks` with its `label` column ((n,) int64 dense-index labels) set."""
     if "label" in chunks.column_names:
         chunks = chunks.drop_columns(["label"])
     return chunks.append_column("label", pa.array(labels, type=pa.int64()))
 
 
-def index_meta(emb: Embeddings, vectors: np.ndarray, dense: DenseIndex, sparse: SparseIndex, n_chunks: int) -> dict:
-    """meta.json of an index generation (see `rag_cli.store.index_folder`)."""
+def index_meta(emb: Embeddings, vectors: np.ndarray, dense: VectorIndex, sparse: SparseIndex, n_chunks: int) -> dict:
+    """meta.json of an index generation (see `rag_cli.store.index_folder`); `dense` holds the
+    backend (`backend`, and `index_type` for faiss) and its parameters."""
     return {
         "model_fingerprint": emb.fingerprint,
         "passage_fingerprint": emb.passage_fingerprint,

@@ -1,4 +1,5 @@
-"""Dense retrieval: an HNSW graph (Malkov & Yashunin, 2018) built with hnswlib.
+"""Dense retrieval: an HNSW graph (Malkov & Yashunin, 2018) built with hnswlib,
+the default backend of `rag_cli.index.backends`.
 
 Space is cosine: hnswlib returns the distance 1 - cos, which we turn back
 into the cosine similarity. Parameters: M (graph degree), ef_construction
@@ -19,9 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-#: A filter that allows at most this many rows is searched exactly (brute force over their vectors).
-EXACT_MAX_ROWS = 2048
+from rag_cli.index.dense_common import EXACT_MAX_ROWS
 
 
 @dataclass
@@ -46,15 +45,19 @@ class DenseIndex:
         if n:
             index.add_items(vectors, np.arange(n), num_threads=threads or -1)
         index.set_ef(ef)
-        return cls(index, {"space": "cosine", "dim": d, "n": n, "M": m, "ef_construction": ef_construction, "ef": ef,
+        return cls(index, {"backend": "hnswlib", "space": "cosine", "dim": d, "n": n, "M": m, "ef_construction": ef_construction, "ef": ef,
                            "max_elements": max(n, 1), "n_deleted": 0, "next_label": n})
 
     def update(self, row_labels: np.ndarray, deleted: list[int], add_vectors: np.ndarray, add_labels: np.ndarray,
-               *, ef: int | None = None, threads: int = 0) -> None:
+               *, ef: int | None = None, threads: int = 0, vectors: np.ndarray | None = None,
+               settings=None) -> None:
         """Change the graph in place: mark the labels `deleted` deleted, add
         `add_vectors` ((a, d) float32) under `add_labels` ((a,) int64),
         growing max_elements as needed; `row_labels` ((n,) int64) is the new
-        row -> label map."""
+        row -> label map. `settings` (the [index] config) gives the new ef;
+        `vectors` (every row's) are not needed: the graph keeps its own."""
+        if settings is not None:
+            ef = settings.hnsw_ef
         for label in deleted:
             self.index.mark_deleted(int(label))
         count = self.index.get_current_count()

@@ -11,13 +11,15 @@ from pathlib import Path
 import pyarrow as pa
 
 from rag_cli.errors import BadInput
+from rag_cli.store.index_chunks import read_index_chunks
 from rag_cli.store.index_folder import GenerationVanished, current_generation, current_pointer, verify_generation
 
 
 @dataclass
 class IndexFolder:
     """A loaded index generation: `meta` (meta.json), `chunks` (pyarrow.Table
-    of INDEX_COLUMNS present, plus `label`), `dense` (`DenseIndex`), `sparse`
+    of INDEX_COLUMNS present, plus `label`, memory-mapped), `dense` (a
+    `rag_cli.index.backends.VectorIndex` of the backend meta.json names), `sparse`
     (`SparseIndex`), each None when not asked for (`open`'s `parts`), `docs`
     (pyarrow.Table of INDEX_DOC_COLUMNS, None for a generation without
     docs.parquet); `path` is the generation's folder; `key` says which
@@ -84,18 +86,20 @@ class IndexFolder:
             if flat:
                 key = (gen, (gen / "meta.json").stat().st_mtime_ns)
             meta = json.loads((gen / "meta.json").read_text(encoding="utf-8"))
-            chunks = pq.ParquetFile(gen / "chunks.parquet").read()  # read_table would import pyarrow.dataset
+            chunks = read_index_chunks(gen)  # memory-mapped: nothing is read until a row is used
             labels = chunks.column("label").to_numpy() if "label" in chunks.column_names else None
             dense = sparse = None
             if "dense" in parts:
-                from rag_cli.index.dense import DenseIndex
+                from rag_cli.index.backends import load_dense
 
-                dense = DenseIndex.load(gen / "dense", labels)
+                dense = load_dense(gen / "dense", labels)
             if "sparse" in parts:
                 from rag_cli.index.sparse import SparseIndex
 
                 sparse = SparseIndex.load(gen / "sparse")
             docs = pq.ParquetFile(gen / "docs.parquet").read() if (gen / "docs.parquet").exists() else None
+        except BadInput:
+            raise
         except Exception as exc:  # hnswlib, bm25s, json and arrow each raise their own
             if not gen.exists():  # a writer removed it while it was read: read CURRENT again
                 raise GenerationVanished(gen) from exc

@@ -13,6 +13,7 @@ command or API call asked.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,8 +81,8 @@ class Searcher:
     sparse: "object"  # SparseIndex, None unless loaded
     embedder: object | None = None
     docs: "object" = None  # pyarrow.Table of the generation's documents (INDEX_DOC_COLUMNS), or None
-    _chunk_ids: list[str] = field(default_factory=list)
-    _doc_ids: list[str] = field(default_factory=list)
+    _chunk_ids: "Column" = field(default_factory=lambda: Column(None))
+    _doc_ids: "Column" = field(default_factory=lambda: Column(None))
     n_queries_truncated: int = 0
     generation_key: tuple | None = None  # `IndexFolder.key`: which generation this is (never repeats)
 
@@ -108,8 +109,8 @@ class Searcher:
             raise BadInput(f"the index in {folder.path} was built with model {meta['model_fingerprint']} but the "
                            f"embedder is {model.fingerprint}; {what}")
         s = cls(folder.path, meta, folder.chunks, folder.dense, folder.sparse, embedder, folder.docs)
-        s._chunk_ids = folder.chunks.column("chunk_id").to_pylist()
-        s._doc_ids = folder.chunks.column("doc_id").to_pylist()
+        s._chunk_ids = Column(folder.chunks.column("chunk_id"))
+        s._doc_ids = Column(folder.chunks.column("doc_id"))
         s.generation_key = folder.key
         return s
 
@@ -209,15 +210,38 @@ class Searcher:
         return self.dense.vectors(rows)
 
     def text(self, row: int, column: str = "text") -> str:
-        """The `column` (text, embed_text, context) of index row `row`."""
-        if column == "text":
-            if not hasattr(self, "_texts"):
-                self._texts = self.chunks.column("text").to_pylist()
-            return self._texts[row]
-        return self.chunks.column(column)[row].as_py()
+        """The `column` (text, embed_text, context) of index row `row` (read from the memory-mapped
+        chunks: only that row's pages)."""
+        return self.chunks.column(column)[int(row)].as_py()
 
     def row_of(self, chunk_id: str) -> int | None:
         """The index row of `chunk_id`, or None if it is not in the index."""
         if not hasattr(self, "_row_of"):
             self._row_of = {c: i for i, c in enumerate(self._chunk_ids)}
         return self._row_of.get(chunk_id)
+
+
+class Column(Sequence):
+    """One column of a generation's chunks (a pyarrow ChunkedArray, memory-mapped) as a sequence:
+    `col[row]` reads that row only; iterating (or `tolist`) reads the column once and keeps it. A
+    search of a million chunks thus reads the ids of its hits, not a million ids."""
+
+    def __init__(self, array):
+        self._array = array
+        self._list: list | None = None
+
+    def tolist(self) -> list:
+        if self._list is None:
+            self._list = [] if self._array is None else self._array.to_pylist()
+        return self._list
+
+    def __getitem__(self, i):
+        if self._list is not None or isinstance(i, slice):
+            return self.tolist()[i]
+        return self._array[int(i)].as_py()
+
+    def __len__(self) -> int:
+        return 0 if self._array is None else len(self._array)
+
+    def __iter__(self):
+        return iter(self.tolist())

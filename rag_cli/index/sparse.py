@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -89,9 +90,11 @@ class SparseIndex:
 
         if method not in ("lucene", "robertson", "atire", "bm25l", "bm25+"):
             raise BadInput(f"--bm25-method {method!r} is unknown; use lucene, robertson, atire, bm25l or bm25+")
+        t0 = time.perf_counter()
         retriever = bm25s.BM25(k1=k1, b=b, method=method)
         retriever.index([analyze(t) for t in texts], show_progress=False)
-        return cls(retriever, {"k1": k1, "b": b, "method": method, "n_docs": len(texts), "analyzer": "jieba+snowball-en"})
+        return cls(retriever, {"k1": k1, "b": b, "method": method, "n_docs": len(texts), "analyzer": "jieba+snowball-en",
+                               "build_seconds": round(time.perf_counter() - t0, 3)})
 
     def save(self, folder: Path) -> None:
         """Write the bm25s files into `folder` (which the caller renames into place)."""
@@ -101,9 +104,11 @@ class SparseIndex:
 
     @classmethod
     def load(cls, folder: Path) -> "SparseIndex":
+        """Load `folder`'s bm25s index with its score arrays memory-mapped (`mmap=True`): a query reads
+        only the postings of its terms; the vocabulary is read whole."""
         import bm25s
 
-        retriever = bm25s.BM25.load(str(folder), show_progress=False)
+        retriever = bm25s.BM25.load(str(folder), show_progress=False, mmap=True)
         params = json.loads((folder / "rag_sparse.json").read_text(encoding="utf-8"))
         return cls(retriever, params)
 
@@ -164,9 +169,7 @@ def top_k(scores: np.ndarray, k: int, min_exclusive: float | None = None) -> tup
 
     Only values > `min_exclusive` are kept when it is given.
     """
-    idx = np.arange(len(scores))
-    if min_exclusive is not None:
-        idx = idx[scores > min_exclusive]
+    idx = np.arange(len(scores)) if min_exclusive is None else np.flatnonzero(scores > min_exclusive)
     if len(idx) > k:
         part = np.argpartition(-scores[idx], k - 1)[:k]
         idx = idx[part]

@@ -1,4 +1,5 @@
-"""`rag index`: chunks + embeddings -> a new generation of index/ (hnswlib dense + bm25s sparse).
+"""`rag index`: chunks + embeddings -> a new generation of index/ (dense: hnswlib,
+faiss or exact, `rag_cli.index.backends`; sparse: bm25s).
 
 The index generation (`rag_cli.store.index_folder`) is self-contained:
 besides the two indexes it keeps the chunk columns it was built from and
@@ -12,6 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from rag_cli.config import IndexConfig
+from rag_cli.index.backends import check_backend
 from rag_cli.index.build import build_full, index_docs, index_meta, read_inputs, record_index
 from rag_cli.progress import Progress
 from rag_cli.store.index_folder import write_index_folder
@@ -25,13 +27,14 @@ def build_index(project: "ProjectFolder", params: IndexConfig, threads: int = 0,
     """Build a new generation of `index/` from `chunks.parquet` and
     `embeddings.parquet` and make it current, keeping `keep` older ones.
 
-    Progress: ("indexing", steps done, 3): read, dense (HNSW), sparse (BM25).
-    Raises BadInput when an input is missing or the embeddings do not cover
+    Progress: ("indexing", steps done, 3): read, dense (params.backend), sparse (BM25).
+    Raises BadInput when the backend is faiss and faiss is not installed, an input is missing or the embeddings do not cover
     every chunk (names the first missing chunk and says to run `rag embed`),
     or a vector is non-finite or of norm zero (names the chunks).
     Returns a summary dict (n_chunks, dim, seconds, fingerprint, generation).
     """
     t0 = time.perf_counter()
+    check_backend(params)  # a missing faiss is exit 2 before anything is read
     step = (lambda done: progress("indexing", done, 3)) if progress else (lambda done: None)
     chunks, vectors, emb = read_inputs(project.require(project.chunks_path, "chunk"),
                                        project.require(project.embeddings_path, "embed"))

@@ -21,8 +21,11 @@ is new):
    added under new labels (`add_items`, the graph resized as needed); when
    the deleted labels exceed `COMPACT_FRACTION` of the graph it is rebuilt
    from scratch. BM25 is rebuilt over all chunks (it is fast and then equals
-   a fresh build exactly). Another embedder or other HNSW M /
-   ef_construction than the current generation's forces a full build.
+   a fresh build exactly). Another embedder, another dense backend, or
+   other parameters of its structure (HNSW M / ef_construction; faiss index
+   type, nlist, pq_m) than the current generation's force a full build;
+   each backend's `update` says how it adds and deletes
+   (`rag_cli.index.backends`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import pyarrow as pa
 from rag_cli.chunking import chunk_with_parents
 from rag_cli.chunking.setup import chunk_options, chunk_settings
 from rag_cli.config import ChunkConfig, IndexConfig, ModelConfig
+from rag_cli.index.backends import check_backend, rebuild_reason, same_search_params
 from rag_cli.index.build import build_full, index_docs, index_meta, index_texts, read_inputs, record_index, with_labels
 from rag_cli.index.sparse import SparseIndex
 from rag_cli.loaders import load_sources
@@ -191,6 +195,7 @@ def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int 
     Returns: n_chunks, dim, vectors_added, vectors_deleted, full (why a full
     build was done, or None), compacted (bool), generation, seconds."""
     t0 = time.perf_counter()
+    check_backend(params)
     step = (lambda done: progress("indexing", done, 3)) if progress else (lambda done: None)
     chunks, vectors, emb = read_inputs(project.require(project.chunks_path, "chunk"),
                                        project.require(project.embeddings_path, "embed"))
@@ -201,8 +206,8 @@ def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int 
         full = "there is no index yet"
     elif cur.meta["model_fingerprint"] != emb.fingerprint:
         full = f"the embedder changed ({cur.meta['model_fingerprint']} -> {emb.fingerprint})"
-    elif (cur.meta["dense"]["M"], cur.meta["dense"]["ef_construction"]) != (params.hnsw_m, params.hnsw_ef_construction):
-        full = "the HNSW parameters M / ef_construction changed"
+    elif (why := rebuild_reason(cur.meta["dense"], params)) is not None:  # another backend or structure
+        full = why
     added = deleted = 0
     compacted = False
     if full is None:
@@ -229,7 +234,8 @@ def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int 
         elif not add_rows and not gone and _same_params(cur, params):
             chunks, sparse = with_labels(chunks, labels), cur.sparse
         else:
-            dense.update(labels, gone, vectors[add_rows], labels[add_rows], ef=params.hnsw_ef, threads=threads)
+            dense.update(labels, gone, vectors[add_rows], labels[add_rows], vectors=vectors, settings=params,
+                         threads=threads)
             step(2)
             sparse = SparseIndex.build(index_texts(chunks), k1=params.bm25_k1, b=params.bm25_b,
                                        method=params.bm25_method)
@@ -259,7 +265,8 @@ def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int 
 
 
 def _same_params(cur: IndexFolder, params: IndexConfig) -> bool:
-    """Whether the current generation was built with `params`' ef and BM25 settings."""
+    """Whether the current generation was built with `params`' dense search-time settings (ef; faiss
+    nprobe, rerank) and BM25 settings."""
     sp = cur.meta["sparse"]
-    return (cur.meta["dense"]["ef"], sp["k1"], sp["b"], sp["method"]) == (
-        params.hnsw_ef, params.bm25_k1, params.bm25_b, params.bm25_method)
+    return same_search_params(cur.meta["dense"], params) and (sp["k1"], sp["b"], sp["method"]) == (
+        params.bm25_k1, params.bm25_b, params.bm25_method)

@@ -11,12 +11,16 @@
         meta.json      model_fingerprint, passage_fingerprint, model_name, dim,
                        n_chunks, dense (M, ef_construction, ef, space, n, ...),
                        sparse params, generation {id, time, command, counts}
-        chunks.parquet the chunk columns search and ask read (`INDEX_COLUMNS`),
-                       plus `label`: the chunk's label in the HNSW graph
+        chunks.arrow   the chunk columns search and ask read (`INDEX_COLUMNS`),
+                       plus `label`: the chunk's label in the dense index; an
+                       Arrow IPC file, memory-mapped (`rag_cli.store.index_chunks`;
+                       chunks.parquet in generations of earlier versions)
         docs.parquet   the document columns `--filter` reads (`INDEX_DOC_COLUMNS`:
                        doc_id, path, title, n_chars, metadata JSON); absent in
                        generations written by earlier versions
-        dense/         hnsw.bin + rag_dense.json
+        dense/         the dense index of `rag_cli.index.backends` + rag_dense.json
+                       (hnswlib: hnsw.bin; faiss: faiss.index, vectors.npy;
+                       exact: vectors.npy)
         sparse/        the bm25s index + rag_sparse.json
         files.json     {"files": {relative path: {"size": bytes, "sha256": hex}}}
 
@@ -70,6 +74,7 @@ import pyarrow as pa
 from rag_cli.atomic import is_no_space, no_space
 from rag_cli.errors import BadInput
 from rag_cli.hashing import sha256_file
+from rag_cli.store.index_chunks import write_index_chunks
 
 #: Columns of chunks.parquet kept in index/chunks.parquet; `context` is the
 #: text `rag ask` gives the generator for `sentence` and `parent-child` chunks.
@@ -90,7 +95,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _FIX_POINTER = ("write a new generation with `rag index` (it replaces CURRENT), or restore the file; "
                 "the generations themselves are not changed")
 _TMP = re.compile(r"^\.gen-(\d+)\.tmp$")
-_FLAT = ("meta.json", "chunks.parquet", "docs.parquet", "dense", "sparse")
+_FLAT = ("meta.json", "chunks.parquet", "chunks.arrow", "docs.parquet", "dense", "sparse")
 
 
 def generation_name(gen_id: int) -> str:
@@ -358,8 +363,8 @@ def write_index_folder(path: Path, *, dense, sparse, chunks: pa.Table, meta: dic
         dense.save(writing)
         writing = tmp / "sparse"
         sparse.save(writing)
-        writing = tmp / "chunks.parquet"
-        pq.write_table(chunks, writing, compression="zstd")
+        writing = tmp / "chunks.arrow"
+        write_index_chunks(chunks, tmp)  # chunks.arrow, memory-mapped when read (rag_cli.store.index_chunks)
         if docs is not None:
             writing = tmp / "docs.parquet"
             pq.write_table(docs, writing, compression="zstd")

@@ -1,0 +1,169 @@
+"""The dense index behind one interface, with three backends.
+
+`index.backend` (rag.toml, `rag index --backend`) chooses:
+
+* `hnswlib` (the default): an HNSW graph over the float32 vectors
+  (`rag_cli.index.dense.DenseIndex`), all in RAM.
+* `faiss` (the optional `faiss` extra, `pip install 'rag-cli[faiss]'`),
+  `index.index_type`:
+  - `hnsw-sq8`: an HNSW graph over 8-bit scalar-quantised codes (a quarter
+    of float32's memory);
+  - `sq8`: the same codes scanned flat (no graph);
+  - `ivf-pq`: inverted lists (`nlist` k-means cells, `nprobe` searched) of
+    product-quantised codes (`pq_m` bytes per vector).
+  Candidates are re-scored with the exact vectors (`index.rerank` of them)
+  from `dense/vectors.npy`, memory-mapped, so only the candidates' rows
+  are read (`rag_cli.index.faiss_index.FaissIndex`).
+* `exact`: brute force over the float32 vectors, memory-mapped from
+  `dense/vectors.npy` (`rag_cli.index.exact.ExactIndex`): exact results,
+  for small corpora and as the ground truth of recall (`rag eval --funnel`).
+
+Every backend is a `VectorIndex`: `build(vectors, settings)`, `search`
+(cosines, best first, a `mask` applied inside the search: hnswlib's filter
+function, faiss's `IDSelectorBitmap`, a row subset for exact), `update`
+(labels marked deleted and vectors added, or for `exact` the vector file
+rewritten), `save` / `load` (a folder, `dense/` of a generation) and
+`vectors(rows)` (the stored vectors: re-ranking, evidence cosines, ANN
+recall). The backend and its parameters are written to
+`dense/rag_dense.json` and meta.json's `dense`; a generation written before
+backends existed is hnswlib.
+
+Labels: row i of a freshly built index has label i; `rag update` keeps the
+labels of unchanged chunks, so rows and labels differ after an update
+(`row_labels`, the `label` column of the generation's chunks).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from rag_cli.index.dense_common import (EXACT_MAX_ROWS, FAISS_MISSING, Result, import_faiss,  # noqa: F401
+                                        unit, top_k_blocks)  # the interface's names, for callers
+
+BACKENDS = ("hnswlib", "faiss", "exact")
+FAISS_TYPES = ("hnsw-sq8", "sq8", "ivf-pq")
+
+
+
+class VectorIndex(Protocol):
+    """What every dense backend offers (see the module doc)."""
+
+    params: dict  # rag_dense.json: backend, space, dim, n, next_label, n_deleted and the backend's own
+    row_labels: np.ndarray | None  # (n,) int64 label of each row; None = label i is row i
+
+    def search(self, query_vectors: np.ndarray, k: int, mask: np.ndarray | None = None) -> Result:
+        """Top-`k` rows per query ((q, d) float32): [(rows (m,) int64, cosines (m,) float32)], best first,
+        m = min(k, rows allowed by `mask`)."""
+
+    def update(self, row_labels: np.ndarray, deleted: list[int], add_vectors: np.ndarray, add_labels: np.ndarray,
+               *, vectors: np.ndarray, settings, threads: int = 0) -> None:
+        """Delete the labels `deleted`, add `add_vectors` under `add_labels`; `row_labels` is the new row ->
+        label map and `vectors` ((n, d) float32) every row's vector in the new row order."""
+
+    def save(self, folder: Path) -> None: ...
+
+    def vectors(self, rows) -> np.ndarray:
+        """(len(rows), d) float32: the stored vectors of `rows` (unit length)."""
+
+
+def backend_of(params: dict) -> str:
+    """The backend recorded in rag_dense.json / meta.json's `dense` (hnswlib when absent: older generations)."""
+    return params.get("backend", "hnswlib")
+
+
+def describe(params: dict) -> str:
+    """`hnswlib`, `exact` or `faiss ivf-pq`: the backend (and faiss index type) of a generation."""
+    b = backend_of(params)
+    return f"faiss {params.get('index_type')}" if b == "faiss" else b
+
+
+def check_backend(settings) -> None:
+    """BadInput unless `settings.backend` can be used here: faiss must import."""
+    if settings.backend == "faiss":
+        import_faiss()
+
+
+def build_dense(vectors: np.ndarray, settings, threads: int = 0) -> VectorIndex:
+    """A fresh dense index of `settings.backend` over `vectors` ((n, d) float32; label i = row i).
+    `settings` is the [index] config (`IndexConfig`). Raises BadInput for settings the data cannot
+    take (e.g. a `pq_m` that does not divide the dimension) or a missing faiss."""
+    import time
+
+    t0 = time.perf_counter()
+    backend = getattr(settings, "backend", "hnswlib")
+    if backend == "exact":
+        from rag_cli.index.exact import ExactIndex
+
+        dense = ExactIndex.build(vectors)
+    elif backend == "faiss":
+        import_faiss()
+        from rag_cli.index.faiss_index import FaissIndex
+
+        dense = FaissIndex.build(vectors, settings, threads=threads)
+    else:
+        from rag_cli.index.dense import DenseIndex
+
+        dense = DenseIndex.build(vectors, m=settings.hnsw_m, ef_construction=settings.hnsw_ef_construction,
+                                 ef=settings.hnsw_ef, threads=threads)
+    dense.params["build_seconds"] = round(time.perf_counter() - t0, 3)  # of the last full build
+    return dense
+
+
+def load_dense(folder: Path, row_labels: np.ndarray | None = None) -> VectorIndex:
+    """The dense index saved in `folder` (`dense/` of a generation), of the backend its rag_dense.json
+    names; vectors and codes are memory-mapped where the backend allows. Raises BadInput for a faiss
+    index without faiss installed, ValueError for an unreadable one."""
+    params = json.loads((folder / "rag_dense.json").read_text(encoding="utf-8"))
+    if params.get("space", "cosine") != "cosine":
+        raise ValueError(f"{folder / 'rag_dense.json'} records space {params.get('space')!r}; "
+                         "rag-cli searches by cosine and needs space 'cosine'")
+    backend = backend_of(params)
+    if backend == "exact":
+        from rag_cli.index.exact import ExactIndex
+
+        return ExactIndex.load(folder, params)
+    if backend == "faiss":
+        import_faiss(f"{folder} is a faiss index ({params.get('index_type')}); {FAISS_MISSING}")
+        from rag_cli.index.faiss_index import FaissIndex
+
+        return FaissIndex.load(folder, params, row_labels)
+    if backend != "hnswlib":
+        raise ValueError(f"{folder / 'rag_dense.json'} names the backend {backend!r}; known: {', '.join(BACKENDS)}")
+    from rag_cli.index.dense import DenseIndex
+
+    return DenseIndex.load(folder, row_labels)
+
+
+#: [index] keys whose change needs a new index structure, per backend (the rest are read at search time).
+_STRUCTURE = {"hnswlib": ("hnsw_m", "hnsw_ef_construction"), "exact": (),
+              "faiss": ("index_type", "hnsw_m", "hnsw_ef_construction", "nlist", "pq_m")}
+#: [index] key -> the rag_dense.json key that records it.
+_RECORDED = {"hnsw_m": "M", "hnsw_ef_construction": "ef_construction", "hnsw_ef": "ef", "index_type": "index_type",
+             "nlist": "nlist_setting", "pq_m": "pq_m_setting", "nprobe": "nprobe", "rerank": "rerank"}
+#: [index] keys read at search time, per backend.
+_SEARCH = {"hnswlib": ("hnsw_ef",), "exact": (),
+           "faiss": ("hnsw_ef", "nprobe", "rerank")}
+
+
+def rebuild_reason(params: dict, settings) -> str | None:
+    """Why `rag update` must build the dense index afresh rather than change it (`params`: the current
+    generation's rag_dense.json / meta `dense`; `settings`: the [index] config), or None."""
+    backend = backend_of(params)
+    want = getattr(settings, "backend", "hnswlib")
+    if backend != want:
+        return f"the dense backend changed ({describe(params)} -> {want})"
+    changed = [k for k in _STRUCTURE[backend]
+               if params.get(_RECORDED[k]) != getattr(settings, k)]
+    if changed:
+        return (f"the {describe(params)} parameters {' / '.join(changed)} changed"
+                if backend != "hnswlib" else "the HNSW parameters M / ef_construction changed")
+    return None
+
+
+def same_search_params(params: dict, settings) -> bool:
+    """Whether the dense index's search-time parameters (ef; faiss nprobe, rerank) equal `settings`'."""
+    return all(params.get(_RECORDED[k]) == getattr(settings, k) for k in _SEARCH[backend_of(params)])
