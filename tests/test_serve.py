@@ -506,3 +506,69 @@ def test_hot_reload_under_concurrent_requests(tmp_path, scifact_docs, tiny_bi_en
 def test_hot_reload_under_20_updates(tmp_path, scifact_docs, tiny_bi_encoder):
     """The issue's run: 20 `rag update` runs switch generations under 4 clients; 0 failed, 0 wrong."""
     _hot_reload(tmp_path, scifact_docs, tiny_bi_encoder, n_updates=20)
+
+
+# --------------------------------------------------------------------------- the warm engines, in-process
+def test_a_request_keeps_its_generation_while_a_new_one_is_swapped_in(make_sample_project, tmp_path):
+    """`WarmEngines.pinned()`: every library call of a request gets the searcher it started with; the
+    reload thread swaps the next generation in for the requests after it; models are kept."""
+    from rag_cli.serve.warm import WarmEngines
+
+    p = make_sample_project(tmp_path / "p")
+    warm = WarmEngines(p.folder, poll=0.05)
+    p.engines = warm
+    first = warm.load()
+    embedder = first.embedder
+    with warm.pinned() as s:
+        assert s is first and p.search("rrf", k=1).hits  # the library call took the pinned one
+        p.index(hnsw_m=8)  # a new generation becomes current during the request
+        warm.start()
+        deadline = time.monotonic() + 30
+        while warm.served is first:
+            assert time.monotonic() < deadline, warm.reload_error
+            time.sleep(0.02)
+        assert warm.searcher(p.config, with_embedder=True) is first  # still this request's
+        assert p.engines.search_setup({"mode": "dense"})[1] is first
+    assert warm.searcher(p.config, with_embedder=False) is warm.served
+    assert warm.served.index_dir.name == "gen-000002" and warm.n_reloads == 1
+    assert warm.served.embedder is embedder  # the bi-encoder is kept across generations
+    warm.stop()
+
+
+def test_a_generation_that_cannot_be_loaded_is_not_served(make_sample_project, tmp_path):
+    from rag_cli.serve.warm import WarmEngines
+
+    p = make_sample_project(tmp_path / "p")
+    warm = WarmEngines(p.folder, poll=0.05)
+    first = warm.load()
+    p.index(hnsw_m=8)
+    (p.index_dir / "gen-000002" / "chunks.parquet").write_bytes(b"damaged")
+    warm.start()
+    deadline = time.monotonic() + 30
+    while warm.reload_error is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert warm.served is first and "chunks.parquet" in warm.reload_error
+    warm.stop()
+
+
+def test_one_at_a_time_serialises_a_generators_calls():
+    from rag_cli.serve.warm import OneAtATime
+
+    class Gen:
+        name, streams, inside, most = "llama-cpp", True, 0, 0
+
+        def generate(self, x):
+            Gen.inside += 1
+            Gen.most = max(Gen.most, Gen.inside)
+            time.sleep(0.01)
+            Gen.inside -= 1
+            return x
+
+    g = OneAtATime(Gen())
+    threads = [threading.Thread(target=g.generate, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert Gen.most == 1 and g.name == "llama-cpp" and g.streams is True and g.generate(3) == 3

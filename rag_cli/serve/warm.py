@@ -33,6 +33,9 @@ from rag_cli.engines import Engines
 #: The parts every served searcher loads: any mode, and ask (which scores evidence with both).
 ALL_PARTS = ("dense", "sparse")
 
+#: Seconds between tries, at most, while the current generation cannot be loaded (doubling from the poll).
+MAX_RETRY_DELAY = 30.0
+
 
 class WarmEngines(Engines):
     """`Engines` that serve one pinned searcher per request and reload new
@@ -70,6 +73,24 @@ class WarmEngines(Engines):
             ce = self.cross_encoder(config)
             self._models[key] = lambda question, texts: ce.score_pairs([(question, t) for t in texts])
         return self._models[key]
+
+    def ask_setup(self, options=None, llm=None, search=None, filter=None):
+        """As `Engines.ask_setup`, but a `llama-cpp` generator (a GGUF loaded
+        in this process, not safe to call from two threads at once) is loaded
+        once per [generator] config and called by one request at a time."""
+        config = self.folder.with_options("ask", options)
+        if config.ask.generator != "llama-cpp":
+            return super().ask_setup(options, llm, search, filter)
+        from rag_cli.generate.factory import load_generator
+
+        config, _ = config.with_options("generator", llm)
+        sconfig, s, mask = self.search_setup(search, filter, for_ask=True)
+        key = ("llama-cpp", repr(asdict(config.generator)), config.model.threads)
+        with self._load_lock:
+            if key not in self._models:
+                self._models[key] = OneAtATime(load_generator(config.ask, s.embedder, s.sparse, config.generator,
+                                                              threads=config.model.threads))
+        return config.ask, sconfig.search, s, mask, self._models[key]
 
     # -- the served searcher ---------------------------------------------------------
     def load(self):
@@ -123,9 +144,30 @@ class WarmEngines(Engines):
             self._thread.join(timeout=30)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.poll):
+        delay = self.poll
+        while not self._stop.wait(delay):
             try:
                 self.load()
+                delay = self.poll
             except Exception as exc:  # noqa: BLE001 - keep serving the loaded generation
                 message = f"{type(exc).__name__}: {exc}" if not hasattr(exc, "exit_code") else str(exc)
                 self.reload_error = f"the served generation stays; a new one could not be loaded: {message}"
+                delay = min(delay * 2, MAX_RETRY_DELAY)  # a damaged generation is not hashed twice a second
+
+
+class OneAtATime:
+    """A generator whose methods are called by one thread at a time (a lock
+    around each call); its other attributes are read through."""
+
+    def __init__(self, inner):
+        self._inner, self._lock = inner, threading.Lock()
+
+    def __getattr__(self, name: str):
+        value = getattr(self._inner, name)
+        if not callable(value):
+            return value
+
+        def locked(*args, **kwargs):
+            with self._lock:
+                return value(*args, **kwargs)
+        return locked
