@@ -11,12 +11,14 @@ hot reload under load (docs/serve.md).
    run reuses it.
 2. **Latency.** One `rag serve` process (this checkout, 127.0.0.1, port 0),
    then per mode (sparse, dense, hybrid): `--clients` closed-loop clients
-   (asyncio + one httpx.AsyncClient, each sends its next query as soon as
-   the previous answer is read) post the 300 SciFact test queries in turn
-   (`k` 10) for `--duration` seconds after a 3-second warm-up (not counted),
-   at most `--max-requests` per mode. Latency is the client's wall time per
+   (asyncio, one keep-alive connection each, written with asyncio streams
+   so the clients take little CPU; each sends its next query as soon as the
+   previous answer is read) post the 300 SciFact test queries in turn (`k`
+   10) for `--duration` seconds after a 3-second warm-up (not counted), at
+   most `--max-requests` per mode. Latency is the client's wall time per
    request (HTTP and JSON included); an error is any status but 200 or an
-   exception. The server's CPU seconds and peak RSS come from /proc.
+   exception. The server's and the clients' CPU seconds and the server's
+   peak RSS come from /proc and `time.process_time`.
 3. **Hot reload.** The same clients (modes taken in turn, the first
    `--reload-queries` test queries) run while `--updates` `rag update` runs
    alternate the corpus between two states (state B: 10 documents edited,
@@ -159,33 +161,65 @@ class Server:
 
 
 # --------------------------------------------------------------------------- clients
+class Connection:
+    """One keep-alive HTTP/1.1 connection with as little client work as possible (a few lines of asyncio
+    streams instead of an HTTP library), so that on a 2-core machine the clients take little of the CPU
+    the server is measured on."""
+
+    def __init__(self, url: str):
+        host, port = url.removeprefix("http://").split(":")
+        self.host, self.port = host, int(port)
+        self.reader = self.writer = None
+
+    async def post(self, path: str, body: bytes) -> tuple[int, dict, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        self.writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json"
+                          f"\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+        data = await self.reader.readexactly(int(headers.get("content-length", 0)))
+        if headers.get("connection", "").lower() == "close":
+            await self.close()
+        return status, headers, data
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.reader = self.writer = None
+
+
 async def clients(url: str, texts: list[str], modes: list[str], n: int, seconds: float, max_requests: int,
                   warm_up: float = 0.0, stop: threading.Event | None = None, digest: bool = False) -> list[tuple]:
     """`n` closed-loop clients for `seconds` (after `warm_up`) or until `stop` is set: [(t_sent, latency_ms,
     status, mode, query, generation, the body's `digest` (with `digest`) or an error)], at most
     `max_requests` counted."""
-    import httpx
-
     out: list[tuple] = []
     start = time.perf_counter()
     counted_from, deadline = start + warm_up, start + warm_up + seconds
-    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=n)) as http:
-        async def one(i: int) -> None:
-            k = i
-            while time.perf_counter() < deadline and len(out) < max_requests and not (stop and stop.is_set()):
-                q, mode = texts[k % len(texts)], modes[k % len(modes)]
-                k += n
-                t = time.perf_counter()
-                try:
-                    r = await http.post(url + "/search", json={"query": q, "mode": mode, "k": 10})
-                    status, gen = r.status_code, r.headers.get("x-rag-generation")
-                    body = json_digest(r.json()) if digest and status == 200 else r.text[:300] if status != 200 else None
-                except Exception as exc:  # noqa: BLE001 - every failure counts
-                    status, gen, body = -1, None, repr(exc)
-                if t >= counted_from:
-                    out.append((t - start, (time.perf_counter() - t) * 1000.0, status, mode, q, gen, body))
 
-        await asyncio.gather(*(one(i) for i in range(n)))
+    async def one(i: int) -> None:
+        conn, k = Connection(url), i
+        while time.perf_counter() < deadline and len(out) < max_requests and not (stop and stop.is_set()):
+            q, mode = texts[k % len(texts)], modes[k % len(modes)]
+            k += n
+            body = json.dumps({"query": q, "mode": mode, "k": 10}).encode()
+            t = time.perf_counter()
+            try:
+                status, headers, data = await conn.post("/search", body)
+                gen = headers.get("x-rag-generation")
+                result = None if status == 200 and not digest else json_digest(json.loads(data)) \
+                    if status == 200 else data[:300].decode(errors="replace")
+            except Exception as exc:  # noqa: BLE001 - every failure counts
+                status, gen, result = -1, None, repr(exc)
+                await conn.close()
+            if t >= counted_from:
+                out.append((t - start, (time.perf_counter() - t) * 1000.0, status, mode, q, gen, result))
+        await conn.close()
+
+    await asyncio.gather(*(one(i) for i in range(n)))
     return out
 
 
@@ -245,8 +279,10 @@ def check_responses(project: Path, rows: list[tuple], into: Path) -> dict:
 
 
 def hot_reload(args, work: Path, docs, texts: list[str]) -> dict:
+    import httpx
+
     project = work / "p"
-    server = Server(project, "--mcp", "none", "--reload-poll", "0.2")
+    server = Server(project, "--mcp", "none", "--reload-poll", "0.2", *args.serve_args.split())
     try:
         before = server.proc_stats()
         t0 = time.perf_counter()
@@ -261,8 +297,6 @@ def hot_reload(args, work: Path, docs, texts: list[str]) -> dict:
             u0 = time.perf_counter()
             out = json.loads(rag("update", "-p", project, "--json", "-q", "--keep", args.keep).stdout)
             updates.append({"seconds": round(time.perf_counter() - u0, 1), "generation": out["index"]["generation"]})
-        import httpx
-
         deadline = time.monotonic() + 120
         while httpx.get(server.url + "/healthz").json()["reloads"] < args.updates and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -295,6 +329,7 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=20, help="rag update runs under load (0: skip)")
     ap.add_argument("--reload-queries", type=int, default=30)
     ap.add_argument("--keep", type=int, default=30, help="generations kept during the reload phase")
+    ap.add_argument("--serve-args", default="", help="more `rag serve` flags, e.g. \"--max-concurrent 2\"")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "serve_load.json")
     args = ap.parse_args()
 
@@ -303,18 +338,19 @@ def main() -> None:
     out = {"command": " ".join(["python", "bench/serve_load.py", *sys.argv[1:]]), "commit": commit(),
            "machine": machine(), "project": {"documents": len(docs) - HELD_OUT, "built": built,
                                              **_counts(args.work / "p")},
-           "clients": args.clients, "duration_s": args.duration, "k": 10, "modes": {}}
-    server = Server(args.work / "p", "--mcp", "none")
+           "clients": args.clients, "duration_s": args.duration, "k": 10, "server_stack": _stack(), "modes": {}}
+    server = Server(args.work / "p", "--mcp", "none", *args.serve_args.split())
     try:
         out["server_start_rss_mib"] = server.proc_stats()["rss_mib"]
         for mode in args.modes.split(","):
             la = load()
-            cpu0 = server.proc_stats()["cpu_s"]
+            cpu0, client0 = server.proc_stats()["cpu_s"], time.process_time()
             rows = asyncio.run(clients(server.url, texts, [mode], args.clients, args.duration, args.max_requests,
                                        warm_up=3.0))
             stats = server.proc_stats()
             out["modes"][mode] = {**summary(rows, args.duration), "load_before": la, "load_after": load(),
                                   "server_cpu_s": round(stats["cpu_s"] - cpu0, 1),
+                                  "client_cpu_s": round(time.process_time() - client0, 1),
                                   "server_peak_rss_mib": stats["peak_rss_mib"]}
             print(mode, json.dumps(out["modes"][mode]), flush=True)
     finally:
@@ -331,6 +367,19 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     print(f"written: {args.out}")
+
+
+def _stack() -> dict:
+    """The versions of the server's parts; uvicorn runs uvloop and httptools when they are installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("fastapi", "starlette", "uvicorn", "uvloop", "httptools", "mcp", "onnxruntime", "hnswlib", "bm25s"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 def _counts(p: Path) -> dict:

@@ -572,3 +572,18 @@ def test_one_at_a_time_serialises_a_generators_calls():
     for t in threads:
         t.join()
     assert Gen.most == 1 and g.name == "llama-cpp" and g.streams is True and g.generate(3) == 3
+
+
+def test_the_listening_socket_is_tcp_with_nagle_off():
+    """asyncio sets TCP_NODELAY only on sockets created as IPPROTO_TCP: without it a response written in
+    two parts waited 40 ms for the client's delayed ACK (bench/serve_load.py found it)."""
+    import socket
+
+    from rag_cli.serve.run import _listen
+
+    sock = _listen("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        sock.close()

@@ -141,7 +141,8 @@ def summarize(queries: list[dict], feedback: list[dict], *, min_score: float, to
         "by_via": dict(Counter(r["via"] for r in queries)),
         "by_generation": dict(sorted(Counter(r["generation"] for r in queries).items())),
         "feedback": {"n_rated": len(rated), "up": len(rated) - down, "down": down,
-                     "rated_share": _rate(len(rated), len(ok)), "n_unknown_answer_ids": len(set(ratings) - answered_ids)},
+                     "rated_share": _rate(len(rated), len(ok)),
+                     "n_unknown_answer_ids": len(set(ratings) - answered_ids)},
         "metrics": metrics, "latency_ms": latency,
         "without_good_hit": {"n": n_bad, "top": [
             {"query": g["forms"].most_common(1)[0][0], "count": g["count"], **{k: g[k] for k in REASONS}}

@@ -35,7 +35,8 @@ class SearchRequest(_Strict):
     rrf_k: int | None = Field(None, description="RRF constant k (search.rrf_k)")
     candidates: int | None = Field(None, description="Hybrid: hits per retriever before fusion (search.candidates)")
     fusion: str | None = Field(None, description="Hybrid: rrf | minmax | zscore (search.fusion)")
-    dense_weight: float | None = Field(None, description="minmax/zscore: weight of the dense scores (search.dense_weight)")
+    dense_weight: float | None = Field(None, description="minmax/zscore: weight of the dense scores "
+                                                         "(search.dense_weight)")
 
     def options(self) -> dict:
         """The [search] options given (not None)."""
