@@ -314,7 +314,8 @@ def hot_reload(args, work: Path, docs, texts: list[str]) -> dict:
     gens = sorted({r[5] for r in rows if r[5]})
     return {"updates": updates, "requests": len(rows), "failed": sum(r[2] != 200 for r in rows),
             **checked, "generations_served": len(gens), "last_generation": health["generation"],
-            "reloads": health["reloads"], "reload_error": health["reload_error"], "seconds": round(stop_at, 1),
+            "reloads": health["reloads"], "reload_error": health["reload_error"], "last_load_s": health.get("load_s"),
+            "seconds": round(stop_at, 1),
             "latency": summary(rows, stop_at), "server_exit": code, "server_peak_rss_mib": stats["peak_rss_mib"],
             "server_cpu_s": round(stats["cpu_s"] - before["cpu_s"], 1)}
 

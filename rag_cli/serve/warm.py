@@ -52,6 +52,7 @@ class WarmEngines(Engines):
         self.reload_error: str | None = None
         self.n_reloads = 0
         self.loaded_at: float | None = None
+        self.load_seconds: float | None = None  # how long the served generation took to load
         self._local = threading.local()
         self._load_lock = threading.Lock()
         self._models: dict = {}
@@ -105,10 +106,11 @@ class WarmEngines(Engines):
         served one; swap it in. Returns the served searcher. Raises BadInput
         (no index, a damaged generation, a model mismatch)."""
         with self._load_lock:
-            old = self.served
+            old, t0 = self.served, time.perf_counter()
             new = super().searcher(self.folder.config, with_embedder=True, parts=ALL_PARTS)
             if new is not old:
                 self.served, self.loaded_at = new, time.time()
+                self.load_seconds = time.perf_counter() - t0
                 if old is not None:
                     self.n_reloads += 1
                     if self.on_reload is not None:
