@@ -203,6 +203,41 @@ class LockConfig:
                           "0 = fail at once", limits=(0, None))
 
 
+def env_name_problem(value: str) -> str | None:
+    """What is wrong with the name of an environment variable (`serve.api_key_env`): letters, digits and
+    `_`, not starting with a digit ("" = none); None if it is such a name."""
+    import re
+
+    return None if value == "" or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value) else \
+        "must be the NAME of an environment variable (letters, digits, _), not the key itself"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """`[serve]`: `rag serve`, the HTTP and MCP server (docs/serve.md).
+
+    A `host` other than a loopback address needs `api_key_env`: the NAME of
+    the environment variable holding the key that clients send (the key
+    itself is never in rag.toml); with it set, the key is required on
+    loopback too.
+    """
+
+    host: str = setting("127.0.0.1", "Address to listen on; one other than loopback (127.0.0.1, ::1, localhost) "
+                        "needs --api-key-env")
+    port: int = setting(8765, "TCP port to listen on; 0 = any free port (printed at start)", limits=(0, 65535))
+    api_key_env: str = setting("", "NAME of the environment variable holding the API key that every request must "
+                               "send (Authorization: Bearer KEY, or X-API-Key: KEY); \"\" = no key (loopback only)",
+                               flag="--api-key-env", check=env_name_problem)
+    log: bool = setting(False, "Append every search and answer to logs/queries/ and accept POST /feedback into "
+                        "logs/feedback/ (Parquet; `rag_cli.lab.online` reports from them)")
+    max_k: int = setting(100, "Largest k (results or evidence chunks) a request may ask for", limits=(1, 10000))
+    max_body: int = setting(65536, "Largest request body, bytes (a larger one gets 413)", limits=(1024, None))
+    max_concurrent: int = setting(8, "Requests computed at once, in threads of one process sharing one loaded index; "
+                                  "more wait their turn", limits=(1, 256))
+    reload_poll: float = setting(0.5, "Seconds between looks at index/CURRENT: a new generation is loaded beside "
+                                 "the served one and swapped in between requests", limits=(0.05, 3600))
+
+
 @dataclass(frozen=True)
 class GeneratorConfig:
     """`[generator]`: the LLM of `ask.generator = "openai"` or `"llama-cpp"`.
@@ -233,7 +268,7 @@ class GeneratorConfig:
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "chunk": ChunkConfig, "index": IndexConfig,
                              "search": SearchConfig, "ask": AskConfig, "generator": GeneratorConfig,
-                             "sources": SourcesConfig, "lock": LockConfig}
+                             "sources": SourcesConfig, "lock": LockConfig, "serve": ServeConfig}
 
 
 @dataclass(frozen=True)
@@ -248,6 +283,7 @@ class Config:
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     sources: SourcesConfig = field(default_factory=SourcesConfig)
     lock: LockConfig = field(default_factory=LockConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """{section: {key: value}}, in the order of the dataclasses (as written to rag.toml)."""

@@ -708,3 +708,8 @@ def test_eval_options_may_come_before_the_subcommand(project):
     import json
 
     assert json.loads(res.stdout)["comparisons"]
+
+
+def test_eval_online_without_a_query_log_says_how_to_get_one(project):
+    res = rag("eval", "online", "-p", project)
+    assert res.exit_code == 2 and "rag serve --log" in res.stderr

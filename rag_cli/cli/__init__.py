@@ -6,7 +6,7 @@ library (`rag_cli.project.Project`) and hand the result to a printer.
 - `options`: option groups declared once (config settings from
   `rag_cli.config`), stacked on commands by `options(...)`;
 - `build` (init, chunk, embed, index, build), `living` (update, watch,
-  rollback, status), `query` (search, rerank), `ask`, `models`: the
+  rollback, status), `query` (search, rerank), `ask`, `models`, `serve`: the
   commands, by concern; `evaluation`: the `rag eval` sub-app, one
   subcommand per experiment of `rag_cli.lab`;
 - `render`, `render_query`, `render_models`: the printers;
@@ -17,7 +17,7 @@ Heavy imports happen inside the commands, so `rag --help` is instant.
 """
 
 from rag_cli.cli.root import app, main
-from rag_cli.cli import build, living, query, ask, evaluation, models  # noqa: E402,F401  (register the commands)
+from rag_cli.cli import build, living, query, ask, evaluation, models, serve  # noqa: E402,F401  (register the commands)
 
 # The names these helpers had when the CLI was one module (tests and scripts import them).
 from rag_cli.cli.common import count as _count, emit_json as _emit_json  # noqa: E402,F401

@@ -190,7 +190,9 @@ def _ask_one(p, question: str, opts: dict, stream: bool, json_out: bool, quiet: 
         raise
     show.queries_truncated(res.n_queries_truncated, res.max_length, quiet)
     if json_out:
-        emit_json({**show.answer_json(res), "n_queries_truncated": res.n_queries_truncated})
+        from rag_cli.json_shapes import ask_json
+
+        emit_json(ask_json(res))
     else:
         show.answer(res, streamed=streamer is not None and streamer.started)
         show.answer_checks(res, quiet)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
 import os
 import sys
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import typer
 
 from rag_cli.errors import Interrupted, RagError
+from rag_cli.json_shapes import json_safe
 
 
 def stderr():
@@ -112,20 +112,6 @@ class RagTyper(typer.Typer):
 def as_dict(result: Any) -> Any:
     """A library result as a dict: `result.to_dict()` (a typed result) or the dict itself."""
     return result.to_dict() if hasattr(result, "to_dict") else result
-
-
-def json_safe(obj: Any) -> Any:
-    """`obj` (typed results as their dicts) with every float NaN or +-inf replaced by None (JSON has no such
-    numbers)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if hasattr(obj, "to_dict"):
-        return json_safe(obj.to_dict())
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    return obj
 
 
 def emit_json(obj: Any) -> None:

@@ -83,13 +83,15 @@ def search(query: QueryArg = None, queries: QueriesOpt = None, filter_: FilterOp
 
 
 def _search_one(p, query: str, opts: dict, json_out: bool, quiet: bool) -> None:
+    from rag_cli.json_shapes import search_json
+
     res = p.search(query, **opts)
-    rows = [show.hit_json(h) for h in res.hits]
+    out = search_json(query, res)
     show.queries_truncated(res.n_queries_truncated, res.max_length, quiet)
     if json_out:
-        emit_json({"query": query, "mode": res.mode, "results": rows, "n_queries_truncated": res.n_queries_truncated})
+        emit_json(out)
     else:
-        show.hits_table(query, res.mode, rows)
+        show.hits_table(query, res.mode, out["results"])
 
 
 @app.command()

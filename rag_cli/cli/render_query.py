@@ -6,12 +6,7 @@ from __future__ import annotations
 import sys
 
 from rag_cli.cli.common import note, stdout, warn
-
-
-def hit_json(h) -> dict:
-    """A hit as `--json` gives it (score rounded to 6 decimals)."""
-    return {"rank": h.rank, "chunk_id": h.chunk_id, "doc_id": h.doc_id, "score": round(h.score, 6),
-            "stage": h.stage, "text": h.text}
+from rag_cli.json_shapes import answer_json, hit_json, source_json  # noqa: F401 (the --json shapes)
 
 
 def score_digits(scores: list[float], least: int = 4, most: int = 17) -> int:
@@ -71,44 +66,6 @@ def pairs_truncated(res) -> None:
 
 
 # --------------------------------------------------------------------------- answers
-def answer_json(res) -> dict:
-    """An `AskResult` as `rag ask --json` gives it."""
-    from rag_cli.generate.citations import statements
-
-    by_number = {e.number: e for e in res.evidence}
-    cited = [by_number[n] for n in dict.fromkeys(n for st in statements(res.answer.text) for n in st.citations)
-             if n in by_number] if not res.answer.refused else []
-    return {
-        "question": res.question,
-        "answer": res.answer.text,
-        "refused": res.answer.refused,
-        "citations": res.answer.citations,
-        "statements": [] if res.answer.refused else [
-            {"text": st.text, "citations": st.citations, "uncited": st.uncited}
-            for st in statements(res.answer.text)],
-        "sources": [source_json(e) for e in cited],
-        "best_score": round(res.best_score, 6),
-        "coverage": round(res.coverage, 6),
-        "reason": res.reason,
-        "generator": res.answer.generator,
-        "latency_ms": round(res.latency_ms, 1),
-        "timings": {k: round(v, 1) for k, v in res.timings.items()},
-        **({"rewrites": res.rewrites} if res.rewrites else {}),
-        **({"grade": res.grade} if res.grade else {}),
-        "n_citations_removed": res.answer.n_citations_removed,
-        "n_evidence_cut": res.answer.n_evidence_cut,
-        "evidence": [{"n": e.number, "chunk_id": e.chunk_id, "doc_id": e.doc_id, "score": round(e.score, 6),
-                      **({"rerank_score": round(e.rerank_score, 6)} if e.rerank_score is not None else {}),
-                      "text": e.text, **({"context": e.context} if e.context else {})} for e in res.evidence],
-    }
-
-
-def source_json(e) -> dict:
-    """A cited source: its number, chunk, document (the path) and title (headings, or the doc id)."""
-    return {"n": e.number, "chunk_id": e.chunk_id, "doc_id": e.doc_id,
-            "title": " > ".join(e.title_path) if e.title_path else e.doc_id, "score": round(e.score, 6)}
-
-
 class AnswerStream:
     """`on_text` of `rag ask --stream`: "Q: question" and "A: " before the
     first piece, then each piece (already plain) as it comes."""

@@ -20,6 +20,7 @@ Experiments (first argument: the project, or the inputs where none is needed):
     tune_fusion    grid-search the hybrid fusion, write the winner           rag eval tune fusion
     tune_refusal   grid-search the refusal gate, write the winner            rag eval tune refusal
     unanswerable   a corpus with the gold of N questions removed             rag eval make-unanswerable N
+    online         refusal, thumbs-down, latency of the served queries       rag eval online (`rag serve --log`)
 
 The shared preamble (cutoffs, name and file checks, the default
 eval/NAME.json, qrels that judge this project) is `rag_cli.lab.common`; the
@@ -27,10 +28,10 @@ metrics, statistics and tuning themselves are the library
 `rag_cli.evaluate`, which knows nothing of projects.
 """
 
-from rag_cli.lab import (answers, common, compare, funnel, judge, perturb, score, tune_fusion, tune_refusal,
-                         unanswerable)
+from rag_cli.lab import (answers, common, compare, funnel, judge, online, perturb, score, tune_fusion,
+                         tune_refusal, unanswerable)
 from rag_cli.lab.common import DEFAULT_KS, cutoffs
 from rag_cli.lab.report import Report
 
-__all__ = ["Report", "DEFAULT_KS", "cutoffs", "answers", "common", "compare", "funnel", "judge", "perturb", "score",
-           "tune_fusion", "tune_refusal", "unanswerable"]
+__all__ = ["Report", "DEFAULT_KS", "cutoffs", "answers", "common", "compare", "funnel", "judge", "online", "perturb",
+           "score", "tune_fusion", "tune_refusal", "unanswerable"]

@@ -76,6 +76,7 @@ class ProjectFolder:
     root: Path
     lock_timeout: float | None = None
     _lock_depth: int = field(default=0, repr=False, init=False)
+    _config_cache: tuple | None = field(default=None, repr=False, init=False, compare=False)
 
     @classmethod
     def at(cls, path: str | os.PathLike | None = None) -> "ProjectFolder":
@@ -149,9 +150,25 @@ class ProjectFolder:
     # -- config --------------------------------------------------------------
     @property
     def config(self) -> Config:
-        """rag.toml over the defaults (read each time: another process may have changed it).
+        """rag.toml over the defaults, read again whenever the file has changed
+        (another process may have changed it: its inode, size, mtime or ctime
+        differ; a file changed in the last 2 s is read every time, as a change
+        within one tick of the file system's clock would not show). A warm
+        server reads it for every request, so it is parsed only when it changed.
         Raises BadInput for a bad rag.toml, naming the file and the key."""
-        return Config.load(self.config_path)
+        path = self.config_path
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return Config.load(path)
+        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        cached = self._config_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        config = Config.load(path)
+        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > 2_000_000_000:
+            self._config_cache = (key, config)
+        return config
 
     def with_options(self, section: str, options: dict[str, Any] | None) -> Config:
         """The config with `options` ({key: value}, None = not given) applied

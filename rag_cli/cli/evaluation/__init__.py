@@ -6,7 +6,8 @@ still works.
   subcommands share and `show` (a report as a table or JSON, then its
   Markdown summary and plots);
 - `retrieval`: run, compare, funnel, perturb, tune fusion;
-- `answers`: answers (and the LLM judge), tune refusal, make-unanswerable.
+- `answers`: answers (and the LLM judge), tune refusal, make-unanswerable;
+- `online`: the served queries (`rag serve --log`).
 """
 
-from rag_cli.cli.evaluation import app, retrieval, answers  # noqa: F401  (register the subcommands)
+from rag_cli.cli.evaluation import app, retrieval, answers, online  # noqa: F401  (register the subcommands)

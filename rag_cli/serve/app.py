@@ -1,0 +1,233 @@
+"""The HTTP front end: a FastAPI app over a `Service`.
+
+    POST /search    SearchRequest  -> `rag search QUERY --json`'s JSON
+    POST /ask       AskRequest     -> `rag ask QUESTION --json`'s JSON, or with
+                                      "stream": true server-sent events:
+                                      `text` {"text": piece}..., then `answer` (the
+                                      same JSON) or `error` {"error", "status"}
+    GET  /status                   -> `rag status --json`'s JSON
+    GET  /healthz                  -> the server's state (generation served, reloads, ...)
+    POST /feedback  FeedbackRequest (with serve.log)
+    GET  /openapi.json, /docs      the OpenAPI description
+    /mcp                           MCP, streamable HTTP (`rag_cli.serve.mcp_tools`)
+
+Responses of /search and /ask carry `X-Rag-Generation` (the index
+generation that answered) and `X-Rag-Answer-Id` (for /feedback). Errors
+are JSON {"error": message} (and "field" when one field is at fault): 400
+bad input (a field of the wrong type or unknown, an empty query, a bad
+mode or filter, k over serve.max_k), 401 a missing or wrong API key, 413 a
+body over serve.max_body, 415 a body not sent as `application/json`, 500
+a failure that is not the client's.
+
+Work runs in threads (`anyio.to_thread`, at most serve.max_concurrent at
+once), never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hmac
+import json
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from rag_cli.errors import RagError
+from rag_cli.serve.requests import AskRequest, FeedbackRequest, SearchRequest
+from rag_cli.serve.service import Service, TooLarge, error_message, http_status
+
+#: Paths open without the API key (a load balancer's probe).
+OPEN_PATHS = ("/healthz",)
+
+#: Paths whose POST body must be sent as JSON. Requiring `Content-Type: application/json` also keeps a web
+#: page from posting to the server through a visitor's browser: that content type needs a CORS preflight,
+#: which this server never grants.
+JSON_PATHS = ("/search", "/ask", "/feedback")
+
+
+def _error(status: int, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": message, **({"field": field} if field else {})}, status_code=status,
+                        headers=headers)
+
+
+def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    """(message, field) of pydantic's first complaint about a request body, naming the field."""
+    first = exc.errors()[0]
+    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+    field = ".".join(loc) or None
+    if first.get("type") == "json_invalid":
+        return f"the body is not valid JSON ({first.get('ctx', {}).get('error', first.get('msg'))})", None
+    if first.get("type") == "extra_forbidden":
+        return f"{field}: unknown field", field
+    if field is None:
+        return f"the body must be a JSON object ({first.get('msg')})", None
+    return f"{field}: {first.get('msg')}", field
+
+
+class Guard:
+    """ASGI middleware: the API key (`Authorization: Bearer KEY` or
+    `X-API-Key: KEY`, compared in constant time) on every path but
+    OPEN_PATHS when `api_key` is set, and the body size limit (Content-Length
+    checked first, then the bytes as they arrive)."""
+
+    def __init__(self, app, api_key: str | None, max_body: int):
+        self.app, self.max_body = app, max_body
+        self.api_key = api_key.encode() if api_key is not None else None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
+        if self.api_key is not None and scope.get("path") not in OPEN_PATHS and not self._key_ok(headers):
+            response = _error(401, "missing or wrong API key: send `Authorization: Bearer KEY` or `X-API-Key: KEY`",
+                              headers={"WWW-Authenticate": "Bearer"})
+            return await response(scope, receive, send)
+        if scope.get("method") == "POST" and scope.get("path") in JSON_PATHS:
+            kind = headers.get("content-type", b"").split(b";")[0].strip().lower()
+            if kind != b"application/json":
+                return await _error(415, "send the body as JSON, with the header Content-Type: application/json")(
+                    scope, receive, send)
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            return await _error(413, self._too_large())(scope, receive, send)
+        seen, over = 0, False
+
+        async def counted():
+            nonlocal seen, over
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:
+                    over = True
+                    raise TooLarge(self._too_large())
+            return message
+
+        async def unless_over(message):
+            if not over:  # what the app answers to a body it could not read is replaced by the 413
+                await send(message)
+
+        with contextlib.suppress(TooLarge):
+            await self.app(scope, counted, unless_over)
+        if over:
+            await _error(413, self._too_large())(scope, receive, send)
+
+    def _too_large(self) -> str:
+        return f"the request body is over {self.max_body} bytes (the server's serve.max_body)"
+
+    def _key_ok(self, headers: dict) -> bool:
+        given = headers.get("x-api-key")
+        auth = headers.get("authorization", b"")
+        if given is None and auth[:7].lower() == b"bearer ":
+            given = auth[7:]
+        return given is not None and hmac.compare_digest(given.strip(), self.api_key)
+
+
+def create_app(service: Service, *, api_key: str | None = None, mcp_server=None,
+               host: str = "127.0.0.1") -> FastAPI:
+    """The ASGI app serving `service`; `api_key` (None: none required),
+    `mcp_server` (an `mcp` MCPServer served at /mcp, or None), `host` the
+    address it will be bound to (the MCP transport's Host checks)."""
+    from rag_cli import __version__
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        async with contextlib.AsyncExitStack() as stack:
+            if mcp_server is not None:
+                await stack.enter_async_context(mcp_server.session_manager.run())
+            yield
+
+    app = FastAPI(title="rag-cli", version=__version__, lifespan=lifespan,
+                  description="Search and ask one rag-cli project (docs/serve.md). JSON in and out, as the CLI's "
+                              "--json; MCP at /mcp.")
+
+    in_thread = service.in_thread
+
+    def reply_response(reply) -> JSONResponse:
+        return JSONResponse(reply.data, headers={"X-Rag-Generation": reply.generation,
+                                                 "X-Rag-Answer-Id": reply.answer_id})
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request, exc):
+        return _error(400, *validation_message(exc))
+
+    @app.exception_handler(RagError)
+    async def _rag_error(request, exc):
+        return _error(http_status(exc), error_message(exc), getattr(exc, "field", None))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request, exc):
+        return _error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _failed(request, exc):
+        return _error(500, error_message(exc))
+
+    @app.post("/search", summary="Search one query (the JSON of `rag search QUERY --json`)")
+    async def search(req: SearchRequest):
+        return reply_response(await in_thread(service.search, req))
+
+    @app.post("/ask", summary="Answer one question (the JSON of `rag ask QUESTION --json`, or SSE with stream)")
+    async def ask(req: AskRequest):
+        if not req.stream:
+            return reply_response(await in_thread(service.ask, req))
+        return await _ask_stream(req, in_thread)
+
+    async def _ask_stream(req: AskRequest, run):
+        """The answer as server-sent events. The response starts at the first
+        piece of text (so a bad question is still a plain 400)."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        meta: dict = {}
+
+        def on_text(piece: str) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, ("text", {"text": piece}))
+
+        async def work():
+            try:
+                reply = await run(functools.partial(service.ask, req, "http", on_text, meta))
+                events.put_nowait(("answer", reply.data))
+            except Exception as exc:  # noqa: BLE001 - becomes an error event or response
+                events.put_nowait(("error", exc))
+            events.put_nowait(None)
+
+        task = asyncio.ensure_future(work())
+        first = await events.get()
+        if first is not None and first[0] == "error":
+            await task
+            raise first[1]
+
+        async def body():
+            item = first
+            while item is not None:
+                kind, data = item
+                if kind == "error":
+                    data = {"error": error_message(data), "status": http_status(data)}
+                yield f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+                item = await events.get()
+
+        return StreamingResponse(body(), media_type="text/event-stream",
+                                 headers={"X-Rag-Generation": meta.get("generation", ""),
+                                          "X-Rag-Answer-Id": meta.get("answer_id", ""), "Cache-Control": "no-cache"})
+
+    @app.get("/status", summary="The project's status (the JSON of `rag status --json`)")
+    async def status():
+        return JSONResponse(await in_thread(service.status))
+
+    @app.get("/healthz", summary="The server's state: the generation served, reloads, uptime")
+    async def healthz():
+        return JSONResponse(service.health())
+
+    @app.post("/feedback", summary="A thumbs up or down on an answer (needs serve.log)")
+    async def feedback(req: FeedbackRequest):
+        return JSONResponse(await in_thread(service.feedback, req))
+
+    if mcp_server is not None:
+        from rag_cli.serve.mcp_tools import http_routes
+
+        app.router.routes.extend(http_routes(mcp_server, host, service.config.max_body))
+    app.add_middleware(Guard, api_key=api_key, max_body=service.config.max_body)
+    return app
