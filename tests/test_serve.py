@@ -179,7 +179,7 @@ def test_status_and_openapi(server, sample):
 BAD = [
     ({"query": ""}, "the query is empty", None),
     ({"query": "   "}, "the query is empty", None),
-    ({"query": "x", "mode": "fuzzy"}, "--mode 'fuzzy' is unknown", None),
+    ({"query": "x", "mode": "fuzzy"}, "--mode 'fuzzy' (config search.mode): must be one of", None),
     ({"query": "x", "filter": "nosuchfield=1"}, "no field 'nosuchfield'", None),
     ({"query": "x", "filter": ["doc_id~x"]}, "expected FIELD=VALUE", None),
     ({"query": "x", "k": 0}, "must be ≥ 1", None),
