@@ -18,6 +18,7 @@ from onnx import numpy_helper
 from typer.testing import CliRunner
 
 from rag_cli.cli import app
+from rag_cli.errors import BadInput
 from rag_cli.store.embeddings import bad_vector_rows, read_embeddings
 from tiny_models import VOCAB, make_bi_encoder
 
@@ -389,6 +390,40 @@ def test_rerank_cli_states_the_scale_and_min_score(project, tiny_cross_encoder):
     assert [r["score"] for r in kept["results"]] == [s for s in scores if s >= cut]
     raw = ok("rerank", "cat", "--model", tiny_cross_encoder, "-p", project)
     assert "scores: logit" in " ".join(raw.stdout.split())
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--min-score", "nan"], "--min-score nan: must be a finite number"),
+    (["--min-score", "inf"], "--min-score inf: must be a finite number"),
+    (["--min-score", "-inf", "--sigmoid"], "--min-score -inf: must be a finite number"),
+    (["--sigmoid", "--min-score", "1.5"], "--min-score 1.5: must be from 0 to 1 (a probability, with --sigmoid)"),
+    (["--sigmoid", "--min-score", "-0.1"], "--min-score -0.1: must be from 0 to 1 (a probability, with --sigmoid)"),
+])
+def test_rerank_refuses_a_min_score_that_drops_every_result(project, tiny_cross_encoder, tmp_path, args, problem):
+    """#23 item 13: NaN, inf, or a probability outside [0, 1] kept no result without a word; now exit 2."""
+    from rag_cli.stages.rerank import rerank_rows
+    from rag_cli.store.runs import RunRow
+
+    ok("index", "-p", project)
+    res = rag("rerank", "cat", "--model", tiny_cross_encoder, *args, "-p", project)
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    assert problem in " ".join(res.stderr.split())
+    run = tmp_path / "run.parquet"
+    ok("search", "--queries", write_docs(tmp_path / "q", {"q.tsv": "q1\tcat\n"}) / "q.tsv", "-o", run, "-p", project)
+    res = rag("rerank", "--run", run, "--model", tiny_cross_encoder, *args, "-p", project)
+    assert res.exit_code == 2 and problem in " ".join(res.stderr.split())
+    rows = [RunRow("q", "query", 1, "a#0", "a", 1.0, "dense")]
+    with pytest.raises(BadInput, match="must be"):
+        rerank_rows(rows, {"a#0": "a"}, FixedLogits([1.0]), probability="--sigmoid" in args,
+                    min_score=float(args[args.index("--min-score") + 1]))
+
+
+def test_rerank_accepts_edge_min_scores(project, tiny_cross_encoder):
+    ok("index", "-p", project)
+    assert len(json.loads(ok("rerank", "cat", "--model", tiny_cross_encoder, "--sigmoid", "--min-score", 0,
+                             "--json", "-p", project).stdout)["results"]) == 5
+    assert len(json.loads(ok("rerank", "cat", "--model", tiny_cross_encoder, "--min-score", -1e6,
+                             "--json", "-p", project).stdout)["results"]) == 5
 
 
 # ------------------------------------------------------------------ truncation
