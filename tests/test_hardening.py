@@ -515,6 +515,73 @@ def test_split_markdown_table_repeats_its_header_in_every_part(tmp_path):
     assert all(header not in c["embed_text"] for c in after)
 
 
+def _table_chunks(tmp_path: Path, text: str, *flags) -> list[dict]:
+    docs = write_docs(tmp_path / "docs", {"t.md": text})
+    ok("chunk", docs, "--unit", "chars", "--overlap", 0, *flags, "-p", tmp_path / "proj")
+    chunks = pq.read_table(tmp_path / "proj" / "chunks.parquet").to_pylist()
+    assert all(text[c["start_char"]:c["end_char"]] == c["text"] for c in chunks)  # still the exact span
+    return chunks
+
+
+LONG_ROW = "| " + " | ".join(f"result {i:02d}" for i in range(11)) + " | result 11 and the last 2 |"  # 160 chars
+
+
+def test_a_table_row_longer_than_the_size_is_cut_at_cells(tmp_path):
+    """#23 item 14: a 160-character row under --size 60 was cut at spaces, the last part a chunk `|` alone."""
+    assert len(LONG_ROW) == 160
+    header = "| " + " | ".join(f"c{i}" for i in range(12)) + " |\n|" + "---|" * 12
+    text = header + "\n" + LONG_ROW + "\n| short | row | a | b | c | d | e | f | g | h | i | j |\n"
+    chunks = _table_chunks(tmp_path, text, "--size", 60)
+    parts = [c for c in chunks if "result" in c["text"]]
+    assert len(parts) == 3
+    assert all(c["text"].strip("|- \n:") for c in chunks), [c["text"] for c in chunks]  # no chunk of pipes alone
+    assert all(c["text"].endswith(" |") for c in parts)  # whole cells: every part ends at a cell's closing pipe
+    assert "".join(c["text"] for c in parts).replace("|", "").split() == LONG_ROW.replace("|", "").split()
+    assert all(c["embed_text"].startswith(header + "\n") for c in parts)
+    # a lone cell longer than the size is split inside, and still no chunk is a pipe alone
+    wide = "| a | b |\n| --- | --- |\n| " + " ".join(["word"] * 30) + " | x |\n"
+    assert all(c["text"].strip("|- \n:") for c in _table_chunks(tmp_path / "w", wide, "--size", 24))
+
+
+def test_a_table_header_is_never_a_chunk_without_a_row(tmp_path):
+    """#23 item 15: header + delimiter + first row over --size made the header lines a chunk of their own."""
+    header = "| Compound name | Dose given | Trial |\n| --- | --- | --- |"
+    text = "Doses.\n\n" + header + "\n| aspirin 100 | 100 mg | one |\n| b | 2 | x |\n| c | 3 | y |\n"
+    chunks = _table_chunks(tmp_path, text, "--size", 60)
+    assert all("| --- |" not in c["text"] or "aspirin" in c["text"] for c in chunks), [c["text"] for c in chunks]
+    first = next(c for c in chunks if "aspirin" in c["text"])
+    assert first["embed_text"].startswith(header + "\n")
+    assert all(c["embed_text"].count("| Compound name |") == 1 for c in chunks if "|" in c["text"])
+    # a cut between the header line and the delimiter row: the part that starts at the delimiter gets the header line
+    text = "| " + " | ".join(f"column {i}" for i in range(5)) + " |\n|" + "---|" * 5 + "\n| 1 | 2 | 3 | 4 | 5 |\n"
+    chunks = _table_chunks(tmp_path / "b", text, "--size", 60)
+    assert [c["text"] for c in chunks] == ["|---|---|---|---|---|\n| 1 | 2 | 3 | 4 | 5 |"]
+    assert chunks[0]["embed_text"] == text.rstrip("\n")
+    # a table of a header alone is kept: nothing else carries it
+    chunks = _table_chunks(tmp_path / "c", "| a | b |\n| --- | --- |\n\nAfter.\n", "--size", 16)
+    assert [c["text"] for c in chunks] == ["| a | b |", "| --- | --- |", "After."]
+
+
+def test_search_shows_a_split_tables_header_with_every_part(tmp_path, tiny_bi_encoder):
+    """#23 item 16: the header was in embed_text only; a hit on a later part showed rows without column names."""
+    rows = "\n".join(f"| cat {i} | dog {i} | {i} |" for i in range(30))
+    text = "# Pets\n\n| Animal | Friend | N |\n| --- | --- | --- |\n" + rows + "\n"
+    docs = write_docs(tmp_path / "docs", {"pets.md": text})
+    p = tmp_path / "proj"
+    ok("build", docs, "--model", tiny_bi_encoder, "--unit", "chars", "--size", 120, "--overlap", 0, "-p", p)
+    chunks = pq.read_table(p / "chunks.parquet").to_pylist()
+    header = "| Animal | Friend | N |\n| --- | --- | --- |"
+    later = [c for c in chunks if header not in c["text"]]
+    assert len(later) >= 3  # split, and the stored text is still the exact span
+    res = json.loads(ok("search", "cat dog", "-k", 20, "--mode", "sparse", "--json", "-p", p).stdout)
+    shown = {r["chunk_id"]: r["text"] for r in res["results"]}
+    for c in later:
+        assert shown[c["chunk_id"]] == header + "\n" + c["text"]
+    table = _runner.invoke(app, ["search", "cat dog", "-k", "20", "--mode", "sparse", "-p", str(p)],
+                           env={"COLUMNS": "400"})
+    assert table.exit_code == 0 and table.stdout.count("| Animal | Friend | N |") == len(chunks)
+
+
 def test_find_tables_follows_gfm():
     from rag_cli.chunking.tables import find_tables
 

@@ -209,10 +209,13 @@ class Searcher:
         return self.dense.vectors(rows)
 
     def text(self, row: int, column: str = "text") -> str:
-        """The `column` (text, embed_text, context) of index row `row`."""
+        """The `column` (text, embed_text, context) of index row `row`; `text`
+        as search and ask show it (`shown_texts`: with a split table's header)."""
         if column == "text":
             if not hasattr(self, "_texts"):
-                self._texts = self.chunks.column("text").to_pylist()
+                from rag_cli.store.chunks import shown_texts
+
+                self._texts = shown_texts(self.chunks)
             return self._texts[row]
         return self.chunks.column(column)[row].as_py()
 
