@@ -643,6 +643,56 @@ def test_no_documents_error_names_every_skipped_file(tmp_path):
 
 
 # ------------------------------------------------------------------ big inputs
+def test_a_file_of_headings_only_is_skipped_and_named(tmp_path, tiny_bi_encoder):
+    """#23 item 18: a Markdown file of headings only gave 0 chunks without a word; embed then wrote an empty
+    embeddings.parquet and index failed. Such a document is skipped, named with its reason, as a blank file is."""
+    docs = write_docs(tmp_path / "docs", {"good.md": "# Cats\n\nthe cat sat on the mat .\n",
+                                          "heads.md": "# Title\n\n## Part one\n\n### Part two\n"})
+    p = tmp_path / "proj"
+    res = ok("chunk", docs, "--model", tiny_bi_encoder, "--unit", "chars", "--size", 300, "-p", p)
+    err = " ".join(res.stderr.split())
+    assert f"skipped {docs / 'heads.md'}: only headings, no text under them" in err, err
+    assert [Path(d).name for d in pq.read_table(p / "docs.parquet").column("doc_id").to_pylist()] == ["good.md"]
+    assert json.loads((p / "manifest.json").read_text())["chunk"]["skipped"] == [
+        {"path": str(docs / "heads.md"), "reason": "only headings, no text under them"}]
+    # only such files (and blank ones): exit 2 naming each, as for a folder of blank files
+    (docs / "good.md").unlink()
+    (docs / "blank.txt").write_text(" \n")
+    res = rag("chunk", docs, "--model", tiny_bi_encoder, "--unit", "chars", "--size", 300, "-p", tmp_path / "p2")
+    assert res.exit_code == 2
+    err = " ".join(res.stderr.split())
+    assert "2 file(s) skipped:" in err and "heads.md: only headings, no text under them" in err, err
+    assert "blank.txt: no text (empty or whitespace only)" in err
+    assert not (tmp_path / "p2" / "chunks.parquet").exists()
+    # rag update drops a file that is now headings only, naming it
+    (docs / "good.md").write_text("# Dogs\n\nthe dog ran fast in the city .\n", encoding="utf-8")
+    (docs / "other.md").write_text("paris is the capital of france .\n", encoding="utf-8")
+    b = tmp_path / "built"
+    ok("build", docs, "--model", tiny_bi_encoder, "--unit", "chars", "--size", 300, "-p", b)
+    (docs / "other.md").write_text("# Paris\n", encoding="utf-8")
+    res = ok("update", "-p", b)
+    assert "other.md: only headings, no text under them" in " ".join(res.stderr.split()), res.stderr
+    assert sorted(Path(d).name for d in pq.read_table(b / "docs.parquet").column("doc_id").to_pylist()) == ["good.md"]
+    assert ok("status", "-p", b).stdout.strip().endswith("up to date")
+    # a BEIR record of a title only is named the same way
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "a", "title": "Cats", "text": "the cat sat."}\n'
+                      '{"_id": "b", "title": "Only a title", "text": ""}\n', encoding="utf-8")
+    res = ok("chunk", corpus, "--format", "beir", "--unit", "chars", "--size", 100, "-p", tmp_path / "beir")
+    assert f"skipped {corpus} (record 'b'): only a title, no text" in " ".join(res.stderr.split())
+
+
+def test_embed_refuses_a_chunks_file_without_chunks(project):
+    """#23 item 18: embed wrote an empty embeddings.parquet for a chunks.parquet of 0 rows; now exit 2, as index."""
+    t = pq.read_table(project / "chunks.parquet")
+    pq.write_table(t.slice(0, 0), project / "chunks.parquet")
+    (project / "embeddings.parquet").unlink()
+    res = rag("embed", "-p", project)
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    assert "chunks.parquet has no chunks" in " ".join(res.stderr.split())
+    assert not (project / "embeddings.parquet").exists()
+
+
 def _scifact_subset(scifact_dir: Path, out: Path, n: int) -> Path:
     import gzip
 

@@ -88,6 +88,7 @@ def updated(out: dict) -> None:
     if i["full"]:
         warn(f"the index was rebuilt in full: {i['full']}")
     note(update_line(out) + f" in {c.get('seconds', 0) + e['seconds'] + i['seconds']:.1f}s")
+    skipped(c.get("skipped", []))
 
 
 def without_model(summary: dict) -> dict:

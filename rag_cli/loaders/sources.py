@@ -19,7 +19,7 @@ from .normalize import normalize_text
 from .pdf import read_pdf
 from .word import read_docx
 
-__all__ = ["load_sources", "iter_sources", "source_files", "load_file", "no_documents", "encoding_warning", "FORMATS", "EXTENSIONS",
+__all__ = ["load_sources", "iter_sources", "source_files", "load_file", "no_documents", "without_chunks", "encoding_warning", "FORMATS", "EXTENSIONS",
            "CODE_EXTENSIONS"]
 
 #: `fmt` values accepted by `load_sources`.
@@ -338,6 +338,26 @@ def no_documents(sources: list[str], skipped: list[Skipped]) -> BadInput:
     detail = f" ({len(skipped)} file(s) skipped: {named}{more})" if skipped else ""
     return BadInput(f"no documents found in {', '.join(map(repr, sources))}{detail}; "
                     "give Markdown, text, HTML, PDF, DOCX or source-code files, or a BEIR corpus with --format beir")
+
+
+def without_chunks(doc: Document) -> Skipped:
+    """`doc`, which chunking turned into no chunk, as a skipped file with the
+    reason: a Markdown/HTML/DOCX text of headings only (headings are the
+    chunks' `title_path`, never chunk text), a BEIR record with a title and
+    no text (a title alone is never a chunk), or no text to chunk."""
+    from .markdown import iter_headings
+
+    text = doc.text
+    if doc.metadata.get("body_start"):
+        return Skipped(f"{doc.path} (record {doc.doc_id!r})", "only a title, no text")
+    if doc.fmt in ("markdown", "html", "docx"):
+        rest, pos = [], 0
+        for hs, he, _level, _title in iter_headings(text):
+            rest.append(text[pos:hs])
+            pos = he
+        if not "".join(rest + [text[pos:]]).strip():
+            return Skipped(doc.path, "only headings, no text under them")
+    return Skipped(doc.path, "no text to chunk")
 
 
 def encoding_warning(doc: Document) -> str | None:

@@ -80,7 +80,8 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
         or None), seconds, fingerprint, model_warnings (`ModelFolder.warnings`).
 
     Raises:
-        BadInput: `chunks.parquet` is missing, unreadable or lacks chunk_id/text;
+        BadInput: `chunks.parquet` is missing, unreadable, lacks chunk_id/text
+            or has no chunks (nothing is written);
             or `on_truncate="error"` and a chunk is longer than max_length
             (names the chunks with their token counts; nothing is written).
         WorkFailed: the model gave a vector with NaN/inf or of norm zero
@@ -125,6 +126,9 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
             shas.append(sha)
             if sha not in cache:
                 new.add(sha)
+    if not shas:  # nothing to embed: an empty embeddings.parquet would only fail `rag index` later
+        raise BadInput(f"{chunks_path} has no chunks (its documents have no text); "
+                       "run `rag chunk` on documents with text")
     n_tokens = np.concatenate(counts) if counts else np.zeros(0, np.int32)
     truncation = describe_truncated(truncated, n_truncated, max_length) if n_truncated else None
     if truncation and on_truncate == "error":
