@@ -111,6 +111,98 @@ def test_embed_fails_on_nan_vectors_and_caches_none(tmp_path):
         assert np.isfinite(vec).all() and bad_vector_rows(vec).size == 0
 
 
+def overflow_output(folder: Path) -> None:
+    """Make every token vector of the tiny model +inf (tanh * 0 + inf), as an fp16 export that overflows does."""
+    m = onnx.load(str(folder / "model.onnx"))
+    for node in m.graph.node:
+        if node.op_type == "Tanh":
+            node.output[0] = "tanh"
+    m.graph.initializer.extend([numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+                                numpy_helper.from_array(np.array(np.inf, np.float32), "overflow")])
+    m.graph.node.extend([onnx.helper.make_node("Mul", ["tanh", "zero"], ["nothing"]),
+                         onnx.helper.make_node("Add", ["nothing", "overflow"], ["last_hidden_state"])])
+    onnx.save(m, str(folder / "model.onnx"))
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_inf_vectors_fail_cleanly_without_a_numpy_warning(tmp_path, normalize):
+    """#23 item 19: `RuntimeWarning: invalid value encountered in divide` (with its source line) reached stderr
+    before the clean NaN/inf error."""
+    import warnings
+
+    model = make_bi_encoder(tmp_path / "model", normalize=normalize)
+    docs = write_docs(tmp_path / "docs", DOCS)
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--model", model, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    overflow_output(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = rag("embed", "--model", model, "-p", p)
+        assert res.exit_code == 1 and "NaN/inf" in res.stderr, (res.stdout, res.stderr)
+        assert "5 chunk(s)" in res.stderr
+        # the query path pools and normalises the same way
+        from rag_cli.models.encoder import BiEncoder
+        from rag_cli.models.folder import ModelFolder
+
+        q = BiEncoder(ModelFolder.load(model)).encode_queries(["cat"])
+        assert not np.isfinite(q).all() and bad_vector_rows(q).tolist() == [0]
+        # a norm past float32's range is taken in float64: a unit vector, not a zero one
+        from rag_cli.models.encoder import l2_normalize
+
+        assert np.allclose(l2_normalize(np.array([[3e38, 3e38]], np.float32)), [[0.5 ** 0.5, 0.5 ** 0.5]])
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
+
+
+def cancel_output(folder: Path, scale: float) -> None:
+    """Make the tiny model's token vectors cancel: each token's vector is `scale` * (t - mean over its text's
+    tokens), so the mean-pooled vector is 0 up to float32 rounding (as a degenerate graph's can be)."""
+    m = onnx.load(str(folder / "model.onnx"))
+    for node in m.graph.node:
+        if node.op_type == "Tanh":
+            node.output[0] = "tanh"
+    m.graph.initializer.append(numpy_helper.from_array(np.array(scale, np.float32), "scale"))
+    m.graph.node.extend([  # the masked mean over the text's tokens (padding left out, as rag's mean pooling does)
+        onnx.helper.make_node("Mul", ["tanh", "mask3"], ["tanh_m"]),
+        onnx.helper.make_node("ReduceSum", ["tanh_m", "axis1"], ["tanh_sum"], keepdims=1),
+        onnx.helper.make_node("Div", ["tanh_sum", "mask_count"], ["tanh_mean"]),
+        onnx.helper.make_node("Sub", ["tanh", "tanh_mean"], ["centred"]),
+        onnx.helper.make_node("Mul", ["centred", "scale"], ["last_hidden_state"])])
+    onnx.save(m, str(folder / "model.onnx"))
+
+
+@pytest.mark.parametrize("normalize, scale", [(True, 1.0), (False, 1e3)])  # 1e3: above the absolute floor
+def test_a_pooled_vector_of_near_zero_norm_is_refused(tmp_path, normalize, scale):
+    """#23 item 20: a pooled vector whose norm is rounding noise (tokens that cancel) was stored as a unit
+    vector of that noise; now it is refused as a zero vector is, naming the chunks."""
+    from rag_cli.models.encoder import BiEncoder, NEAR_ZERO_NORM, NEAR_ZERO_SHARE
+    from rag_cli.models.folder import ModelFolder
+
+    assert (NEAR_ZERO_SHARE, NEAR_ZERO_NORM) == (1e-4, 1e-6)
+    model = make_bi_encoder(tmp_path / "model", normalize=normalize)
+    docs = write_docs(tmp_path / "docs", {"one.md": "the cat sat on the mat .\n", "two.md": "the dog ran .\n"})
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--model", model, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    cancel_output(model, scale)
+    raw = BiEncoder(ModelFolder.load(model))
+    res = rag("embed", "--model", model, "-p", p)
+    assert res.exit_code == 1, (res.stdout, res.stderr)
+    err = " ".join(res.stderr.split())
+    assert "2 chunk(s)" in err and "(zero norm)" in err and "near-zero" in err, err
+    assert not (p / "embeddings.parquet").exists()
+    q = raw.encode_queries(["cat"])
+    assert bad_vector_rows(q).tolist() == [0]  # a query too: refused, never a unit vector of noise
+
+
+def test_near_zero_rows_are_relative_to_the_token_vectors():
+    from rag_cli.models.encoder import near_zero_rows
+
+    pooled = np.array([[3e-5, 0.0], [1e-3, 0.0], [5e-7, 0.0], [5e-7, 0.0]], np.float32)
+    scale = np.array([1.0, 1.0, 1e-6, np.nan], np.float32)  # mean token norm of each text (NaN: no tokens given)
+    # 3e-5 < 1e-4 x 1: cancelled; 1e-3: kept; 5e-7: below the absolute floor 1e-6 whatever the tokens
+    assert near_zero_rows(pooled, scale).tolist() == [True, False, True, True]
+    assert near_zero_rows(pooled[:2] * 1e3).tolist() == [False, False]  # pooled outputs: the absolute floor only
+
+
 def test_embed_fails_on_zero_vectors(tmp_path):
     model = make_bi_encoder(tmp_path / "model", normalize=False)
     docs = write_docs(tmp_path / "docs", DOCS)

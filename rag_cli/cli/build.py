@@ -209,10 +209,11 @@ def embed(*, opts, project, json_out, quiet):
     the int8 model a vector depends very slightly on what else is in its batch
     (onnxruntime's dynamic quantisation scales activations per batch; cosine to the
     fp32 vector ≥ 0.99 either way); use `--precision fp32` for bit-reproducible
-    vectors. Every batch is checked: a vector with NaN/inf or of norm zero (an
-    fp16 export that overflows, a broken graph) fails the run (exit 1) naming the
-    chunks; such vectors never enter the cache and `embeddings.parquet` is left
-    as it was.
+    vectors. Every batch is checked: a vector with NaN/inf or of norm zero, or
+    near zero before normalisation (below 1e-4 of its token vectors' mean norm,
+    or below 1e-6: rounding noise) (an fp16 export that overflows, a broken
+    graph) fails the run (exit 1) naming the chunks; such vectors never enter
+    the cache and `embeddings.parquet` is left as it was (docs/inputs.md).
     """
     from rag_cli.project import Project
 

@@ -147,7 +147,7 @@ class Searcher:
         bad = bad_vector_rows(vectors)
         if bad.size:
             graph = self.embedder.folder.query_onnx_path or self.embedder.folder.onnx_path
-            raise WorkFailed(f"{graph} gives a query vector with NaN/inf or of norm zero for "
+            raise WorkFailed(f"{graph} gives a query vector with NaN/inf or of norm zero (or near zero) for "
                              + ", ".join(repr(queries[i]) for i in bad[:NAMED_IDS])
                              + "; the model's graph is broken for these texts: use another export of the model")
         return vectors

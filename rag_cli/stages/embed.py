@@ -173,8 +173,10 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
                     raise WorkFailed(f"{folder.onnx_path} gave vectors that cosine search cannot use for "
                                      f"{describe_bad_vectors(ids, vectors[rows])}; they were not cached and "
                                      f"{project.embeddings_path.name} was not written. The model's graph gives "
-                                     "NaN/inf or zero outputs for these texts (an fp16 export that overflows, "
-                                     "or a broken graph): use another export of the model")
+                                     "NaN/inf or zero outputs for these texts, or token vectors whose mean is "
+                                     "near-zero (rounding noise, taken as zero: rag_cli.models.encoder."
+                                     "near_zero_rows) (an fp16 export that overflows, or a broken graph): use "
+                                     "another export of the model")
                 got_idx.append(idx)
                 got_vec.append(vectors)
                 done += len(idx)
