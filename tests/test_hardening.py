@@ -714,6 +714,31 @@ def test_short_gbk_file_warns_that_its_encoding_is_a_guess(tmp_path):
     assert res.exit_code == 2 and "does not decode as ascii" in res.stderr
 
 
+def test_a_forced_encoding_that_gives_garbage_is_named(tmp_path):
+    """#23 item 21: --encoding latin-1 or utf-16 forced on a GBK file decoded to garbage without a word."""
+    zh = "检索增强生成是一种结合检索与生成的方法它先从文档中找到相关段落再让模型根据这些段落回答问题"
+    zh = "".join(c for c in zh if not 0xD8 <= c.encode("gbk")[1] <= 0xDF)  # no surrogate when read as UTF-16 LE
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "gbk.txt").write_bytes(zh.encode("gbk"))
+    (docs / "fr.txt").write_bytes("Le café est très bon, à côté de la gare. Ça va très bien.".encode("latin-1"))
+    p = tmp_path / "proj"
+    for enc in ("latin-1", "utf-16"):
+        res = ok("chunk", docs / "gbk.txt", "--encoding", enc, "--unit", "chars", "--size", 300, "-p", p)
+        err = " ".join(res.stderr.split())
+        assert f"{docs / 'gbk.txt'}: --encoding" in err and "looks like the wrong encoding" in err, err
+        assert "without --encoding it reads as gb18030" in err, err
+    assert "private-use" in err  # utf-16 on these bytes gives private-use characters
+    # the right encoding, or a Latin-1 file read as Latin-1: no warning
+    for path, enc in ((docs / "gbk.txt", "gbk"), (docs / "fr.txt", "latin-1"), (docs / "fr.txt", "cp1252")):
+        res = ok("chunk", path, "--encoding", enc, "--unit", "chars", "--size", 300, "-p", p)
+        assert "wrong encoding" not in res.stderr, (enc, res.stderr)
+    # replacement characters in a file read as UTF-8 are named too
+    (docs / "repl.txt").write_text("a text with \ufffd\ufffd where bytes were lost", encoding="utf-8")
+    res = ok("chunk", docs / "repl.txt", "--encoding", "utf-8", "--unit", "chars", "--size", 300, "-p", p)
+    assert "2 replacement characters (U+FFFD)" in " ".join(res.stderr.split()), res.stderr
+
+
 def test_no_documents_error_names_every_skipped_file(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()

@@ -11,7 +11,7 @@ from typing import Callable, Iterator, Sequence
 
 from ..errors import BadInput
 from .beir import is_beir_path, iter_beir_corpus
-from .decode import DecodeFailed, check_encoding, decode_text
+from .decode import DecodeFailed, check_encoding, decode_text, forced_problem
 from .document import Document, LoadResult, Skipped
 from .html import html_available, parse_html
 from .markdown import parse_markdown
@@ -74,6 +74,7 @@ def load_file(path: str, doc_id: str, fmt: str, encoding: str | None = None) -> 
     stem = Path(path).stem
     meta: dict = {}
     others: list[str] = []
+    problem = ""
     if fmt in _BINARY_READERS:
         reader, module, package = _BINARY_READERS[fmt]
         if importlib.util.find_spec(module) is None:
@@ -87,9 +88,11 @@ def load_file(path: str, doc_id: str, fmt: str, encoding: str | None = None) -> 
         encoding = fmt  # no text encoding: the bytes are a PDF/DOCX container
     else:
         try:
-            text, encoding, others = decode_text(raw, encoding)
+            text, decoded_as, others = decode_text(raw, encoding)
         except DecodeFailed as exc:
             return Skipped(path, str(exc))
+        problem = (forced_problem(text, decoded_as, raw) or "") if encoding is not None else ""
+        encoding = decoded_as
         text = normalize_text(text)
         if fmt == "markdown":
             title, text, meta = parse_markdown(text, stem)
@@ -104,7 +107,7 @@ def load_file(path: str, doc_id: str, fmt: str, encoding: str | None = None) -> 
     return Document(
         doc_id=doc_id, path=path, sha256=hashlib.sha256(raw).hexdigest(), mtime=mtime,
         n_chars=len(text), title=title, text=text, metadata=meta, fmt=fmt, encoding=encoding,
-        other_encodings=tuple(others),
+        other_encodings=tuple(others), encoding_problem=problem,
     )
 
 
@@ -362,7 +365,11 @@ def without_chunks(doc: Document) -> Skipped:
 
 def encoding_warning(doc: Document) -> str | None:
     """A line naming `doc`'s file when its encoding was a guess (the encoding
-    chosen, the other plausible ones, the flag that forces one); else None."""
+    chosen, the other plausible ones, the flag that forces one), or when the
+    encoding `--encoding` forced gives text that looks wrong
+    (`Document.encoding_problem`); else None."""
+    if doc.encoding_problem:
+        return f"{doc.path}: {doc.encoding_problem}"
     if not doc.other_encodings:
         return None
     return (f"{doc.path}: the encoding is a guess: read as {doc.encoding}, but "
