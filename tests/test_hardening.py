@@ -283,6 +283,21 @@ def test_index_space_is_checked_when_opened(project):
     assert res.exit_code == 2, (res.stdout, res.stderr)
     msg = " ".join(res.stderr.split())
     assert "space 'l2'" in msg and "cosine" in msg
+    assert "ValueError" not in msg and "rag index" in msg  # #23 item 22: no Python class name in the message
+
+
+def test_a_model_mismatch_names_both_dimensions(project, tmp_path):
+    """#23 item 22: the mismatch named the two fingerprints but not the vector sizes (8 vs 16) that differ."""
+    ok("index", "-p", project)
+    other = make_bi_encoder(tmp_path / "eight", dim=8)
+    toml = project / "rag.toml"
+    lines = [f'embedder = "{other}"' if line.startswith("embedder =") else line
+             for line in toml.read_text().splitlines()]
+    toml.write_text("\n".join(lines) + "\n")
+    res = rag("search", "cat", "-p", project)
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    msg = " ".join(res.stderr.split())
+    assert "was built with model" in msg and "16-dimension vectors" in msg and "gives 8" in msg, msg
 
 
 # ------------------------------------------------------------------ fusion and runs
@@ -559,6 +574,8 @@ def test_on_truncate_error_fails_naming_chunks_and_writes_nothing(tmp_path):
     assert res.exit_code == 2, (res.stdout, res.stderr)
     err = " ".join(res.stderr.split())
     assert f"{ids['dogs.md']!r} (10 tokens)" in err and "nothing was embedded or written" in err, err
+    # #23 item 22: nothing was cut (nothing was embedded): the message says they would be
+    assert "were cut" not in err and "would be cut to it" in err, err
     assert not (p / "embeddings.parquet").exists() and not (p / "cache" / "vectors").exists()
     assert rag("embed", "-p", p, "--on-truncate", "drop").exit_code == 2
     # the config key works too, and warn is the default

@@ -105,8 +105,15 @@ class Searcher:
                            f"the folder no longer has the query graph the index was built with, beside "
                            f"{model.onnx_path}")
                         + ". Rerun `rag embed` (it reuses every cached vector) and `rag index`")
+            dims = ""
+            try:
+                if embedder.dim != meta["dim"]:
+                    dims = (f" (the index holds {meta['dim']}-dimension vectors, the embedder gives "
+                            f"{embedder.dim}-dimension ones)")
+            except Exception:  # noqa: BLE001 - a graph that cannot say its size: the fingerprints say enough
+                pass
             raise BadInput(f"the index in {folder.path} was built with model {meta['model_fingerprint']} but the "
-                           f"embedder is {model.fingerprint}; {what}")
+                           f"embedder is {model.fingerprint}{dims}; {what}")
         s = cls(folder.path, meta, folder.chunks, folder.dense, folder.sparse, embedder, folder.docs)
         s._chunk_ids = folder.chunks.column("chunk_id").to_pylist()
         s._doc_ids = folder.chunks.column("doc_id").to_pylist()

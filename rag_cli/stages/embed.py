@@ -132,7 +132,7 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
     n_tokens = np.concatenate(counts) if counts else np.zeros(0, np.int32)
     truncation = describe_truncated(truncated, n_truncated, max_length) if n_truncated else None
     if truncation and on_truncate == "error":
-        raise BadInput(f"{truncation}; nothing was embedded or written (--on-truncate error): chunk again with "
+        raise BadInput(f"{describe_truncated(truncated, n_truncated, max_length, embedded=False)}; nothing was embedded or written (--on-truncate error): chunk again with "
                        f"a smaller --size, or use --on-truncate warn")
     n_embedded = sum(s in new for s in shas)
     total, done = len(new), 0
