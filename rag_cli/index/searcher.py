@@ -45,7 +45,7 @@ def fold_shouting(query: str) -> str:
     case, such as a Chinese one with a Latin acronym, is left alone), else
     unchanged. The e5 bi-encoders are case-sensitive and rank worse on
     all-capital text; BM25 lower-cases anyway, so this changes only the
-    dense side."""
+    dense side. `MIT OPENCOURSEWARE指什么？` is kept as it is (docs/evaluation.md)."""
     letters = [ch for ch in query if ch.isalpha()]
     return query.lower() if letters and all(ch.isupper() for ch in letters) else query
 
