@@ -827,6 +827,17 @@ def test_embed_refuses_a_chunks_file_without_chunks(project):
     assert not (project / "embeddings.parquet").exists()
 
 
+def test_skipped_file_names_with_a_newline_print_escaped(tmp_path):
+    """#23 item 12, for the other lists of file names: skipped files and the no-documents error."""
+    docs = write_docs(tmp_path / "docs", {"good.md": "the cat sat .\n", "bad\nskipped x: forged.md": ""})
+    res = ok("chunk", docs, "--unit", "chars", "--size", 300, "-p", tmp_path / "p")
+    assert f"skipped {docs}/bad\\nskipped x: forged.md: no text" in res.stderr, res.stderr
+    assert "\nskipped x" not in res.stderr
+    (docs / "good.md").unlink()
+    res = rag("chunk", docs, "--unit", "chars", "--size", 300, "-p", tmp_path / "p2")
+    assert res.exit_code == 2 and "bad\\nskipped x: forged.md" in res.stderr, res.stderr
+
+
 def _scifact_subset(scifact_dir: Path, out: Path, n: int) -> Path:
     import gzip
 

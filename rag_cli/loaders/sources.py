@@ -336,7 +336,9 @@ def source_files(sources: list[str], fmt: str = "auto", exclude: Sequence[str | 
 def no_documents(sources: list[str], skipped: list[Skipped]) -> BadInput:
     """The error for sources that gave no document: names each skipped file
     (the first `NAMED_SKIPPED`) with its reason."""
-    named = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:NAMED_SKIPPED])
+    from rag_cli.safe_text import one_line
+
+    named = "; ".join(f"{one_line(s.path)}: {s.reason}" for s in skipped[:NAMED_SKIPPED])
     more = f"; and {len(skipped) - NAMED_SKIPPED} more" if len(skipped) > NAMED_SKIPPED else ""
     detail = f" ({len(skipped)} file(s) skipped: {named}{more})" if skipped else ""
     return BadInput(f"no documents found in {', '.join(map(repr, sources))}{detail}; "
@@ -368,10 +370,12 @@ def encoding_warning(doc: Document) -> str | None:
     chosen, the other plausible ones, the flag that forces one), or when the
     encoding `--encoding` forced gives text that looks wrong
     (`Document.encoding_problem`); else None."""
+    from rag_cli.safe_text import one_line
+
     if doc.encoding_problem:
-        return f"{doc.path}: {doc.encoding_problem}"
+        return f"{one_line(doc.path)}: {doc.encoding_problem}"
     if not doc.other_encodings:
         return None
-    return (f"{doc.path}: the encoding is a guess: read as {doc.encoding}, but "
+    return (f"{one_line(doc.path)}: the encoding is a guess: read as {doc.encoding}, but "
             f"{' and '.join(doc.other_encodings)} also give plausible text; if the text is wrong, give "
             f"--encoding (e.g. --encoding {doc.other_encodings[0]})")
