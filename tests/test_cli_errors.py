@@ -89,14 +89,15 @@ def test_empty_folder(project, tmp_path):
     assert_bad_input(["chunk", empty, "-p", project], project, empty)
 
 
-def test_corpus_without_text_stops_at_index(tmp_path, tiny_bi_encoder):
+def test_corpus_without_text_stops_at_chunk(tmp_path, tiny_bi_encoder):
+    """A corpus whose only record gives no chunk (a title, no text) is exit 2 at `rag chunk`, naming the
+    record (#23 item 18: chunk and embed used to succeed with nothing and `rag index` failed)."""
     corpus = tmp_path / "empty.jsonl"
     corpus.write_text('{"_id": "a", "title": "t", "text": ""}\n', encoding="utf-8")  # a title, no text: no chunk
     p = tmp_path / "p"
-    for args in (("chunk", corpus, "--model", tiny_bi_encoder), ("embed",)):
-        res = rag(*args, "-p", p)
-        assert res.exit_code == 0, (args, res.stderr)
-    assert_bad_input(["index", "-p", p], p, "chunks.parquet has no chunks", "rag chunk")
+    rag("chunk", corpus, "--model", tiny_bi_encoder, "-p", p)  # makes the folder (and its lock file)
+    assert_bad_input(["chunk", corpus, "--model", tiny_bi_encoder, "-p", p], p, "no documents found",
+                     f"{corpus} (record 'a'): only a title, no text")
 
 
 def test_overlap_not_smaller_than_size(project):
