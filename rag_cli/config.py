@@ -167,11 +167,11 @@ class AskConfig:
                                   limits=(-1, 1))
     max_sentences: int = setting(3, "Sentences at most in an extractive answer", limits=(1, None))
     min_entity_coverage: float = setting(0.5, "Refuse when no evidence holds this share of the question's "
-                                         "key terms (below ask.strong_score); 0 = off", limits=(0, 1), cli=False)
+                                         "key terms (below ask.strong_score); 0 = off", limits=(0, 1))
     key_idf: float = setting(0.3, "A key term's idf is at least this share of the question's largest idf",
-                             limits=(0, 1), cli=False)
+                             limits=(0, 1))
     entity_scope: str = setting("zh", "Questions the key-term rule judges: zh (with CJK characters) | all",
-                                limits=("zh", "all"), cli=False)
+                                limits=("zh", "all"))
     rewrite: str = setting("none", "none | multi-query | hyde: the LLM generator rewrites the question, each "
                            "rewrite's retrieval fused with the question's by RRF",
                            limits=("none", "multi-query", "hyde"))

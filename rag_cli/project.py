@@ -373,11 +373,12 @@ class Project:
         from dataclasses import asdict
 
         from rag_cli.index.searcher import check_query
-        from rag_cli.stages.rerank import SCORE_SCALES, rerank_rows
+        from rag_cli.stages.rerank import SCORE_SCALES, check_min_score, rerank_rows
         from rag_cli.store.chunks import embedded_column
 
         check_flag("--candidates", candidates, (1, None))
         check_flag("--top-n/-k", top_n, (1, None))
+        check_min_score(min_score, sigmoid)
         ce, remember = self._reranker(model)
         sconfig, s, _ = self.engines.search_setup({"mode": mode, "k": candidates})
         before = s.n_queries_truncated
@@ -399,12 +400,13 @@ class Project:
         """Rerank a Parquet run (from `search_queries`) with the cross-encoder:
         runs/NAME.parquet (NAME: RUN-rerank), rows scoring below `min_score`
         dropped. Returns the `RunFile` written."""
-        from rag_cli.stages.rerank import SCORE_SCALES, chunk_texts, rerank_rows
+        from rag_cli.stages.rerank import SCORE_SCALES, check_min_score, chunk_texts, rerank_rows
         from rag_cli.store.runs import read_run, trec_escaped, write_run
 
         check_name(name)
         check_flag("--candidates", candidates, (1, None))
         check_flag("--top-n/-k", top_n, (1, None))
+        check_min_score(min_score, sigmoid)
         self.require(self.chunks_path, "chunk")
         ce, remember = self._reranker(model)
         rows = read_run(run)

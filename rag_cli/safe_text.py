@@ -16,6 +16,11 @@ holding `[/bold]` or `[link=http://x]` prints those characters as they are.
   line; CR LF becomes LF) and the like;
 * bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069), which
   reorder what is shown (the "Trojan Source" trick, CVE-2021-42574).
+
+`one_line` is for names (file paths, ids) and other text printed as one line
+of a report (`rag status`): every such character, line feed and tab included,
+is shown escaped (`\\n`, `\\t`, `\\r`, `\\x1b`, `\\u202e`), so a file named
+`a<LF>up to date` prints as `a\\nup to date` and cannot forge a line.
 """
 
 from __future__ import annotations
@@ -36,6 +41,24 @@ def plain(text: str) -> str:
     module docstring); tab and line feed are kept. Idempotent."""
     text = text.replace("\r\n", "\n")
     return _CONTROL.sub("", _ESCAPE.sub("", text))
+
+
+_ESCAPED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_UNSHOWN = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match) -> str:
+    c = match.group()
+    return _ESCAPED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def one_line(text: str) -> str:
+    """`text` (a name, a path, a report line) on one line: control characters
+    (C0 with line feed and tab, DEL, C1), U+2028/U+2029 and bidirectional overrides shown as
+    escapes (`\\n`, `\\t`, `\\r`, `\\xNN`, `\\uNNNN`); backslashes are left
+    as they are. An escape sequence loses its ESC (shown `\\x1b`), so it prints
+    as characters and does nothing."""
+    return _UNSHOWN.sub(_escaped, text)
 
 
 def plain_text(text: str, style: str = ""):

@@ -115,6 +115,33 @@ def test_cli_eval_answers(tmp_path):
     assert (proj / "eval" / "t.json").exists()
 
 
+def test_refusal_rates_count_only_answerable_and_unanswerable_rows(tmp_path):
+    """#23 item 23: rows of A with no gold answer and not in U counted as false refusals (0.136 against a
+    refusal rate of 0.086 on the answerable ones). Only rows with gold (A) and the rows of U are counted now,
+    and the report says how many rows were neither."""
+    proj, gold = _project(tmp_path)
+    extra = {"query_id": "q6", "question": "?", "answer": "", "citations": [], "contexts": [], "refused": True,
+             "generator": "extractive", "latency_ms": 10.0, "best_score": 0.1, "coverage": 0.0}
+    write_answers(proj / "answers" / "a.parquet", ROWS + [extra])  # q4 (answered) and q6 (refused): no gold
+    cut = [dict(ROWS[0], query_id="u1", refused=True, answer=""), dict(ROWS[1], query_id="u2")]
+    write_answers(proj / "answers" / "u.parquet", cut)
+    res = CliRunner().invoke(app, ["eval", "answers", "--answers", str(proj / "answers" / "a.parquet"), "--gold",
+                                   str(gold), "--unanswerable", str(proj / "answers" / "u.parquet"), "-p", str(proj),
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    r = report["refusal"]
+    # q1-q3 answerable (q3 refused): the false-refusal rate is the answerable rows' refusal rate
+    assert r["false_refusal_rate"] == pytest.approx(1 / 3) == report["metrics"]["refusal_rate"]
+    assert (r["n_answerable"], r["n_refused_answerable"], r["n_unanswerable"], r["n_refused_unanswerable"]) == (3, 1,
+                                                                                                              2, 1)
+    assert r["n_neither"] == 2 and r["refusal_unanswerable"] == 0.5
+    err = " ".join(res.stderr.split())
+    assert ("2 answer row(s) have no gold answer and were not scored, nor counted in the refusal rates "
+            "(neither answerable, with a gold answer, nor unanswerable, in") in err, err
+    assert "q4, q6" in err
+
+
 def test_cli_eval_answers_bad_input(tmp_path):
     proj, gold = _project(tmp_path)
     answers = str(proj / "answers" / "hand.parquet")

@@ -11,7 +11,9 @@ What is guaranteed (`check_chunks` asserts all of it):
 - coverage: every non-whitespace character is inside at least one chunk,
   except heading lines with `markdown` (they are `title_path`) and the title
   of a BEIR record (it is `title_path`); so what lies between and around
-  chunks is whitespace only (plus those headings/title).
+  chunks is whitespace only (plus those headings/title). (The header lines of
+  a Markdown table that alone would be a chunk are dropped too; the texts
+  drawn here have no `|`: tests/test_hardening.py covers tables.)
 - no chunk is empty or whitespace-only; `recursive`/`markdown` chunks have no
   leading or trailing whitespace (`fixed` windows are not trimmed).
 - overlap: `fixed` neighbours share exactly `overlap` units (windows start at

@@ -89,14 +89,15 @@ def test_empty_folder(project, tmp_path):
     assert_bad_input(["chunk", empty, "-p", project], project, empty)
 
 
-def test_corpus_without_text_stops_at_index(tmp_path, tiny_bi_encoder):
+def test_corpus_without_text_stops_at_chunk(tmp_path, tiny_bi_encoder):
+    """A corpus whose only record gives no chunk (a title, no text) is exit 2 at `rag chunk`, naming the
+    record (#23 item 18: chunk and embed used to succeed with nothing and `rag index` failed)."""
     corpus = tmp_path / "empty.jsonl"
     corpus.write_text('{"_id": "a", "title": "t", "text": ""}\n', encoding="utf-8")  # a title, no text: no chunk
     p = tmp_path / "p"
-    for args in (("chunk", corpus, "--model", tiny_bi_encoder), ("embed",)):
-        res = rag(*args, "-p", p)
-        assert res.exit_code == 0, (args, res.stderr)
-    assert_bad_input(["index", "-p", p], p, "chunks.parquet has no chunks", "rag chunk")
+    rag("chunk", corpus, "--model", tiny_bi_encoder, "-p", p)  # makes the folder (and its lock file)
+    assert_bad_input(["chunk", corpus, "--model", tiny_bi_encoder, "-p", p], p, "no documents found",
+                     f"{corpus} (record 'a'): only a title, no text")
 
 
 def test_overlap_not_smaller_than_size(project):
@@ -570,6 +571,34 @@ def test_strong_score_and_max_sentences_flags_reach_ask(project):
     out = json.loads(res.stdout)
     assert not out["refused"] and len(out["citations"]) == 1
     assert_bad_input(["ask", "hnsw", "--max-sentences", 0, "-p", project], project, "--max-sentences")
+
+
+def test_entity_rule_settings_are_flags_of_ask(project):
+    """#23 item 24: `rag ask` had no --entity-scope, --min-entity-coverage, --key-idf (nor --rerank-candidates),
+    though every rag.toml key is a flag."""
+    import json
+
+    from rag_cli.config import all_settings
+
+    assert [s.key for s in all_settings() if not s.cli and s.section == "ask"] == []
+    helped = " ".join(rag("ask", "--help").stdout.split())
+    for flag in ("--entity-scope", "--min-entity-coverage", "--key-idf", "--rerank-candidates"):
+        assert flag in helped, flag
+    # an English question with a key term no chunk holds: the entity rule judges it only with --entity-scope all
+    question = ["What does ef control in HNSW zyxwv?", "--min-score", -1, "--min-coverage", 0, "--strong-score", 1]
+    out = json.loads(rag("ask", *question, "--json", "-p", project).stdout)
+    assert not out["refused"], out["reason"]
+    res = rag("ask", *question, "--entity-scope", "all", "--min-entity-coverage", 1, "--key-idf", 0.5, "--json",
+              "-p", project)
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    out = json.loads(res.stdout)
+    assert out["refused"] and "key terms" in out["reason"] and "min_entity_coverage 1.0" in out["reason"]
+    res = rag("ask", *question, "--entity-scope", "ALL", "--min-entity-coverage", 0, "--json", "-p", project)
+    assert not json.loads(res.stdout)["refused"]  # 0 switches the rule off; the choice is case-insensitive
+    assert_bad_input(["ask", "hnsw", "--entity-scope", "en", "-p", project], project, "--entity-scope", "zh, all")
+    assert_bad_input(["ask", "hnsw", "--key-idf", 2, "-p", project], project, "--key-idf 2", "ask.key_idf")
+    assert_bad_input(["ask", "hnsw", "--min-entity-coverage", "nan", "-p", project], project, "finite")
+    assert_bad_input(["ask", "hnsw", "--rerank-candidates", 0, "-p", project], project, "--rerank-candidates 0")
 
 
 def test_ask_uses_the_search_config_of_rag_toml(project, monkeypatch):

@@ -104,6 +104,35 @@ def test_qrels_formats(tmp_path):
     assert read_qrels(mixed) == {"1": {"31715818": 1}, "3": {"14717500": 1}}
 
 
+def test_identical_repeated_qrels_rows_are_warned_like_run_duplicates(tmp_path):
+    """#23 item 17: a (query, document) pair judged twice alike was dropped without a word."""
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    qrels = tmp_path / "q.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\nq1\ta.md\t1\nq1\tb.md\t0\nq1\ta.md\t1\nq2\tb.md\t2\n"
+                     "q2\tb.md\t2\nq2\tb.md\t2\n", encoding="utf-8")
+    judged = read_qrels(qrels)
+    assert judged == {"q1": {"a.md": 1, "b.md": 0}, "q2": {"b.md": 2}}
+    assert judged.repeated == {"n": 3, "examples": [["q1", "a.md", 2, 4], ["q2", "b.md", 5, 6], ["q2", "b.md", 5, 7]]}
+    (tmp_path / "once.tsv").write_text("q1\ta.md\t1\n", encoding="utf-8")
+    assert read_qrels(tmp_path / "once.tsv").repeated == {"n": 0, "examples": []}
+    run = tmp_path / "r.trec"
+    run.write_text("q1 Q0 a.md 1 2.0 t\nq2 Q0 b.md 1 1.0 t\n", encoding="utf-8")
+    warning = ("the qrels judge 3 (query, document) pair(s) again with the same relevance; each counts once: "
+               "q1/a.md (lines 2 and 4), q2/b.md (lines 5 and 6), q2/b.md (lines 5 and 7)")
+    res = CliRunner().invoke(app, ["eval", "--qrels", str(qrels), "--run", str(run), "--ks", "1",
+                                   "-o", str(tmp_path / "e.json")])
+    assert res.exit_code == 0, res.output
+    assert warning in " ".join(res.stderr.split())
+    assert json.loads((tmp_path / "e.json").read_text())["qrels_duplicates"]["n"] == 3
+    res = CliRunner().invoke(app, ["eval", "compare", str(run), str(run), "--qrels", str(qrels), "--ks", "1",
+                                   "--permutations", "10", "-o", str(tmp_path / "c.json")])
+    assert res.exit_code == 0, res.output
+    assert " ".join(res.stderr.split()).count(warning) == 1  # once, not once per run
+
+
 @pytest.mark.parametrize(
     "content, line, needle",
     [

@@ -18,6 +18,7 @@ from onnx import numpy_helper
 from typer.testing import CliRunner
 
 from rag_cli.cli import app
+from rag_cli.errors import BadInput
 from rag_cli.store.embeddings import bad_vector_rows, read_embeddings
 from tiny_models import VOCAB, make_bi_encoder
 
@@ -110,6 +111,98 @@ def test_embed_fails_on_nan_vectors_and_caches_none(tmp_path):
         assert np.isfinite(vec).all() and bad_vector_rows(vec).size == 0
 
 
+def overflow_output(folder: Path) -> None:
+    """Make every token vector of the tiny model +inf (tanh * 0 + inf), as an fp16 export that overflows does."""
+    m = onnx.load(str(folder / "model.onnx"))
+    for node in m.graph.node:
+        if node.op_type == "Tanh":
+            node.output[0] = "tanh"
+    m.graph.initializer.extend([numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+                                numpy_helper.from_array(np.array(np.inf, np.float32), "overflow")])
+    m.graph.node.extend([onnx.helper.make_node("Mul", ["tanh", "zero"], ["nothing"]),
+                         onnx.helper.make_node("Add", ["nothing", "overflow"], ["last_hidden_state"])])
+    onnx.save(m, str(folder / "model.onnx"))
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_inf_vectors_fail_cleanly_without_a_numpy_warning(tmp_path, normalize):
+    """#23 item 19: `RuntimeWarning: invalid value encountered in divide` (with its source line) reached stderr
+    before the clean NaN/inf error."""
+    import warnings
+
+    model = make_bi_encoder(tmp_path / "model", normalize=normalize)
+    docs = write_docs(tmp_path / "docs", DOCS)
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--model", model, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    overflow_output(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = rag("embed", "--model", model, "-p", p)
+        assert res.exit_code == 1 and "NaN/inf" in res.stderr, (res.stdout, res.stderr)
+        assert "5 chunk(s)" in res.stderr
+        # the query path pools and normalises the same way
+        from rag_cli.models.encoder import BiEncoder
+        from rag_cli.models.folder import ModelFolder
+
+        q = BiEncoder(ModelFolder.load(model)).encode_queries(["cat"])
+        assert not np.isfinite(q).all() and bad_vector_rows(q).tolist() == [0]
+        # a norm past float32's range is taken in float64: a unit vector, not a zero one
+        from rag_cli.models.encoder import l2_normalize
+
+        assert np.allclose(l2_normalize(np.array([[3e38, 3e38]], np.float32)), [[0.5 ** 0.5, 0.5 ** 0.5]])
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
+
+
+def cancel_output(folder: Path, scale: float) -> None:
+    """Make the tiny model's token vectors cancel: each token's vector is `scale` * (t - mean over its text's
+    tokens), so the mean-pooled vector is 0 up to float32 rounding (as a degenerate graph's can be)."""
+    m = onnx.load(str(folder / "model.onnx"))
+    for node in m.graph.node:
+        if node.op_type == "Tanh":
+            node.output[0] = "tanh"
+    m.graph.initializer.append(numpy_helper.from_array(np.array(scale, np.float32), "scale"))
+    m.graph.node.extend([  # the masked mean over the text's tokens (padding left out, as rag's mean pooling does)
+        onnx.helper.make_node("Mul", ["tanh", "mask3"], ["tanh_m"]),
+        onnx.helper.make_node("ReduceSum", ["tanh_m", "axis1"], ["tanh_sum"], keepdims=1),
+        onnx.helper.make_node("Div", ["tanh_sum", "mask_count"], ["tanh_mean"]),
+        onnx.helper.make_node("Sub", ["tanh", "tanh_mean"], ["centred"]),
+        onnx.helper.make_node("Mul", ["centred", "scale"], ["last_hidden_state"])])
+    onnx.save(m, str(folder / "model.onnx"))
+
+
+@pytest.mark.parametrize("normalize, scale", [(True, 1.0), (False, 1e3)])  # 1e3: above the absolute floor
+def test_a_pooled_vector_of_near_zero_norm_is_refused(tmp_path, normalize, scale):
+    """#23 item 20: a pooled vector whose norm is rounding noise (tokens that cancel) was stored as a unit
+    vector of that noise; now it is refused as a zero vector is, naming the chunks."""
+    from rag_cli.models.encoder import BiEncoder, NEAR_ZERO_NORM, NEAR_ZERO_SHARE
+    from rag_cli.models.folder import ModelFolder
+
+    assert (NEAR_ZERO_SHARE, NEAR_ZERO_NORM) == (1e-4, 1e-6)
+    model = make_bi_encoder(tmp_path / "model", normalize=normalize)
+    docs = write_docs(tmp_path / "docs", {"one.md": "the cat sat on the mat .\n", "two.md": "the dog ran .\n"})
+    p = tmp_path / "proj"
+    ok("chunk", docs, "--model", model, "--unit", "chars", "--size", 300, "--overlap", 0, "-p", p)
+    cancel_output(model, scale)
+    raw = BiEncoder(ModelFolder.load(model))
+    res = rag("embed", "--model", model, "-p", p)
+    assert res.exit_code == 1, (res.stdout, res.stderr)
+    err = " ".join(res.stderr.split())
+    assert "2 chunk(s)" in err and "(zero norm)" in err and "near-zero" in err, err
+    assert not (p / "embeddings.parquet").exists()
+    q = raw.encode_queries(["cat"])
+    assert bad_vector_rows(q).tolist() == [0]  # a query too: refused, never a unit vector of noise
+
+
+def test_near_zero_rows_are_relative_to_the_token_vectors():
+    from rag_cli.models.encoder import near_zero_rows
+
+    pooled = np.array([[3e-5, 0.0], [1e-3, 0.0], [5e-7, 0.0], [5e-7, 0.0]], np.float32)
+    scale = np.array([1.0, 1.0, 1e-6, np.nan], np.float32)  # mean token norm of each text (NaN: no tokens given)
+    # 3e-5 < 1e-4 x 1: cancelled; 1e-3: kept; 5e-7: below the absolute floor 1e-6 whatever the tokens
+    assert near_zero_rows(pooled, scale).tolist() == [True, False, True, True]
+    assert near_zero_rows(pooled[:2] * 1e3).tolist() == [False, False]  # pooled outputs: the absolute floor only
+
+
 def test_embed_fails_on_zero_vectors(tmp_path):
     model = make_bi_encoder(tmp_path / "model", normalize=False)
     docs = write_docs(tmp_path / "docs", DOCS)
@@ -190,6 +283,21 @@ def test_index_space_is_checked_when_opened(project):
     assert res.exit_code == 2, (res.stdout, res.stderr)
     msg = " ".join(res.stderr.split())
     assert "space 'l2'" in msg and "cosine" in msg
+    assert "ValueError" not in msg and "rag index" in msg  # #23 item 22: no Python class name in the message
+
+
+def test_a_model_mismatch_names_both_dimensions(project, tmp_path):
+    """#23 item 22: the mismatch named the two fingerprints but not the vector sizes (8 vs 16) that differ."""
+    ok("index", "-p", project)
+    other = make_bi_encoder(tmp_path / "eight", dim=8)
+    toml = project / "rag.toml"
+    lines = [f'embedder = "{other}"' if line.startswith("embedder =") else line
+             for line in toml.read_text().splitlines()]
+    toml.write_text("\n".join(lines) + "\n")
+    res = rag("search", "cat", "-p", project)
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    msg = " ".join(res.stderr.split())
+    assert "was built with model" in msg and "16-dimension vectors" in msg and "gives 8" in msg, msg
 
 
 # ------------------------------------------------------------------ fusion and runs
@@ -391,6 +499,40 @@ def test_rerank_cli_states_the_scale_and_min_score(project, tiny_cross_encoder):
     assert "scores: logit" in " ".join(raw.stdout.split())
 
 
+@pytest.mark.parametrize("args, problem", [
+    (["--min-score", "nan"], "--min-score nan: must be a finite number"),
+    (["--min-score", "inf"], "--min-score inf: must be a finite number"),
+    (["--min-score", "-inf", "--sigmoid"], "--min-score -inf: must be a finite number"),
+    (["--sigmoid", "--min-score", "1.5"], "--min-score 1.5: must be from 0 to 1 (a probability, with --sigmoid)"),
+    (["--sigmoid", "--min-score", "-0.1"], "--min-score -0.1: must be from 0 to 1 (a probability, with --sigmoid)"),
+])
+def test_rerank_refuses_a_min_score_that_drops_every_result(project, tiny_cross_encoder, tmp_path, args, problem):
+    """#23 item 13: NaN, inf, or a probability outside [0, 1] kept no result without a word; now exit 2."""
+    from rag_cli.stages.rerank import rerank_rows
+    from rag_cli.store.runs import RunRow
+
+    ok("index", "-p", project)
+    res = rag("rerank", "cat", "--model", tiny_cross_encoder, *args, "-p", project)
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    assert problem in " ".join(res.stderr.split())
+    run = tmp_path / "run.parquet"
+    ok("search", "--queries", write_docs(tmp_path / "q", {"q.tsv": "q1\tcat\n"}) / "q.tsv", "-o", run, "-p", project)
+    res = rag("rerank", "--run", run, "--model", tiny_cross_encoder, *args, "-p", project)
+    assert res.exit_code == 2 and problem in " ".join(res.stderr.split())
+    rows = [RunRow("q", "query", 1, "a#0", "a", 1.0, "dense")]
+    with pytest.raises(BadInput, match="must be"):
+        rerank_rows(rows, {"a#0": "a"}, FixedLogits([1.0]), probability="--sigmoid" in args,
+                    min_score=float(args[args.index("--min-score") + 1]))
+
+
+def test_rerank_accepts_edge_min_scores(project, tiny_cross_encoder):
+    ok("index", "-p", project)
+    assert len(json.loads(ok("rerank", "cat", "--model", tiny_cross_encoder, "--sigmoid", "--min-score", 0,
+                             "--json", "-p", project).stdout)["results"]) == 5
+    assert len(json.loads(ok("rerank", "cat", "--model", tiny_cross_encoder, "--min-score", -1e6,
+                             "--json", "-p", project).stdout)["results"]) == 5
+
+
 # ------------------------------------------------------------------ truncation
 def _truncating_project(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     """DOCS chunked one chunk per file with a tiny model of max_length 9: the
@@ -432,6 +574,8 @@ def test_on_truncate_error_fails_naming_chunks_and_writes_nothing(tmp_path):
     assert res.exit_code == 2, (res.stdout, res.stderr)
     err = " ".join(res.stderr.split())
     assert f"{ids['dogs.md']!r} (10 tokens)" in err and "nothing was embedded or written" in err, err
+    # #23 item 22: nothing was cut (nothing was embedded): the message says they would be
+    assert "were cut" not in err and "would be cut to it" in err, err
     assert not (p / "embeddings.parquet").exists() and not (p / "cache" / "vectors").exists()
     assert rag("embed", "-p", p, "--on-truncate", "drop").exit_code == 2
     # the config key works too, and warn is the default
@@ -480,6 +624,73 @@ def test_split_markdown_table_repeats_its_header_in_every_part(tmp_path):
     assert all(header not in c["embed_text"] for c in after)
 
 
+def _table_chunks(tmp_path: Path, text: str, *flags) -> list[dict]:
+    docs = write_docs(tmp_path / "docs", {"t.md": text})
+    ok("chunk", docs, "--unit", "chars", "--overlap", 0, *flags, "-p", tmp_path / "proj")
+    chunks = pq.read_table(tmp_path / "proj" / "chunks.parquet").to_pylist()
+    assert all(text[c["start_char"]:c["end_char"]] == c["text"] for c in chunks)  # still the exact span
+    return chunks
+
+
+LONG_ROW = "| " + " | ".join(f"result {i:02d}" for i in range(11)) + " | result 11 and the last 2 |"  # 160 chars
+
+
+def test_a_table_row_longer_than_the_size_is_cut_at_cells(tmp_path):
+    """#23 item 14: a 160-character row under --size 60 was cut at spaces, the last part a chunk `|` alone."""
+    assert len(LONG_ROW) == 160
+    header = "| " + " | ".join(f"c{i}" for i in range(12)) + " |\n|" + "---|" * 12
+    text = header + "\n" + LONG_ROW + "\n| short | row | a | b | c | d | e | f | g | h | i | j |\n"
+    chunks = _table_chunks(tmp_path, text, "--size", 60)
+    parts = [c for c in chunks if "result" in c["text"]]
+    assert len(parts) == 3
+    assert all(c["text"].strip("|- \n:") for c in chunks), [c["text"] for c in chunks]  # no chunk of pipes alone
+    assert all(c["text"].endswith(" |") for c in parts)  # whole cells: every part ends at a cell's closing pipe
+    assert "".join(c["text"] for c in parts).replace("|", "").split() == LONG_ROW.replace("|", "").split()
+    assert all(c["embed_text"].startswith(header + "\n") for c in parts)
+    # a lone cell longer than the size is split inside, and still no chunk is a pipe alone
+    wide = "| a | b |\n| --- | --- |\n| " + " ".join(["word"] * 30) + " | x |\n"
+    assert all(c["text"].strip("|- \n:") for c in _table_chunks(tmp_path / "w", wide, "--size", 24))
+
+
+def test_a_table_header_is_never_a_chunk_without_a_row(tmp_path):
+    """#23 item 15: header + delimiter + first row over --size made the header lines a chunk of their own."""
+    header = "| Compound name | Dose given | Trial |\n| --- | --- | --- |"
+    text = "Doses.\n\n" + header + "\n| aspirin 100 | 100 mg | one |\n| b | 2 | x |\n| c | 3 | y |\n"
+    chunks = _table_chunks(tmp_path, text, "--size", 60)
+    assert all("| --- |" not in c["text"] or "aspirin" in c["text"] for c in chunks), [c["text"] for c in chunks]
+    first = next(c for c in chunks if "aspirin" in c["text"])
+    assert first["embed_text"].startswith(header + "\n")
+    assert all(c["embed_text"].count("| Compound name |") == 1 for c in chunks if "|" in c["text"])
+    # a cut between the header line and the delimiter row: the part that starts at the delimiter gets the header line
+    text = "| " + " | ".join(f"column {i}" for i in range(5)) + " |\n|" + "---|" * 5 + "\n| 1 | 2 | 3 | 4 | 5 |\n"
+    chunks = _table_chunks(tmp_path / "b", text, "--size", 60)
+    assert [c["text"] for c in chunks] == ["|---|---|---|---|---|\n| 1 | 2 | 3 | 4 | 5 |"]
+    assert chunks[0]["embed_text"] == text.rstrip("\n")
+    # a table of a header alone is kept: nothing else carries it
+    chunks = _table_chunks(tmp_path / "c", "| a | b |\n| --- | --- |\n\nAfter.\n", "--size", 16)
+    assert [c["text"] for c in chunks] == ["| a | b |", "| --- | --- |", "After."]
+
+
+def test_search_shows_a_split_tables_header_with_every_part(tmp_path, tiny_bi_encoder):
+    """#23 item 16: the header was in embed_text only; a hit on a later part showed rows without column names."""
+    rows = "\n".join(f"| cat {i} | dog {i} | {i} |" for i in range(30))
+    text = "# Pets\n\n| Animal | Friend | N |\n| --- | --- | --- |\n" + rows + "\n"
+    docs = write_docs(tmp_path / "docs", {"pets.md": text})
+    p = tmp_path / "proj"
+    ok("build", docs, "--model", tiny_bi_encoder, "--unit", "chars", "--size", 120, "--overlap", 0, "-p", p)
+    chunks = pq.read_table(p / "chunks.parquet").to_pylist()
+    header = "| Animal | Friend | N |\n| --- | --- | --- |"
+    later = [c for c in chunks if header not in c["text"]]
+    assert len(later) >= 3  # split, and the stored text is still the exact span
+    res = json.loads(ok("search", "cat dog", "-k", 20, "--mode", "sparse", "--json", "-p", p).stdout)
+    shown = {r["chunk_id"]: r["text"] for r in res["results"]}
+    for c in later:
+        assert shown[c["chunk_id"]] == header + "\n" + c["text"]
+    table = _runner.invoke(app, ["search", "cat dog", "-k", "20", "--mode", "sparse", "-p", str(p)],
+                           env={"COLUMNS": "400"})
+    assert table.exit_code == 0 and table.stdout.count("| Animal | Friend | N |") == len(chunks)
+
+
 def test_find_tables_follows_gfm():
     from rag_cli.chunking.tables import find_tables
 
@@ -520,6 +731,31 @@ def test_short_gbk_file_warns_that_its_encoding_is_a_guess(tmp_path):
     assert res.exit_code == 2 and "does not decode as ascii" in res.stderr
 
 
+def test_a_forced_encoding_that_gives_garbage_is_named(tmp_path):
+    """#23 item 21: --encoding latin-1 or utf-16 forced on a GBK file decoded to garbage without a word."""
+    zh = "检索增强生成是一种结合检索与生成的方法它先从文档中找到相关段落再让模型根据这些段落回答问题"
+    zh = "".join(c for c in zh if not 0xD8 <= c.encode("gbk")[1] <= 0xDF)  # no surrogate when read as UTF-16 LE
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "gbk.txt").write_bytes(zh.encode("gbk"))
+    (docs / "fr.txt").write_bytes("Le café est très bon, à côté de la gare. Ça va très bien.".encode("latin-1"))
+    p = tmp_path / "proj"
+    for enc in ("latin-1", "utf-16"):
+        res = ok("chunk", docs / "gbk.txt", "--encoding", enc, "--unit", "chars", "--size", 300, "-p", p)
+        err = " ".join(res.stderr.split())
+        assert f"{docs / 'gbk.txt'}: --encoding" in err and "looks like the wrong encoding" in err, err
+        assert "without --encoding it reads as gb18030" in err, err
+    assert "private-use" in err  # utf-16 on these bytes gives private-use characters
+    # the right encoding, or a Latin-1 file read as Latin-1: no warning
+    for path, enc in ((docs / "gbk.txt", "gbk"), (docs / "fr.txt", "latin-1"), (docs / "fr.txt", "cp1252")):
+        res = ok("chunk", path, "--encoding", enc, "--unit", "chars", "--size", 300, "-p", p)
+        assert "wrong encoding" not in res.stderr, (enc, res.stderr)
+    # replacement characters in a file read as UTF-8 are named too
+    (docs / "repl.txt").write_text("a text with \ufffd\ufffd where bytes were lost", encoding="utf-8")
+    res = ok("chunk", docs / "repl.txt", "--encoding", "utf-8", "--unit", "chars", "--size", 300, "-p", p)
+    assert "2 replacement characters (U+FFFD)" in " ".join(res.stderr.split()), res.stderr
+
+
 def test_no_documents_error_names_every_skipped_file(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -541,6 +777,67 @@ def test_no_documents_error_names_every_skipped_file(tmp_path):
 
 
 # ------------------------------------------------------------------ big inputs
+def test_a_file_of_headings_only_is_skipped_and_named(tmp_path, tiny_bi_encoder):
+    """#23 item 18: a Markdown file of headings only gave 0 chunks without a word; embed then wrote an empty
+    embeddings.parquet and index failed. Such a document is skipped, named with its reason, as a blank file is."""
+    docs = write_docs(tmp_path / "docs", {"good.md": "# Cats\n\nthe cat sat on the mat .\n",
+                                          "heads.md": "# Title\n\n## Part one\n\n### Part two\n"})
+    p = tmp_path / "proj"
+    res = ok("chunk", docs, "--model", tiny_bi_encoder, "--unit", "chars", "--size", 300, "-p", p)
+    err = " ".join(res.stderr.split())
+    assert f"skipped {docs / 'heads.md'}: only headings, no text under them" in err, err
+    assert [Path(d).name for d in pq.read_table(p / "docs.parquet").column("doc_id").to_pylist()] == ["good.md"]
+    assert json.loads((p / "manifest.json").read_text())["chunk"]["skipped"] == [
+        {"path": str(docs / "heads.md"), "reason": "only headings, no text under them"}]
+    # only such files (and blank ones): exit 2 naming each, as for a folder of blank files
+    (docs / "good.md").unlink()
+    (docs / "blank.txt").write_text(" \n")
+    res = rag("chunk", docs, "--model", tiny_bi_encoder, "--unit", "chars", "--size", 300, "-p", tmp_path / "p2")
+    assert res.exit_code == 2
+    err = " ".join(res.stderr.split())
+    assert "2 file(s) skipped:" in err and "heads.md: only headings, no text under them" in err, err
+    assert "blank.txt: no text (empty or whitespace only)" in err
+    assert not (tmp_path / "p2" / "chunks.parquet").exists()
+    # rag update drops a file that is now headings only, naming it
+    (docs / "good.md").write_text("# Dogs\n\nthe dog ran fast in the city .\n", encoding="utf-8")
+    (docs / "other.md").write_text("paris is the capital of france .\n", encoding="utf-8")
+    b = tmp_path / "built"
+    ok("build", docs, "--model", tiny_bi_encoder, "--unit", "chars", "--size", 300, "-p", b)
+    (docs / "other.md").write_text("# Paris\n", encoding="utf-8")
+    res = ok("update", "-p", b)
+    assert "other.md: only headings, no text under them" in " ".join(res.stderr.split()), res.stderr
+    assert sorted(Path(d).name for d in pq.read_table(b / "docs.parquet").column("doc_id").to_pylist()) == ["good.md"]
+    assert ok("status", "-p", b).stdout.strip().endswith("up to date")
+    # a BEIR record of a title only is named the same way
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "a", "title": "Cats", "text": "the cat sat."}\n'
+                      '{"_id": "b", "title": "Only a title", "text": ""}\n', encoding="utf-8")
+    res = ok("chunk", corpus, "--format", "beir", "--unit", "chars", "--size", 100, "-p", tmp_path / "beir")
+    assert f"skipped {corpus} (record 'b'): only a title, no text" in " ".join(res.stderr.split())
+
+
+def test_embed_refuses_a_chunks_file_without_chunks(project):
+    """#23 item 18: embed wrote an empty embeddings.parquet for a chunks.parquet of 0 rows; now exit 2, as index."""
+    t = pq.read_table(project / "chunks.parquet")
+    pq.write_table(t.slice(0, 0), project / "chunks.parquet")
+    (project / "embeddings.parquet").unlink()
+    res = rag("embed", "-p", project)
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    assert "chunks.parquet has no chunks" in " ".join(res.stderr.split())
+    assert not (project / "embeddings.parquet").exists()
+
+
+def test_skipped_file_names_with_a_newline_print_escaped(tmp_path):
+    """#23 item 12, for the other lists of file names: skipped files and the no-documents error."""
+    docs = write_docs(tmp_path / "docs", {"good.md": "the cat sat .\n", "bad\nskipped x: forged.md": ""})
+    res = ok("chunk", docs, "--unit", "chars", "--size", 300, "-p", tmp_path / "p")
+    assert f"skipped {docs}/bad\\nskipped x: forged.md: no text" in res.stderr, res.stderr
+    assert "\nskipped x" not in res.stderr
+    (docs / "good.md").unlink()
+    res = rag("chunk", docs, "--unit", "chars", "--size", 300, "-p", tmp_path / "p2")
+    assert res.exit_code == 2 and "bad\\nskipped x: forged.md" in res.stderr, res.stderr
+
+
 def _scifact_subset(scifact_dir: Path, out: Path, n: int) -> Path:
     import gzip
 

@@ -222,6 +222,27 @@ def test_status_names_every_stale_file_in_plain_lines(tmp_path, scifact_docs, ti
     assert res.exit_code == 0 and res.stdout == ""
 
 
+def test_status_prints_a_file_name_with_a_newline_escaped(tmp_path, scifact_docs, tiny_bi_encoder):
+    """#23 item 12: a file name holding a line feed (or an escape sequence) cannot forge a line of `rag status`."""
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:3])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    forged = src / "new\nup to date\n\x1b[31mred.txt"
+    forged.write_text("a new document about otters\n", encoding="utf-8")
+    assert p.status()["stale"][0]["files"] == {"added": [str(forged)]}  # the library keeps the exact name
+    res = CliRunner().invoke(app, ["status", "-p", str(p.root)])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert "up to date" not in lines and "\x1b" not in res.stdout
+    assert f"  added: {src}/new\\nup to date\\n\\x1b[31mred.txt" in lines
+    res = CliRunner().invoke(app, ["status", "--json", "-p", str(p.root)])
+    assert json.loads(res.stdout)["stale"][0]["files"]["added"] == [str(forged)]
+
+
 def test_status_without_an_index_and_after_rollback_is_stale(tmp_path, scifact_docs, tiny_bi_encoder):
     from typer.testing import CliRunner
 

@@ -16,7 +16,7 @@ from .fixed import fixed_spans
 from .markdown import markdown_spans
 from .recursive import compile_separators, recursive_spans
 from .semantic import semantic_spans
-from .tables import find_tables, table_header_before
+from .tables import find_tables, header_only, table_header_before
 from .sentence import sentence_units, sentence_windows
 from .units import SpanCounter, char_counter, load_tokenizer, token_counters, validate
 
@@ -97,16 +97,22 @@ def _chunks_for(doc, count: SpanCounter, tok_count: SpanCounter | None, strategy
         spans = _base_spans(doc, count, size, overlap, opts.split)
     tables = find_tables(text) if fmt != "code" else []
     starts = [t.start for t in tables]
+    keep = range(len(spans))
+    if tables and strategy != "fixed" and opts.split["separators"] is None:
+        # a chunk of a table's header lines alone is dropped: they go with its first row (custom separators,
+        # e.g. LangChain's, keep the splitter's chunks as they are)
+        keep = [i for i, (a, b, _p) in enumerate(spans) if not header_only(tables, starts, a, b)]
     out = []
-    for ordinal, (a, b, path) in enumerate(spans):
+    for ordinal, i in enumerate(keep):
+        a, b, path = spans[i]
         n_units = count(a, b)
         out.append(Chunk.build(
             doc.doc_id, ordinal, text, a, b, path,
             n_tokens=tok_count(a, b) if tok_count is not None else None,
             n_units=n_units, oversized=n_units > size,
-            parent_id=parents[parent_of[ordinal]].chunk_id if parent_of is not None else None,
-            context_span=contexts[ordinal] if contexts is not None else None,
-            table_header=table_header_before(tables, starts, a) if tables else "",
+            parent_id=parents[parent_of[i]].chunk_id if parent_of is not None else None,
+            context_span=contexts[i] if contexts is not None else None,
+            table_header=table_header_before(tables, starts, a, text) if tables else "",
         ))
     return out, parents
 
@@ -149,14 +155,18 @@ def chunk_with_parents(docs, *, strategy: str = "recursive", size: int = 256, ov
     tokens, fewer where tokens share a start character; fixed.py).
     `separators`, `keep_separator`: where the recursive splitter may cut
     (library only, no CLI flag): None = the default levels
-    (`recursive.SEPARATORS`: paragraph, line, sentence incl. CJK
-    punctuation, comma, space, character), or a list of literal strings /
+    (`recursive.SEPARATORS`: paragraph, line, table cell, sentence incl.
+    CJK punctuation, comma, space, character), or a list of literal strings /
     compiled patterns, highest priority first (`""` = single characters);
     `progress(documents done, documents)` is called after each document.
     `keep_separator="end"` (default) attaches a separator to the piece
     before it, `"start"` to the piece after it. LangChain's
     RecursiveCharacterTextSplitter defaults are
     `separators=["\\n\\n", "\\n", " ", ""], keep_separator="start"`.
+
+    A chunk of a Markdown table's header lines alone (no row) is dropped
+    with the default separators; the part holding the first row carries
+    them in its `embed_text` (`tables.header_only`).
 
     Chunks larger than `size` occur only for a single unbreakable unit; they
     have `oversized=True` (see `chunk_stats`). `doc.text[c.start_char:c.end_char]

@@ -2,7 +2,8 @@
 RecursiveCharacterTextSplitter (langchain-text-splitters, `character.py`).
 
 A span is split at the highest-priority separator that occurs inside it:
-paragraph (blank line) → line → sentence end (`. ! ?` followed by space;
+paragraph (blank line) → line → table cell (the `|` between two cells of a
+line that starts with `|`, a Markdown table row) → sentence end (`. ! ?` followed by space;
 `。！？；` and, after NFKC, `! ? ;` following a CJK character; closing quotes
 stay with the sentence) → comma (`, ` `，` `、` `; `) → whitespace → single
 character. By default a separator stays attached to the preceding piece
@@ -36,10 +37,48 @@ __all__ = ["recursive_spans", "SEPARATORS", "KEEP_SEPARATOR", "compile_separator
 _CJK = r"\u2e80-\u9fff\u3040-\u30ff\uac00-\ud7af\uf900-\ufaff"
 _CLOSE = r"[\"'”’」』）)\]]*"
 
+class _TableCells:
+    """The `cell` separator level: the `|` between two cells of a table row
+    (a line whose first non-space character, after at most 3 spaces, is `|`;
+    an escaped `\\|` is not a separator), neither the leading nor the trailing
+    pipe of the row, nor the pipe before an empty cell. So a row longer than
+    the size is cut between whole cells (each keeps its closing pipe, with
+    `keep_separator="end"`), never leaving a part that is a pipe alone. Acts like a compiled pattern for
+    `_Splitter.cuts_at` (`finditer` yields `re.Match`es); prose lines are
+    never cut here."""
+
+    pattern = ""  # not one literal character (`_literal_char`)
+    flags = 0
+    _PIPE = re.compile(r"(?<!\\)\|")
+    _ROW = re.compile(r" {0,3}\|")
+
+    def finditer(self, text: str, a: int, b: int):
+        if text.find("|", a, b) < 0:
+            return
+        ls = text.rfind("\n", 0, a) + 1  # the start of the line holding `a`
+        while ls < b:
+            le = text.find("\n", ls, b)
+            le = b if le < 0 else le
+            if self._ROW.match(text, ls):
+                pipes = list(self._PIPE.finditer(text, ls, le))
+                inner = pipes[1:] if not text[ls:pipes[0].start()].strip() else pipes
+                if inner and not text[inner[-1].end():le].strip():
+                    inner = inner[:-1]  # the row's closing pipe
+                ends = [m.start() for m in pipes[1:]] + [le]  # where the cell after each pipe ends
+                after = dict(zip((m.start() for m in pipes), ends))
+                # an empty cell stays with the cell before it (no part is a pipe alone)
+                yield from (m for m in inner if m.start() >= a and text[m.end():after[m.start()]].strip())
+            ls = le + 1
+
+    def search(self, text: str, pos: int = 0):  # `compile_separators` asks whether it matches ""
+        return None
+
+
 #: Separator levels, highest priority first (the default `separators`).
 SEPARATORS: list[tuple[str, re.Pattern]] = [
     ("paragraph", re.compile(r"\n[ \t]*\n\s*")),
     ("line", re.compile(re.escape("\n"))),
+    ("cell", _TableCells()),  # type: ignore[list-item]
     # `[.!?]+C\s+ | [。！？；]+C\s* | (?<=CJK)[!?;]+C\s*`, written to start with
     # one character class so that `re` skips ahead to candidates (4x faster)
     ("sentence", re.compile(

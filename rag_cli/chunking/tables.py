@@ -1,6 +1,9 @@
 """Markdown pipe tables split across chunks: every part after the first gets
 the table's header and delimiter lines in front of its `embed_text`, so the
-rows of a later part are still read under their column names.
+rows of a later part are still read under their column names (and search
+and ask show them in front of its text: `rag_cli.store.chunks.shown_texts`).
+A chunk of header lines alone is dropped (`header_only`); a row longer than
+the size is cut between cells (`recursive._TableCells`).
 
 A table is, as in GitHub-flavoured Markdown
 (https://github.github.com/gfm/#tables-extension-): a line holding a `|`
@@ -16,7 +19,7 @@ import bisect
 import re
 from dataclasses import dataclass
 
-__all__ = ["Table", "find_tables", "table_header_before"]
+__all__ = ["Table", "find_tables", "header_only", "table_header_before"]
 
 _DELIMITER = re.compile(r"^ {0,3}\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
 _LINE = re.compile(r"[^\n]*\n?")
@@ -71,12 +74,32 @@ def find_tables(text: str) -> list[Table]:
     return out
 
 
-def table_header_before(tables: list[Table], starts: list[int], start: int) -> str:
-    """The header lines to put before a chunk starting at `start` that begins
-    inside a table's rows (after its delimiter row, before its end): the
-    table's `header`; `""` otherwise. `starts` is `[t.start for t in tables]`."""
-    k = bisect.bisect_right(starts, start) - 1
-    if k < 0:
+def _table_at(tables: list[Table], starts: list[int], pos: int) -> Table | None:
+    k = bisect.bisect_right(starts, pos) - 1
+    return tables[k] if k >= 0 and pos < max(tables[k].end, tables[k].body) else None
+
+
+def table_header_before(tables: list[Table], starts: list[int], start: int, text: str = "") -> str:
+    """The header lines to put before a chunk starting at `start`: the
+    table's `header` when the chunk begins inside its rows (after its
+    delimiter row, before its end); when it begins on a later line of the
+    header block (the delimiter row, after a cut between the header lines;
+    needs `text`), the header lines above that line; `""` otherwise.
+    `starts` is `[t.start for t in tables]`."""
+    t = _table_at(tables, starts, start)
+    if t is None:
         return ""
-    t = tables[k]
-    return t.header if t.body <= start < t.end else ""
+    if t.body <= start < t.end:
+        return t.header
+    line = text.rfind("\n", t.start, start) + 1 if text else 0
+    return text[t.start:line].rstrip("\n") if line > t.start else ""
+
+
+def header_only(tables: list[Table], starts: list[int], start: int, end: int) -> bool:
+    """Whether the chunk `[start, end)` holds nothing but header lines (the
+    header and delimiter lines) of a table that has rows: such a chunk is not
+    kept; the part that holds the first row gets those lines in front of its
+    `embed_text` (`table_header_before`), so a header is never a chunk
+    without a row."""
+    t = _table_at(tables, starts, start)
+    return t is not None and t.end > t.body and end <= t.body

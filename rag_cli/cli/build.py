@@ -75,13 +75,15 @@ def chunk(sources: SourcesArg, fmt: FormatOpt = "auto", encoding: EncodingOpt = 
     Sizes are in tokens of the embedder's tokenizer (special tokens and the
     `passage: ` prefix not counted; a `--size` above what the model embeds whole
     warns) or characters. `recursive` splits by paragraph
-    → line → sentence end (`. ! ? 。 ！ ？ ；`) → comma (`, ，、`) → space →
-    character and merges pieces up to the size, carrying up to `--overlap` units at
-    piece boundaries. On Markdown, HTML and DOCX it follows the heading structure:
-    `title_path` holds the headings and the embedded text starts with
-    `A > B > C`. `start_char`/`end_char` index the normalised document text. A
-    Markdown table split across chunks repeats its header lines in each part's
-    embedded text. Chunking streams (files read, chunked and written a few at a
+    → line → table cell (a Markdown table row) → sentence end (`. ! ? 。 ！ ？ ；`)
+    → comma (`, ，、`) → space → character and merges pieces up to the size,
+    carrying up to `--overlap` units at piece boundaries. On Markdown, HTML and
+    DOCX it follows the heading structure: `title_path` holds the headings and
+    the embedded text starts with `A > B > C`. `start_char`/`end_char` index the
+    normalised document text. A Markdown table split across chunks repeats its
+    header lines in each part's embedded text (and `search` and `ask` show them
+    above the part's text); its header lines are never a chunk without a row
+    (docs/inputs.md). Chunking streams (files read, chunked and written a few at a
     time), so memory stays flat as the corpus grows (docs/inputs.md).
 
     ### Chunking strategies (`--strategy`)
@@ -207,10 +209,11 @@ def embed(*, opts, project, json_out, quiet):
     the int8 model a vector depends very slightly on what else is in its batch
     (onnxruntime's dynamic quantisation scales activations per batch; cosine to the
     fp32 vector ≥ 0.99 either way); use `--precision fp32` for bit-reproducible
-    vectors. Every batch is checked: a vector with NaN/inf or of norm zero (an
-    fp16 export that overflows, a broken graph) fails the run (exit 1) naming the
-    chunks; such vectors never enter the cache and `embeddings.parquet` is left
-    as it was.
+    vectors. Every batch is checked: a vector with NaN/inf or of norm zero, or
+    near zero before normalisation (below 1e-4 of its token vectors' mean norm,
+    or below 1e-6: rounding noise) (an fp16 export that overflows, a broken
+    graph) fails the run (exit 1) naming the chunks; such vectors never enter
+    the cache and `embeddings.parquet` is left as it was (docs/inputs.md).
     """
     from rag_cli.project import Project
 

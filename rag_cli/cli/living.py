@@ -13,6 +13,7 @@ from rag_cli.cli import render
 from rag_cli.cli.common import as_dict, emit_json, error, given, line, note, progress
 from rag_cli.cli.options import CHUNK, LOCK, MODEL, OUTPUT, PROJECT, FormatOpt, Settings, options, output
 from rag_cli.cli.root import app
+from rag_cli.safe_text import one_line
 
 #: How many old index generations to keep (`--keep`).
 KEEP = Settings("index", "keep")
@@ -76,7 +77,8 @@ def watch(sources: WatchArg = None, debounce: DebounceOpt = 2.0, fmt: FormatOpt 
 
     try:
         n = p.watch(sources or [], debounce=debounce, format=fmt, on_start=started, on_update=updated,
-                    on_batch=lambda b: say(f"{len(b)} change(s): {', '.join(f'{c} {Path(f).name}' for c, f in b[:5])}"
+                    on_batch=lambda b: say(f"{len(b)} change(s): "
+                                           f"{', '.join(f'{c} {one_line(Path(f).name)}' for c, f in b[:5])}"
                                            + (" ..." if len(b) > 5 else "")),
                     on_error=lambda exc: error(f"{exc} (still watching)"), **given(opts))
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the normal way to stop watching
@@ -122,7 +124,7 @@ def status(verify: VerifyOpt = False, *, project, json_out, quiet):
         emit_json(st)
     else:
         for text in render.status_lines(st, verify=verify, quiet=quiet):
-            line(text)
+            line(one_line(text))  # a file name with a line feed or an escape sequence prints escaped
         for problem in failed if verify else ():
             error(problem)
     if failed:

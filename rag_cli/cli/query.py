@@ -39,7 +39,8 @@ FormatOpt = Annotated[str, typer.Option("--format", help="parquet | trec")]
 SigmoidOpt = Annotated[bool, typer.Option(
     "--sigmoid", help="Scores as sigmoid(logit), a probability in [0, 1] (same order)")]
 MinScoreOpt = Annotated[Optional[float], typer.Option(
-    "--min-score", help="Drop results scoring below this (logit, or probability with --sigmoid)")]
+    "--min-score", help="Drop results scoring below this (logit, or probability with --sigmoid); "
+                        "a finite number, from 0 to 1 with --sigmoid (else exit 2)")]
 
 
 @app.command()

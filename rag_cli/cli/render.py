@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rag_cli.cli.common import count, note, warn
+from rag_cli.safe_text import one_line
 
 
 def size(n: int) -> str:
@@ -34,7 +35,7 @@ def update_line(out: dict) -> str:
 def skipped(files: list[dict]) -> None:
     """The files a chunking pass skipped, and why (the first 20)."""
     for s in files[:20]:
-        note(f"skipped {s['path']}: {s['reason']}")
+        note(f"skipped {one_line(s['path'])}: {s['reason']}")
     if len(files) > 20:
         note(f"... and {len(files) - 20} more skipped")
 
@@ -87,6 +88,7 @@ def updated(out: dict) -> None:
     if i["full"]:
         warn(f"the index was rebuilt in full: {i['full']}")
     note(update_line(out) + f" in {c.get('seconds', 0) + e['seconds'] + i['seconds']:.1f}s")
+    skipped(c.get("skipped", []))
 
 
 def without_model(summary: dict) -> dict:

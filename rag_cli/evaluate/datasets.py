@@ -20,7 +20,9 @@ Files are UTF-8 (a BOM is skipped); `.gz` files are read through gzip; blank
 lines are skipped. A bad row raises `rag_cli.errors.BadInput` naming the file,
 the line number and what the line should look like; so does an empty file,
 a duplicate query id, or a (query, doc) pair judged twice with different
-relevance.
+relevance. A pair judged again with the same relevance counts once and is
+listed in the result's `repeated` (`Qrels`), which the evaluation reports
+warn about (as they do for repeated run rows).
 """
 
 from __future__ import annotations
@@ -151,15 +153,31 @@ def _parse_rel(value: str) -> int | None:
     return int(f) if f.is_integer() else None
 
 
-def read_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
-    """Read qrels into `{query_id: {doc_id: relevance}}`.
+class Qrels(dict):
+    """`{query_id: {doc_id: relevance}}` as `read_qrels` read it, and
+    `repeated`: the rows that judged a pair again with the same relevance
+    (counted once): `{"n": rows, "examples": [[qid, doc_id, first line, line],
+    ...]}` (the first 10)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.repeated: dict = {"n": 0, "examples": []}
+
+
+#: Repeated qrels rows named as examples.
+_REPEATED_EXAMPLES = 10
+
+
+def read_qrels(path: str | os.PathLike) -> Qrels:
+    """Read qrels into `{query_id: {doc_id: relevance}}` (a `Qrels`, whose
+    `repeated` lists the pairs judged again alike).
 
     BEIR TSV (`query-id corpus-id score`, header optional) or TREC 4-column
     (`qid iter docid rel`). Pairs with relevance 0 (or below) are kept: they are
     judged non-relevant, and the query still counts in evaluation.
     """
     path = Path(path)
-    qrels: dict[str, dict[str, int]] = {}
+    qrels = Qrels()
     where: dict[tuple[str, str], int] = {}
     first = True
     for lineno, line in text_lines(path):
@@ -186,6 +204,10 @@ def read_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
                 f"{path}:{lineno}: query {qid!r}, document {docid!r} is judged {rel} here but {prev} "
                 f"on line {where[(qid, docid)]}; judge each pair once"
             )
+        if prev is not None:
+            qrels.repeated["n"] += 1
+            if len(qrels.repeated["examples"]) < _REPEATED_EXAMPLES:
+                qrels.repeated["examples"].append([qid, docid, where[(qid, docid)], lineno])
         qrels[qid][docid] = rel
         where.setdefault((qid, docid), lineno)
     if not qrels:

@@ -201,8 +201,9 @@ def evaluate_rows(
 ) -> dict:
     """`evaluate_run` on run rows: MaxP document level (or chunk level when the
     qrels judge chunk ids). Repeated (query, chunk) rows count once (their
-    best score); the report adds `"level"`, `"aggregation"` and
-    `"duplicates"` (`{"n": rows dropped, "examples": [[qid, chunk_id], ...]}`)."""
+    best score); the report adds `"level"`, `"aggregation"`,
+    `"duplicates"` (`{"n": rows dropped, "examples": [[qid, chunk_id], ...]}`)
+    and `"qrels_duplicates"` (`qrels_repeated`)."""
     rows, dups = dedupe(rows)
     run, level = run_for_qrels(rows, qrels, level)
     report = evaluate_run(run, qrels, ks, metrics, whole_run_metrics)
@@ -210,4 +211,11 @@ def evaluate_rows(
     report["aggregation"] = ("MaxP: a document scores its best chunk's score" if level == "doc"
                              else "none (chunk ids judged)")
     report["duplicates"] = {"n": dups.n, "examples": dups.examples}
+    report["qrels_duplicates"] = qrels_repeated(qrels)
     return report
+
+
+def qrels_repeated(qrels: Qrels) -> dict:
+    """The qrels rows that judged a pair again alike (`datasets.Qrels.repeated`;
+    none for a plain dict): `{"n", "examples": [[qid, doc_id, first line, line]]}`."""
+    return getattr(qrels, "repeated", None) or {"n": 0, "examples": []}

@@ -84,15 +84,18 @@ class DenseIndex:
         """Load `folder` (hnsw.bin + rag_dense.json); `row_labels` as in the class doc.
 
         Raises:
-            ValueError: rag_dense.json records a space other than cosine (the
-                scores would not be cosines), or no dim/n.
+            BadInput: rag_dense.json records a space other than cosine (the
+                scores would not be cosines).
+            ValueError, KeyError: no dim/n.
         """
         import hnswlib
 
+        from rag_cli.errors import BadInput
+
         params = json.loads((folder / "rag_dense.json").read_text(encoding="utf-8"))
         if params.get("space") != "cosine":
-            raise ValueError(f"{folder / 'rag_dense.json'} records space {params.get('space')!r}; "
-                             "rag-cli searches by cosine and needs space 'cosine'")
+            raise BadInput(f"{folder / 'rag_dense.json'} records space {params.get('space')!r}; "
+                           "rag-cli searches by cosine and needs space 'cosine'")
         index = hnswlib.Index(space="cosine", dim=params["dim"])
         index.load_index(str(folder / "hnsw.bin"), max_elements=max(params.get("max_elements", params["n"]), 1))
         index.set_ef(params["ef"])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from rag_cli.errors import BadInput
+from rag_cli.errors import BadInput, RagError
 from rag_cli.store.index_chunks import read_index_chunks
 from rag_cli.store.index_folder import GenerationVanished, current_generation, current_pointer, verify_generation
 
@@ -103,6 +103,7 @@ class IndexFolder:
         except Exception as exc:  # hnswlib, bm25s, json and arrow each raise their own
             if not gen.exists():  # a writer removed it while it was read: read CURRENT again
                 raise GenerationVanished(gen) from exc
-            raise BadInput(f"{gen} cannot be read ({type(exc).__name__}: {exc}); "
-                           "rebuild it with `rag index`") from exc
+            # our own errors say what is wrong in words; a library's is named by its class
+            why = str(exc) if isinstance(exc, RagError) else f"{type(exc).__name__}: {exc}"
+            raise BadInput(f"{gen} cannot be read ({why}); rebuild it with `rag index`") from exc
         return cls(gen, meta, chunks, dense, sparse, docs, key)

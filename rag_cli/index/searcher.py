@@ -46,7 +46,7 @@ def fold_shouting(query: str) -> str:
     case, such as a Chinese one with a Latin acronym, is left alone), else
     unchanged. The e5 bi-encoders are case-sensitive and rank worse on
     all-capital text; BM25 lower-cases anyway, so this changes only the
-    dense side."""
+    dense side. `MIT OPENCOURSEWARE指什么？` is kept as it is (docs/evaluation.md)."""
     letters = [ch for ch in query if ch.isalpha()]
     return query.lower() if letters and all(ch.isupper() for ch in letters) else query
 
@@ -106,8 +106,15 @@ class Searcher:
                            f"the folder no longer has the query graph the index was built with, beside "
                            f"{model.onnx_path}")
                         + ". Rerun `rag embed` (it reuses every cached vector) and `rag index`")
+            dims = ""
+            try:
+                if embedder.dim != meta["dim"]:
+                    dims = (f" (the index holds {meta['dim']}-dimension vectors, the embedder gives "
+                            f"{embedder.dim}-dimension ones)")
+            except Exception:  # noqa: BLE001 - a graph that cannot say its size: the fingerprints say enough
+                pass
             raise BadInput(f"the index in {folder.path} was built with model {meta['model_fingerprint']} but the "
-                           f"embedder is {model.fingerprint}; {what}")
+                           f"embedder is {model.fingerprint}{dims}; {what}")
         s = cls(folder.path, meta, folder.chunks, folder.dense, folder.sparse, embedder, folder.docs)
         s._chunk_ids = Column(folder.chunks.column("chunk_id"))
         s._doc_ids = Column(folder.chunks.column("doc_id"))
@@ -148,7 +155,7 @@ class Searcher:
         bad = bad_vector_rows(vectors)
         if bad.size:
             graph = self.embedder.folder.query_onnx_path or self.embedder.folder.onnx_path
-            raise WorkFailed(f"{graph} gives a query vector with NaN/inf or of norm zero for "
+            raise WorkFailed(f"{graph} gives a query vector with NaN/inf or of norm zero (or near zero) for "
                              + ", ".join(repr(queries[i]) for i in bad[:NAMED_IDS])
                              + "; the model's graph is broken for these texts: use another export of the model")
         return vectors
@@ -210,9 +217,17 @@ class Searcher:
         return self.dense.vectors(rows)
 
     def text(self, row: int, column: str = "text") -> str:
-        """The `column` (text, embed_text, context) of index row `row` (read from the memory-mapped
-        chunks: only that row's pages)."""
-        return self.chunks.column(column)[int(row)].as_py()
+        """The `column` (text, embed_text, context) of index row `row`, read from the memory-mapped
+        chunks (only that row's pages); `text` as search and ask show it (`shown_text`: with a split
+        table's header)."""
+        row = int(row)
+        value = self.chunks.column(column)[row].as_py()
+        if column == "text" and "embed_text" in self.chunks.column_names:
+            from rag_cli.store.chunks import shown_text
+
+            paths = self.chunks.column("title_path")[row].as_py() if "title_path" in self.chunks.column_names else None
+            value = shown_text(value, self.chunks.column("embed_text")[row].as_py(), paths)
+        return value
 
     def row_of(self, chunk_id: str) -> int | None:
         """The index row of `chunk_id`, or None if it is not in the index."""

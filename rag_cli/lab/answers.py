@@ -37,7 +37,10 @@ def score_answers(answers_path: Path, gold_path: Path | None, chunks_path: Path,
     keeps no fingerprint of its evidence; else whether this project's texts
     of those chunks differ). With `unanswerable` (answers to
     made-unanswerable questions), "refusal" holds `refusal_rates` of the
-    refused flags of every row of each file, and "recorded_gate_off" the
+    refused flags of the answerable rows (those with a gold answer; every
+    row when `gold_path` is None) and of every row of `unanswerable`, and
+    `n_neither`, the rows of `answers_path` that are neither (no gold
+    answer: not counted); "recorded_gate_off" the
     files of the two that look recorded with `rag ask --gate off` under the
     `[ask]` config `ask_config` (`gate_tuning.looks_gate_off`). Returns the
     report ({"answers": path} and "refusal" only when `gold_path` is None).
@@ -68,7 +71,11 @@ def score_answers(answers_path: Path, gold_path: Path | None, chunks_path: Path,
 
         cut = read_answers(unanswerable).to_pylist()
         report["unanswerable"] = str(unanswerable)
-        report["refusal"] = refusal_rates([r["refused"] for r in rows], [r["refused"] for r in cut])
+        # answerable: the rows with a gold answer (every row when no gold is given); unanswerable: the rows of
+        # `unanswerable`; a row of `answers_path` without gold is neither and is not counted
+        answerable = rows if gold_path is None else [r for r in rows if str(r["query_id"]) in gold]
+        report["refusal"] = {**refusal_rates([r["refused"] for r in answerable], [r["refused"] for r in cut]),
+                             "n_neither": len(rows) - len(answerable)}
         if ask_config is not None:
             report["recorded_gate_off"] = [str(f) for f, rs in ((answers_path, rows), (unanswerable, cut))
                                            if looks_gate_off(rs, ask_config)]
@@ -135,7 +142,9 @@ class AnswersReport(Report):
             out.append(f"{len(r['missing_answers'])} question(s) of the gold file have no answer row: "
                        + ids(r["missing_answers"]))
         if r.get("no_gold"):
-            out.append(f"{len(r['no_gold'])} answer row(s) have no gold answer and were not scored: "
+            neither = (f", nor counted in the refusal rates (neither answerable, with a gold answer, nor "
+                       f"unanswerable, in {r['unanswerable']})" if r.get("refusal", {}).get("n_neither") else "")
+            out.append(f"{len(r['no_gold'])} answer row(s) have no gold answer and were not scored{neither}: "
                        + ids(r["no_gold"]))
         if "judge" in r:
             c = r["judge"]["counts"]

@@ -13,7 +13,7 @@ from typing import Sequence
 from rag_cli.errors import BadInput
 from rag_cli.lab.common import cutoffs, file_stem, prepare
 from rag_cli.lab.report import Report, count
-from rag_cli.lab.score import run_check_messages
+from rag_cli.lab.score import qrels_repeat_messages, run_check_messages
 
 #: what a comparison keeps of each run's report under "run_checks" (see `rag_cli.evaluate.report.evaluate_run`)
 RUN_CHECKS = ("n_queries", "queries_missing_from_run", "run_queries_not_in_qrels", "duplicates", "run_depth", "ks")
@@ -30,7 +30,7 @@ def compare_runs(run_paths: list[Path], qrels_path: Path, ks: list[int], *, perm
     missing or malformed file."""
     from rag_cli.evaluate.compare import compare_reports
     from rag_cli.evaluate.datasets import read_qrels
-    from rag_cli.evaluate.report import evaluate_rows
+    from rag_cli.evaluate.report import evaluate_rows, qrels_repeated
     from rag_cli.store.runs import read_run
 
     if len(run_paths) < 2:
@@ -44,7 +44,8 @@ def compare_runs(run_paths: list[Path], qrels_path: Path, ks: list[int], *, perm
     reports = [evaluate_rows(read_run(p), qrels, ks) for p in run_paths]
     checks = [{"run": n, **{key: r[key] for key in RUN_CHECKS}} for n, r in zip(names, reports)]
     return {"qrels": str(qrels_path), "run_files": [str(p) for p in run_paths],
-            **compare_reports(reports, names, permutations=permutations, seed=seed), "run_checks": checks}
+            **compare_reports(reports, names, permutations=permutations, seed=seed), "run_checks": checks,
+            "qrels_duplicates": qrels_repeated(qrels)}
 
 
 def run(p, qrels: str | os.PathLike, runs: Sequence[str | os.PathLike], *, ks: str | list[int] | None = None,
@@ -73,8 +74,10 @@ class CompareReport(Report):
     kind = "compare"
 
     def _messages(self) -> list[tuple[str, str]]:
-        """The checks of each run (`run_check_messages`), each led by the run's name."""
-        return [m for check in self.data["run_checks"] for m in run_check_messages(check, run=check["run"])]
+        """The qrels' repeated rows, then the checks of each run (`run_check_messages`), each led by the run's
+        name."""
+        return ([("warning", m) for m in qrels_repeat_messages(self.data)]
+                + [m for check in self.data["run_checks"] for m in run_check_messages(check, run=check["run"])])
 
     def print_tables(self, console) -> None:
         """Per run: metric x (baseline, run, diff, p rand, p t-test, W/T/L), the runs named by their stems."""

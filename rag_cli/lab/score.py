@@ -100,12 +100,26 @@ def run_check_messages(report: dict, run: str | None = None, *, given_run: bool 
     if dups.get("n"):
         ex = ", ".join(f"{q}/{c}" for q, c in dups["examples"])
         out.append(f"{lead}{dups['n']} repeated (query, id) row(s) counted once, at their best score; e.g. {ex}")
+    if run is None:  # one run: the qrels' own repeats too (a comparison says them once, not per run)
+        out += qrels_repeat_messages(report)
     messages = [("warning", text) for text in out]
     ties = report.get("ties") or {}
     if ties.get("n_groups"):
         messages.append(("note", f"ties: {ties['n_ids']} ids in {ties['n_groups']} groups of equal score "
                                  f"({ties['n_queries']} queries) ordered by id, descending, as trec_eval orders them"))
     return messages
+
+
+def qrels_repeat_messages(report: dict) -> list[str]:
+    """The warning for qrels rows that judged a (query, document) pair again
+    with the same relevance (`report["qrels_duplicates"]`), or none."""
+    rep = report.get("qrels_duplicates") or {}
+    if not rep.get("n"):
+        return []
+    ex = ", ".join(f"{q}/{d} (lines {a} and {b})" for q, d, a, b in rep["examples"][:5])
+    more = ", ..." if rep["n"] > min(5, len(rep["examples"])) else ""
+    return [f"the qrels judge {rep['n']} (query, document) pair(s) again with the same relevance; each counts "
+            f"once: {ex}{more}"]
 
 
 class ScoreReport(Report):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import codecs
+import re
 
-__all__ = ["decode_bytes", "decode_text", "check_encoding", "DecodeFailed"]
+__all__ = ["decode_bytes", "decode_text", "check_encoding", "forced_problem", "DecodeFailed"]
 
 _BOMS = (
     (codecs.BOM_UTF32_LE, "utf-32"),  # must precede UTF-16 LE (shared prefix)
@@ -104,6 +105,53 @@ def decode_text(raw: bytes, encoding: str | None = None) -> tuple[str, str, list
     text = raw.decode(best.encoding)
     others = [r.encoding for r in results if r.encoding != best.encoding and str(r) != text]
     return text, best.encoding, others
+
+
+#: charset-normalizer's mess ratio at or above which text decoded with a
+#: forced `--encoding` is called implausible: its own limit for a guess
+#: (mojibake such as GBK read as Latin-1 scores above 1; French read as
+#: Latin-1 about 0.08).
+MESS_LIMIT = 0.2
+#: Characters of a document looked at by `forced_problem`.
+FORCED_SAMPLE = 1 << 16
+_PRIVATE_USE = re.compile("[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]")
+
+
+def forced_problem(text: str, encoding: str, raw: bytes = b"") -> str | None:
+    """Why `text`, decoded from `raw` with the forced `encoding`, looks like
+    the wrong encoding, or None when it looks plausible. Looked at (the first
+    `FORCED_SAMPLE` characters): U+FFFD replacement characters, private-use
+    characters, and charset-normalizer's mess ratio (`MESS_LIMIT`: an
+    implausible mix of scripts, symbols and accents). With `raw`, the
+    message also says how the bytes read without `--encoding`."""
+    sample = text[:FORCED_SAMPLE]
+    found = []
+    n_repl = sample.count("\ufffd")
+    if n_repl:
+        found.append(f"{n_repl} replacement character{'s' if n_repl > 1 else ''} (U+FFFD)")
+    n_private = len(_PRIVATE_USE.findall(sample))
+    if n_private:
+        found.append(f"{n_private} private-use character{'s' if n_private > 1 else ''}")
+    try:
+        from charset_normalizer.md import mess_ratio
+    except ImportError:  # pragma: no cover - a declared dependency
+        mess = 0.0
+    else:
+        mess = mess_ratio(sample, maximum_threshold=1e9) if sample.strip() else 0.0
+    if mess >= MESS_LIMIT:
+        found.append(f"an implausible mix of scripts and symbols (charset-normalizer mess ratio {mess:.2f} >= "
+                     f"{MESS_LIMIT})")
+    if not found:
+        return None
+    detected = ""
+    if raw:
+        try:
+            detected = f"; without --encoding it reads as {decode_text(raw)[1]}"
+        except DecodeFailed:
+            detected = "; it does not decode as plausible text without --encoding either"
+    shown = " ".join(sample.split())[:24]
+    return (f"--encoding {encoding} gives text that looks like the wrong encoding: {', '.join(found)}, "
+            f"e.g. {shown!r}{detected}")
 
 
 def decode_bytes(raw: bytes) -> tuple[str, str]:

@@ -35,6 +35,8 @@ class Document:
     - `other_encodings`: other encodings that also decode the bytes into
       plausible but different text (the detection was a guess; empty when
       it was not, or when `--encoding` forced one).
+    - `encoding_problem`: with `--encoding`, why the decoded text looks like
+      the wrong encoding (`decode.forced_problem`), else `""`.
     """
 
     doc_id: str
@@ -48,6 +50,7 @@ class Document:
     fmt: str = "text"
     encoding: str = "utf-8"
     other_encodings: tuple[str, ...] = ()
+    encoding_problem: str = ""
 
 
 @dataclass(slots=True, frozen=True)

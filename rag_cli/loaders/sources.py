@@ -11,7 +11,7 @@ from typing import Callable, Iterator, Sequence
 
 from ..errors import BadInput
 from .beir import is_beir_path, iter_beir_corpus
-from .decode import DecodeFailed, check_encoding, decode_text
+from .decode import DecodeFailed, check_encoding, decode_text, forced_problem
 from .document import Document, LoadResult, Skipped
 from .html import html_available, parse_html
 from .markdown import parse_markdown
@@ -19,7 +19,7 @@ from .normalize import normalize_text
 from .pdf import read_pdf
 from .word import read_docx
 
-__all__ = ["load_sources", "iter_sources", "source_files", "load_file", "no_documents", "encoding_warning", "FORMATS", "EXTENSIONS",
+__all__ = ["load_sources", "iter_sources", "source_files", "load_file", "no_documents", "without_chunks", "encoding_warning", "FORMATS", "EXTENSIONS",
            "CODE_EXTENSIONS"]
 
 #: `fmt` values accepted by `load_sources`.
@@ -74,6 +74,7 @@ def load_file(path: str, doc_id: str, fmt: str, encoding: str | None = None) -> 
     stem = Path(path).stem
     meta: dict = {}
     others: list[str] = []
+    problem = ""
     if fmt in _BINARY_READERS:
         reader, module, package = _BINARY_READERS[fmt]
         if importlib.util.find_spec(module) is None:
@@ -87,9 +88,11 @@ def load_file(path: str, doc_id: str, fmt: str, encoding: str | None = None) -> 
         encoding = fmt  # no text encoding: the bytes are a PDF/DOCX container
     else:
         try:
-            text, encoding, others = decode_text(raw, encoding)
+            text, decoded_as, others = decode_text(raw, encoding)
         except DecodeFailed as exc:
             return Skipped(path, str(exc))
+        problem = (forced_problem(text, decoded_as, raw) or "") if encoding is not None else ""
+        encoding = decoded_as
         text = normalize_text(text)
         if fmt == "markdown":
             title, text, meta = parse_markdown(text, stem)
@@ -104,7 +107,7 @@ def load_file(path: str, doc_id: str, fmt: str, encoding: str | None = None) -> 
     return Document(
         doc_id=doc_id, path=path, sha256=hashlib.sha256(raw).hexdigest(), mtime=mtime,
         n_chars=len(text), title=title, text=text, metadata=meta, fmt=fmt, encoding=encoding,
-        other_encodings=tuple(others),
+        other_encodings=tuple(others), encoding_problem=problem,
     )
 
 
@@ -333,18 +336,46 @@ def source_files(sources: list[str], fmt: str = "auto", exclude: Sequence[str | 
 def no_documents(sources: list[str], skipped: list[Skipped]) -> BadInput:
     """The error for sources that gave no document: names each skipped file
     (the first `NAMED_SKIPPED`) with its reason."""
-    named = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:NAMED_SKIPPED])
+    from rag_cli.safe_text import one_line
+
+    named = "; ".join(f"{one_line(s.path)}: {s.reason}" for s in skipped[:NAMED_SKIPPED])
     more = f"; and {len(skipped) - NAMED_SKIPPED} more" if len(skipped) > NAMED_SKIPPED else ""
     detail = f" ({len(skipped)} file(s) skipped: {named}{more})" if skipped else ""
     return BadInput(f"no documents found in {', '.join(map(repr, sources))}{detail}; "
                     "give Markdown, text, HTML, PDF, DOCX or source-code files, or a BEIR corpus with --format beir")
 
 
+def without_chunks(doc: Document) -> Skipped:
+    """`doc`, which chunking turned into no chunk, as a skipped file with the
+    reason: a Markdown/HTML/DOCX text of headings only (headings are the
+    chunks' `title_path`, never chunk text), a BEIR record with a title and
+    no text (a title alone is never a chunk), or no text to chunk."""
+    from .markdown import iter_headings
+
+    text = doc.text
+    if doc.metadata.get("body_start"):
+        return Skipped(f"{doc.path} (record {doc.doc_id!r})", "only a title, no text")
+    if doc.fmt in ("markdown", "html", "docx"):
+        rest, pos = [], 0
+        for hs, he, _level, _title in iter_headings(text):
+            rest.append(text[pos:hs])
+            pos = he
+        if not "".join(rest + [text[pos:]]).strip():
+            return Skipped(doc.path, "only headings, no text under them")
+    return Skipped(doc.path, "no text to chunk")
+
+
 def encoding_warning(doc: Document) -> str | None:
     """A line naming `doc`'s file when its encoding was a guess (the encoding
-    chosen, the other plausible ones, the flag that forces one); else None."""
+    chosen, the other plausible ones, the flag that forces one), or when the
+    encoding `--encoding` forced gives text that looks wrong
+    (`Document.encoding_problem`); else None."""
+    from rag_cli.safe_text import one_line
+
+    if doc.encoding_problem:
+        return f"{one_line(doc.path)}: {doc.encoding_problem}"
     if not doc.other_encodings:
         return None
-    return (f"{doc.path}: the encoding is a guess: read as {doc.encoding}, but "
+    return (f"{one_line(doc.path)}: the encoding is a guess: read as {doc.encoding}, but "
             f"{' and '.join(doc.other_encodings)} also give plausible text; if the text is wrong, give "
             f"--encoding (e.g. --encoding {doc.other_encodings[0]})")

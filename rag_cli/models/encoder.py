@@ -31,9 +31,42 @@ def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     Returns:
         (b, d) float32.
     """
-    summed = np.einsum("bsd,bs->bd", hidden, mask, dtype=np.float32)
-    counts = np.maximum(mask.sum(axis=1, keepdims=True), 1.0)
-    return (summed / counts).astype(np.float32, copy=False)
+    with np.errstate(all="ignore"):  # inf/NaN from a broken graph: `bad_vector_rows` names them, numpy says nothing
+        summed = np.einsum("bsd,bs->bd", hidden, mask, dtype=np.float32)
+        counts = np.maximum(mask.sum(axis=1, keepdims=True), 1.0)
+        return (summed / counts).astype(np.float32, copy=False)
+
+
+#: A pooled vector whose norm before normalisation is below this share of
+#: its text's typical token-vector norm (the mean L2 norm of its token
+#: vectors) is rounding noise: the token vectors cancelled. e5-small's pooled
+#: vectors have 0.8-1.0 of their tokens' norm (4.5-5.5 against 4.8-5.6); the
+#: float32 rounding of a mean of s tokens is about s * 6e-8 of it.
+NEAR_ZERO_SHARE = 1e-4
+#: ... and whatever the token vectors, a pooled norm below this (or a graph's
+#: own pooled output below it) is taken as zero: real models give norms of
+#: order 1 (1 exactly when the graph normalises).
+NEAR_ZERO_NORM = 1e-6
+
+
+def token_scale(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(b,) float32 mean L2 norm of each text's token vectors (over the mask)."""
+    with np.errstate(all="ignore"):
+        norms = np.sqrt(np.einsum("bsd,bsd->bs", hidden, hidden, dtype=np.float32))
+        return (np.einsum("bs,bs->b", norms, mask) / np.maximum(mask.sum(axis=1), 1.0)).astype(np.float32)
+
+
+def near_zero_rows(pooled: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
+    """(b,) bool: rows of `pooled` (b, d) whose L2 norm (in float64) is below
+    NEAR_ZERO_NORM, or below NEAR_ZERO_SHARE x `scale` (each text's mean
+    token-vector norm, `token_scale`; None for a graph's pooled output). Rows
+    with NaN/inf are not near zero (`bad_vector_rows` names those)."""
+    with np.errstate(all="ignore"):
+        norms = np.linalg.norm(pooled.astype(np.float64), axis=1)
+        floor = np.full(len(norms), NEAR_ZERO_NORM)
+        if scale is not None:
+            floor = np.fmax(floor, NEAR_ZERO_SHARE * np.asarray(scale, np.float64))
+        return np.isfinite(norms) & (norms < floor)
 
 
 def cls_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -42,9 +75,15 @@ def cls_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def l2_normalize(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm (zero rows stay zero). (n, d) -> (n, d) float32."""
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return (x / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+    """Rows scaled to unit L2 norm (zero rows stay zero). (n, d) -> (n, d) float32.
+
+    The norms are taken in float64 (a row of float32 values near 3e38 has a
+    norm past float32's range, and would become a zero row). A row with
+    inf/NaN becomes NaN without a numpy RuntimeWarning: the callers check
+    the vectors (`bad_vector_rows`) and say which texts gave them."""
+    with np.errstate(all="ignore"):
+        norms = np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)
+        return (x / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
 
 
 _POOLERS = {"mean": mean_pool, "cls": cls_pool}
@@ -233,7 +272,10 @@ class BiEncoder(OnnxTextModel):
 
         Yields:
             `(idx, vectors)`: idx (b,) int64 positions in `texts`, vectors
-            (b, d) float32 (unit rows if `normalize`).
+            (b, d) float32 (unit rows if `normalize`). A vector whose norm
+            before normalisation is near zero (`near_zero_rows`: its
+            direction is rounding noise) is a zero row, which callers refuse
+            as they refuse any zero vector (`bad_vector_rows`).
 
         Raises:
             TypeError: `texts` is a single string.
@@ -246,7 +288,12 @@ class BiEncoder(OnnxTextModel):
         pool = _POOLERS[self.folder.pooling]
 
         def reduce(out: np.ndarray, mask: np.ndarray) -> np.ndarray:
-            return out if self.pooled else pool(out, mask)
+            vectors = out if self.pooled else pool(out, mask)
+            near_zero = near_zero_rows(vectors, None if self.pooled else token_scale(out, mask))
+            if near_zero.any():  # rounding noise, not a direction: a zero row, refused by `bad_vector_rows`
+                vectors = vectors.copy()
+                vectors[near_zero] = 0.0
+            return vectors
 
         for idx, part in self.iter_batched(tok, self.output, reduce, batch_tokens, length_sorted):
             if part.ndim != 2:

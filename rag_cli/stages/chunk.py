@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 import time
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -11,7 +12,7 @@ from rag_cli.chunking.core import iter_chunks
 from rag_cli.chunking.setup import check_chunk_options, chunk_options, chunk_settings
 from rag_cli.config import ChunkConfig, ModelConfig
 from rag_cli.loaders.document import Document, Skipped
-from rag_cli.loaders.sources import encoding_warning, iter_sources, no_documents
+from rag_cli.loaders.sources import encoding_warning, iter_sources, no_documents, without_chunks
 from rag_cli.progress import Progress
 from rag_cli.store.chunks import chunks_schema, chunks_table, table_writers
 from rag_cli.store.docs import DOCS_SCHEMA, docs_table
@@ -43,8 +44,12 @@ def chunk_sources(project: "ProjectFolder", sources: list[str], *, fmt: str, par
     load nothing, and `n_tokens` is then null. `semantic` loads the
     bi-encoder to embed sentences. Progress: ("chunking", documents done, documents).
 
+    A document that gives no chunk (a Markdown file of headings only, a BEIR
+    record of a title only) is not kept: it is listed in `skipped` with the
+    reason (`without_chunks`), as an empty file is.
+
     Raises BadInput for bad flags (checked before any document is read),
-    missing sources, or no documents.
+    missing sources, or no documents (naming each skipped file).
     Returns a summary: n_docs, n_chunks, n_parents, n_oversized, max_tokens, skipped, seconds,
     warnings (list of str: files whose encoding was a guess; a size in tokens
     above what the embedder embeds whole).
@@ -68,13 +73,15 @@ def chunk_sources(project: "ProjectFolder", sources: list[str], *, fmt: str, par
         chunks = _Rows(write[project.chunks_path], lambda rows: chunks_table(rows, with_context=with_context))
         parents = _Rows(write.get(project.parents_path), lambda rows: chunks_table(rows, with_context=False))
 
+        pending: collections.deque[Document] = collections.deque()  # read, not chunked yet (in order)
+
         def documents() -> Iterator[Document]:
             for item in items:
                 if isinstance(item, Skipped):
                     skipped.append(item)
                     continue
-                docs.add([item])
                 warnings.extend(w for w in [encoding_warning(item)] if w)
+                pending.append(item)
                 yield item
 
         found = documents()
@@ -93,6 +100,11 @@ def chunk_sources(project: "ProjectFolder", sources: list[str], *, fmt: str, par
                                   **options)
         n_oversized, max_tokens = 0, None
         for doc_chunks, doc_parents in chunks_iter:
+            doc = pending.popleft()
+            if not doc_chunks:  # headings only, a title only: skipped with the reason, as a blank file is
+                skipped.append(without_chunks(doc))
+                continue
+            docs.add([doc])
             for c in doc_chunks:
                 n_oversized += c.oversized
                 if c.n_tokens is not None and (max_tokens is None or c.n_tokens > max_tokens):

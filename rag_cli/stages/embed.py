@@ -80,7 +80,8 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
         or None), seconds, fingerprint, model_warnings (`ModelFolder.warnings`).
 
     Raises:
-        BadInput: `chunks.parquet` is missing, unreadable or lacks chunk_id/text;
+        BadInput: `chunks.parquet` is missing, unreadable, lacks chunk_id/text
+            or has no chunks (nothing is written);
             or `on_truncate="error"` and a chunk is longer than max_length
             (names the chunks with their token counts; nothing is written).
         WorkFailed: the model gave a vector with NaN/inf or of norm zero
@@ -125,10 +126,13 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
             shas.append(sha)
             if sha not in cache:
                 new.add(sha)
+    if not shas:  # nothing to embed: an empty embeddings.parquet would only fail `rag index` later
+        raise BadInput(f"{chunks_path} has no chunks (its documents have no text); "
+                       "run `rag chunk` on documents with text")
     n_tokens = np.concatenate(counts) if counts else np.zeros(0, np.int32)
     truncation = describe_truncated(truncated, n_truncated, max_length) if n_truncated else None
     if truncation and on_truncate == "error":
-        raise BadInput(f"{truncation}; nothing was embedded or written (--on-truncate error): chunk again with "
+        raise BadInput(f"{describe_truncated(truncated, n_truncated, max_length, embedded=False)}; nothing was embedded or written (--on-truncate error): chunk again with "
                        f"a smaller --size, or use --on-truncate warn")
     n_embedded = sum(s in new for s in shas)
     total, done = len(new), 0
@@ -169,8 +173,10 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
                     raise WorkFailed(f"{folder.onnx_path} gave vectors that cosine search cannot use for "
                                      f"{describe_bad_vectors(ids, vectors[rows])}; they were not cached and "
                                      f"{project.embeddings_path.name} was not written. The model's graph gives "
-                                     "NaN/inf or zero outputs for these texts (an fp16 export that overflows, "
-                                     "or a broken graph): use another export of the model")
+                                     "NaN/inf or zero outputs for these texts, or token vectors whose mean is "
+                                     "near-zero (rounding noise, taken as zero: rag_cli.models.encoder."
+                                     "near_zero_rows) (an fp16 export that overflows, or a broken graph): use "
+                                     "another export of the model")
                 got_idx.append(idx)
                 got_vec.append(vectors)
                 done += len(idx)

@@ -31,6 +31,19 @@ def chunk_texts(chunks_path, chunk_ids: set[str]) -> dict[str, str]:
     return {c: t for c, t in zip(ids, texts) if c in chunk_ids}
 
 
+def check_min_score(min_score: float | None, probability: bool) -> None:
+    """Raise BadInput (exit 2) for a `--min-score` that would drop every row
+    without a word: NaN or ±inf, or with `--sigmoid` (`probability`) a value
+    outside [0, 1]. None (no minimum) and any finite logit are fine."""
+    from rag_cli.config import check_flag
+
+    if min_score is None:
+        return
+    check_flag("--min-score", min_score, (None, None))
+    if probability and not 0.0 <= min_score <= 1.0:
+        raise BadInput(f"--min-score {min_score}: must be from 0 to 1 (a probability, with --sigmoid)")
+
+
 def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top_in: int = 100,
                 top_out: int = 10, source: str = "the run", probability: bool = False,
                 min_score: float | None = None, progress: Progress | None = None) -> tuple[list[RunRow], int]:
@@ -44,7 +57,8 @@ def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top
     `rag_cli.models.cross_encoder` for the scale. Raises BadInput when a chunk
     of the run has no text (the run was made from another project), naming
     the chunk id. Rows are ranked by the logits (ties keep the earlier rank
-    first); rows scoring below `min_score` (on the chosen scale) are dropped.
+    first); rows scoring below `min_score` (on the chosen scale) are dropped
+    (`check_min_score`: a finite number, from 0 to 1 with `probability`).
     Progress: ("reranking", pairs scored, pairs).
     Returns (rows, number of (query, passage) pairs cut to the model's max_length).
     """
@@ -52,6 +66,7 @@ def rerank_rows(rows: list[RunRow], texts: dict[str, str], cross_encoder, *, top
 
     if top_in < 1 or top_out < 1:
         raise BadInput(f"--top-n/--candidates must be at least 1 (got {top_in}, {top_out})")
+    check_min_score(min_score, probability)
     by_query: dict[str, list[RunRow]] = defaultdict(list)
     order: list[str] = []
     for r in rows:

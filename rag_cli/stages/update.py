@@ -45,6 +45,7 @@ from rag_cli.index.backends import check_backend, rebuild_reason, same_search_pa
 from rag_cli.index.build import build_full, index_docs, index_meta, index_texts, read_inputs, record_index, with_labels
 from rag_cli.index.sparse import SparseIndex
 from rag_cli.loaders import load_sources
+from rag_cli.loaders.sources import no_documents, without_chunks
 from rag_cli.loaders.document import Document
 from rag_cli.progress import Progress
 from rag_cli.store.chunks import chunks_table, read_chunks, write_tables
@@ -107,6 +108,14 @@ def update_chunks(project: "ProjectFolder", sources: list[str], *, fmt: str, par
     todo = [d for d in docs if d.doc_id not in same]
     new_chunks, new_parents = chunk_with_parents(
         todo, progress=(lambda done, n: progress("chunking", done, n)) if progress else None, **options)
+    chunked = {c.doc_id for c in new_chunks}
+    empty = [d for d in todo if d.doc_id not in chunked]  # headings only, a title only: skipped, as `rag chunk` does
+    if empty:
+        gone = {d.doc_id for d in empty}
+        loaded.skipped.extend(without_chunks(d) for d in empty)
+        docs, todo = [d for d in docs if d.doc_id not in gone], [d for d in todo if d.doc_id not in gone]
+        if not docs:
+            raise no_documents(sources, loaded.skipped)
     parent_child = params.strategy == "parent-child"
     old_chunks = read_chunks(project.chunks_path) if have_old else None
     chunks, n_removed = _merge(old_chunks, chunks_table(new_chunks), [d.doc_id for d in docs], same)

@@ -110,14 +110,17 @@ def describe_bad_vectors(chunk_ids: list[str], vectors: np.ndarray, limit: int =
     return f"{len(chunk_ids)} chunk(s): " + ", ".join(parts) + more
 
 
-def describe_truncated(chunks: list[tuple[str, int]], n: int, max_length: int) -> str:
+def describe_truncated(chunks: list[tuple[str, int]], n: int, max_length: int, *, embedded: bool = True) -> str:
     """"N chunk(s) are longer than the model's max_length (L tokens) and were
     cut to it: 'a#0' (612 tokens), ..." for the first (chunk_id, n_tokens)
-    pairs `chunks` of the `n` truncated chunks; at most `NAMED_IDS` named."""
+    pairs `chunks` of the `n` truncated chunks; at most `NAMED_IDS` named.
+    `embedded=False` (nothing was embedded: `--on-truncate error`) says they
+    "would be cut"."""
     named = ", ".join(f"{cid!r} ({k} tokens)" for cid, k in chunks[:NAMED_IDS])
     more = f" and {n - min(len(chunks), NAMED_IDS)} more" if n > min(len(chunks), NAMED_IDS) else ""
+    cut = "were cut to it" if embedded else "would be cut to it"
     return (f"{n} chunk(s) are longer than the model's max_length ({max_length} tokens, prefix and special "
-            f"tokens included) and were cut to it: {named}{more}")
+            f"tokens included) and {cut}: {named}{more}")
 
 
 def _check_sizes(path: Path, table: pa.Table, dim: int) -> int:

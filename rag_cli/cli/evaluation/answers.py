@@ -83,7 +83,9 @@ def answers(answers: AnswersOpt = None, gold: GoldOpt = None, unanswerable: CutO
     (from the chunk texts), refusal rate, latency p50/p95; `eval/answers-NAME.json`.
     `--unanswerable U.parquet` (the answers to the made-unanswerable questions)
     adds the refusal rate on made-unanswerable questions and the false-answer
-    rate (1 − it), and from `--answers` the false-refusal rate on answerable ones.
+    rate (1 − it), and from `--answers` the false-refusal rate on answerable ones
+    (the rows with a gold answer; a row without one is neither answerable nor
+    unanswerable, is not counted, and stderr and `refusal.n_neither` say how many).
     `rag eval answers --answers answers/NAME.parquet --judge \[--gold answers.jsonl]`
     adds RAGAS faithfulness and answer relevancy, judged by an LLM (without
     `--gold`, only those): `--judge-generator openai|llama-cpp` (default

@@ -43,7 +43,9 @@ def run_(qrels: QrelsOpt, run: RunOpt = None, queries: SearchQueriesOpt = None, 
     against pytrec_eval by a hypothesis property test). A run is read as
     trec_eval reads it: ordered by score descending, ties by id descending; the
     rank column is output only, so ranks that start at 0 or are all 1 are fine.
-    A repeated (query, id) row counts once (its best score). Every qrels query
+    A repeated (query, id) row counts once (its best score); so does a qrels
+    row that judges a (query, document) pair again alike (a different
+    relevance is exit 2), and stderr names those rows. Every qrels query
     counts (0 if missing from the run). A chunk run is scored at document level
     by MaxP (a document's score is its best chunk's score), unless the qrels
     judge chunk ids. Prints a table or `--json` and writes `eval/NAME.json`
