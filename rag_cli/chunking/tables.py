@@ -1,7 +1,7 @@
 """Markdown pipe tables split across chunks: every part after the first gets
 the table's header and delimiter lines in front of its `embed_text`, so the
 rows of a later part are still read under their column names (and search
-and ask show them in front of its text: `rag_cli.store.chunks.shown_texts`).
+and ask show them in front of its text: `rag_cli.store.chunks.shown_text`).
 A chunk of header lines alone is dropped (`header_only`); a row longer than
 the size is cut between cells (`recursive._TableCells`).
 

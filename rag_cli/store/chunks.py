@@ -117,44 +117,13 @@ def embedded_column(names: list[str]) -> str:
     return "embed_text" if "embed_text" in names else "text"
 
 
-def shown_texts(chunks: pa.Table) -> list[str]:
-    """The text of each chunk as search and ask show it: `text`, with the
+def shown_text(text: str, embed_text: str | None, title_path: list[str] | None) -> str:
+    """The text of a chunk as search and ask show it: `text`, with the
     header and delimiter lines of the Markdown table it starts inside in
     front (what `embed_text` holds between the heading path and `text`, see
     `rag_cli.chunking.tables`), so a hit on a later part of a split table
-    still shows its column names. `text` itself stays the exact span of the
-    document. Only rows whose `embed_text` is longer than heading path +
-    `text` are looked at (counted with pyarrow, no per-row Python work for
-    the others)."""
-    import pyarrow.compute as pc
-
-    from rag_cli.chunking.chunk import HEADING_SEPARATOR
-
-    texts = chunks.column("text").to_pylist()
-    if "embed_text" not in chunks.column_names or not len(texts):
-        return texts
-    extra = pc.subtract(pc.utf8_length(chunks.column("embed_text")), pc.utf8_length(chunks.column("text")))
-    if "title_path" in chunks.column_names:
-        paths = chunks.column("title_path")
-        n_titles = pc.fill_null(pc.list_value_length(paths), 0)
-        prefix = pc.if_else(pc.greater(n_titles, 0),
-                            pc.add(pc.fill_null(pc.utf8_length(pc.binary_join(paths, HEADING_SEPARATOR)), 0), 1), 0)
-        extra = pc.subtract(extra, prefix)
-    else:
-        prefix = None
-    rows = pc.indices_nonzero(pc.fill_null(pc.greater(extra, 1), False)).to_pylist()
-    embed = chunks.column("embed_text")
-    for r in rows:
-        text = texts[r]
-        rest = embed[r].as_py()[prefix[r].as_py() if prefix is not None else 0:]
-        if rest.endswith("\n" + text):
-            texts[r] = rest
-    return texts
-
-
-def shown_text(text: str, embed_text: str | None, title_path: list[str] | None) -> str:
-    """One chunk's `shown_texts`: `text` with the table header lines that
-    `embed_text` holds between its heading path and `text`, else `text`."""
+    still shows its column names; else `text`. `text` itself stays the exact
+    span of the document."""
     from rag_cli.chunking.chunk import HEADING_SEPARATOR
 
     if not embed_text:
