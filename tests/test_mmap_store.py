@@ -66,6 +66,9 @@ def test_a_generation_of_an_earlier_version_is_read(tmp_path, tiny_bi_encoder):
     for rel in ("chunks.parquet", "dense/rag_dense.json"):
         listing["files"][rel] = {"size": (gen / rel).stat().st_size, "sha256": sha256_file(gen / rel)}
     (gen / "files.json").write_text(json.dumps(listing))
+    from rag_cli.store.index_folder import switch_current
+
+    switch_current(p.index_dir, gen.name)  # CURRENT records the sha256 of files.json
     again = Project.open(p.root)
     assert [(h.chunk_id, round(h.score, 5)) for h in again.search("bm25 term weighting", k=5)] == before
     again.index()  # the next writer writes the new layout

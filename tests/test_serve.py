@@ -542,13 +542,13 @@ def test_a_generation_that_cannot_be_loaded_is_not_served(make_sample_project, t
     warm = WarmEngines(p.folder, poll=0.05)
     first = warm.load()
     p.index(hnsw_m=8)
-    (p.index_dir / "gen-000002" / "chunks.parquet").write_bytes(b"damaged")
+    (p.index_dir / "gen-000002" / "chunks.arrow").write_bytes(b"damaged")
     warm.start()
     deadline = time.monotonic() + 30
     while warm.reload_error is None:
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    assert warm.served is first and "chunks.parquet" in warm.reload_error
+    assert warm.served is first and "chunks.arrow" in warm.reload_error
     warm.stop()
 
 

@@ -116,11 +116,13 @@ def build_dense(vectors: np.ndarray, settings, threads: int = 0) -> VectorIndex:
 def load_dense(folder: Path, row_labels: np.ndarray | None = None) -> VectorIndex:
     """The dense index saved in `folder` (`dense/` of a generation), of the backend its rag_dense.json
     names; vectors and codes are memory-mapped where the backend allows. Raises BadInput for a faiss
-    index without faiss installed, ValueError for an unreadable one."""
+    index without faiss installed or a space other than cosine, ValueError for an unreadable one."""
     params = json.loads((folder / "rag_dense.json").read_text(encoding="utf-8"))
     if params.get("space", "cosine") != "cosine":
-        raise ValueError(f"{folder / 'rag_dense.json'} records space {params.get('space')!r}; "
-                         "rag-cli searches by cosine and needs space 'cosine'")
+        from rag_cli.errors import BadInput
+
+        raise BadInput(f"{folder / 'rag_dense.json'} records space {params.get('space')!r}; "
+                       "rag-cli searches by cosine and needs space 'cosine'; rebuild it with `rag index`")
     backend = backend_of(params)
     if backend == "exact":
         from rag_cli.index.exact import ExactIndex
