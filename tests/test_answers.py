@@ -444,3 +444,50 @@ def test_ask_min_rerank_score_in_rag_toml_without_a_reranker_warns(nasty_project
     assert f"ask.min_rerank_score in {toml}: 1.5 has no effect without a reranker" in " ".join(res.stderr.split())
     off = rag("ask", "BM25?", *ANSWERABLE, "--min-rerank-score", "0", "-p", root)
     assert "reranker" not in off.stderr
+
+
+# --------------------------------------------------------------------------- citations against what fit the prompt
+def _long_evidence(n: int = 3) -> list[Evidence]:
+    return [Evidence(i + 1, f"d{i}#0", f"d{i}", f"Source {i + 1} says something long. " * 12, 0.9 - i / 10)
+            for i in range(n)]
+
+
+def test_fit_budget_is_idempotent_so_the_generator_sees_what_ask_checked_against():
+    ev = _long_evidence()
+    kept, cut = fit_budget(ev, 64)
+    assert [e.number for e in kept] == [1] and cut == 2
+    assert estimate_tokens(source_block(kept[0])) + 1 <= 64  # the best one alone was cut to fit, header included
+    again, cut_again = fit_budget(kept, 64)
+    assert again == kept and cut_again == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_citations_of_evidence_left_out_of_the_prompt_are_removed_and_counted(fake, stream):
+    from rag_cli.stages.ask import _generate
+
+    fake.reply = "First [1]. Second [2]. Third [3]."
+    gen = OpenAIGenerator(fake.base_url, context_tokens=64)
+    pieces = []
+    answer, shown = _generate(gen, "What do the sources say?", _long_evidence(), pieces.append if stream else None)
+    assert [e.number for e in shown] == [1]
+    assert answer.text == "First [1]. Second. Third." and answer.citations == ["d0#0"]
+    assert answer.n_citations_removed == 2 and answer.n_evidence_cut == 2
+    if stream:
+        assert "".join(pieces) == answer.text
+    prompt = fake.requests[0][1]["messages"][1]["content"]
+    assert "[1] Title" in prompt and "[2] Title" not in prompt and "[3] Title" not in prompt
+
+
+@pytest.mark.e2e
+def test_ask_json_names_the_evidence_left_out_of_the_prompt(nasty_project, fake):
+    fake.reply = "One [1]. Two [2]. Three [3]."
+    res = rag("ask", "How does BM25 rank documents?", *ANSWERABLE, "-k", "3", "--generator", "openai",
+              "--base-url", fake.base_url, "--context-tokens", "64", "--json", "-p", nasty_project.root)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    n = len(out["evidence"])
+    shown = n - len(out["left_out"])
+    assert n >= 2 and out["n_evidence_cut"] == len(out["left_out"]) and shown >= 1
+    assert [x["n"] for x in out["left_out"]] == list(range(shown + 1, n + 1))
+    assert out["n_citations_removed"] == 3 - shown  # the markers naming left-out or absent evidence
+    assert [s["n"] for s in out["sources"]] == list(range(1, shown + 1))

@@ -97,6 +97,7 @@ def answer_json(res) -> dict:
         **({"grade": res.grade} if res.grade else {}),
         "n_citations_removed": res.answer.n_citations_removed,
         "n_evidence_cut": res.answer.n_evidence_cut,
+        "left_out": [{"n": e.number, "chunk_id": e.chunk_id, "doc_id": e.doc_id} for e in res.left_out],
         "evidence": [{"n": e.number, "chunk_id": e.chunk_id, "doc_id": e.doc_id, "score": round(e.score, 6),
                       **({"rerank_score": round(e.rerank_score, 6)} if e.rerank_score is not None else {}),
                       "text": e.text, **({"context": e.context} if e.context else {})} for e in res.evidence],

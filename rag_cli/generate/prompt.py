@@ -71,8 +71,22 @@ def fit_budget(evidence: list[Evidence], budget: int) -> tuple[list[Evidence], i
     if kept and used > budget:  # the best evidence alone is too long: cut its text
         ev = kept[0]
         chars = max(1, int(len(ev.text) * budget / used))
+        while chars > 1 and estimate_tokens(source_block(replace(ev, text=ev.text[:chars]))) + 1 > budget:
+            chars = max(1, int(chars * 0.9))  # the header counts too: cut until the block fits
         kept[0] = replace(ev, text=ev.text[:chars])
     return kept, len(evidence) - len(kept)
+
+
+def shown_evidence(generator, evidence: list[Evidence]) -> tuple[list[Evidence], int]:
+    """The evidence a generator is shown: `fit_budget(evidence,
+    generator.context_tokens)` for one with a token budget (the LLM
+    generators), else all of it. Fitting what already fits changes nothing,
+    so the generator's own `fit_budget` of the result keeps it whole.
+    Returns (shown, n cut)."""
+    budget = getattr(generator, "context_tokens", None)
+    if budget is None:
+        return list(evidence), 0
+    return fit_budget(evidence, budget)
 
 
 def sources_text(evidence: list[Evidence]) -> str:

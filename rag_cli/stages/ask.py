@@ -36,8 +36,12 @@ its number [n]. (Measured cosines and coverages: docs/results.md.)
 
 Citations: the text given to any generator has its citation-shaped brackets
 neutralised (`[3]` -> `(3)`, `rag_cli.generate.citations.neutralise`), and
-every marker of the answer is checked against the numbers given: others are
-removed and counted (`Answer.n_citations_removed`).
+every marker of the answer is checked against the numbers of the evidence
+the generator was actually shown: an LLM generator is shown only what fits
+its token budget (`generator.context_tokens`, `prompt.shown_evidence`), and
+a marker naming evidence left out of the prompt (`AskResult.left_out`) is
+removed and counted like any other number not given
+(`Answer.n_citations_removed`).
 
 Rewriting (`ask.rewrite`, an LLM generator; `rag_cli.generate.rewrite`):
 the chunks retrieved for each rewrite (a multi-query phrasing, searched as
@@ -84,6 +88,7 @@ from rag_cli.config import AskConfig, SearchConfig
 from rag_cli.generate.base import Answer, Evidence, refusal
 from rag_cli.generate.citations import CitationStream, check_answer, neutralise
 from rag_cli.generate.gate import GateSignals, gate_reason, question_entity_coverage
+from rag_cli.generate.prompt import shown_evidence
 from rag_cli.generate.grade import REASON as GRADE_REASON, check_grader, grade as grade_evidence
 from rag_cli.generate.rewrite import rewrite as write_rewrites
 from rag_cli.index.fusion import rrf
@@ -114,7 +119,8 @@ class AskResult:
     n_queries_truncated: int = 0  # 1 when the question was cut to the bi-encoder's max_length
     max_length: int | None = None  # the bi-encoder's max_length (tokens)
     timings: dict = field(default_factory=dict)  # retrieve_ms, generate_ms, total_ms (float, milliseconds)
-    given: list[Evidence] = field(default_factory=list)  # the evidence given to the generator (as it read it)
+    given: list[Evidence] = field(default_factory=list)  # the evidence the generator was shown (as it read it)
+    left_out: list[Evidence] = field(default_factory=list)  # evidence past the gate left out of the prompt (budget)
     entity_coverage: float = 1.0  # the gate's entity coverage, in [0, 1] (rag_cli.generate.gate)
     rewrites: list[str] = field(default_factory=list)  # the generator's rewrites of the question (ask.rewrite)
     rerank_score: float | None = None  # the best cross-encoder score of the evidence; None without a reranker
@@ -176,19 +182,24 @@ def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=N
     return evidence, float(cos.max())
 
 
-def _generate(generator, question: str, given: list[Evidence], on_text) -> Answer:
-    """The generator's answer, made plain and checked (`check_answer`); with
-    `on_text`, streamed through `PlainStream` and `CitationStream` when the
-    generator streams."""
+def _generate(generator, question: str, given: list[Evidence], on_text) -> tuple[Answer, list[Evidence]]:
+    """The generator's answer, made plain and checked (`check_answer`)
+    against the evidence it was shown (`prompt.shown_evidence`: what fits an
+    LLM's token budget), and that evidence; with `on_text`, streamed through
+    `PlainStream` and `CitationStream` when the generator streams. A marker
+    naming evidence left out of the prompt is removed and counted like any
+    number that was not given."""
+    shown, n_cut = shown_evidence(generator, given)
     if on_text is None or not getattr(generator, "streams", False):
-        answer = generator.generate(question, given)
+        answer = generator.generate(question, shown)
     else:
-        checker = CitationStream({e.number for e in given}, on_text)
+        checker = CitationStream({e.number for e in shown}, on_text)
         sanitiser = PlainStream(checker.feed)
-        answer = generator.generate(question, given, on_token=sanitiser.feed)
+        answer = generator.generate(question, shown, on_token=sanitiser.feed)
         sanitiser.close()
         checker.close()
-    return check_answer(replace(answer, text=plain(answer.text)), given)
+    answer = replace(answer, text=plain(answer.text), n_evidence_cut=max(answer.n_evidence_cut, n_cut))
+    return check_answer(answer, shown), shown
 
 
 def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: SearchConfig,
@@ -227,6 +238,7 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     reason = gate_reason(signals, cfg)
     t1 = time.perf_counter()
     given: list[Evidence] = []
+    left_out: list[Evidence] = []
     generator_refused = None
     graded = ""
     if not reason:
@@ -243,7 +255,10 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
         if on_text is not None:
             on_text(answer.text)
     else:
-        answer = _generate(generator, question, given, on_text)
+        answer, shown = _generate(generator, question, given, on_text)
+        shown_numbers = {e.number for e in shown}
+        left_out = [e for e in given if e.number not in shown_numbers]
+        given = shown
         generator_refused = answer.refused
         if answer.refused:
             answer.text = refusal(question)
@@ -262,7 +277,8 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
         timings["rewrite_ms"] = rewrite_ms
     return AskResult(asked, answer, evidence, best, coverage, timings["total_ms"], reason,
                      timings=timings, given=given, entity_coverage=entity, rewrites=rewrites,
-                     rerank_score=signals.rerank_score, generator_refused=generator_refused, grade=graded)
+                     rerank_score=signals.rerank_score, generator_refused=generator_refused, grade=graded,
+                     left_out=left_out)
 
 
 def answer_queries(project: "ProjectFolder", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,
