@@ -94,13 +94,13 @@ def test_extractive_prefers_the_sentence_with_the_asked_fact_over_the_subject_de
     ep = lambda ps: np.tile(np.array([1.0, 0.0], dtype=np.float32), (len(ps), 1))  # noqa: E731
     evidence = [Evidence(1, "w#0", "w", "Wang is a politician from Hebei. In October 1973 Wang became a postal clerk. "
                                          "Wang later led the party office.", 0.9)]
-    gen = ExtractiveGenerator(eq, ep, _words, _idf, max_sentences=1)
+    gen = ExtractiveGenerator(eq, ep, _words, _idf, max_sentences=1, spans=False)  # the sentence choice alone
     assert gen.generate("What did Wang become in October 1973?", evidence).text == \
         "In October 1973 Wang became a postal clerk. [1]"
     # no term singles a sentence out: the number asked for does
     evidence = [Evidence(1, "t#0", "t", "The tree is an endemic conifer. The tree grows 55 metres tall.", 0.9)]
     assert gen.generate("How high?", evidence).text == "The tree grows 55 metres tall. [1]"
-    assert ExtractiveGenerator(eq, ep, _words, _idf, max_sentences=1, type_weight=0.0).generate(
+    assert ExtractiveGenerator(eq, ep, _words, _idf, max_sentences=1, type_weight=0.0, spans=False).generate(
         "How high?", evidence).text == "The tree is an endemic conifer. [1]"
 
 

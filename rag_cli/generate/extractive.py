@@ -22,19 +22,33 @@ A sentence's score is
   for a date (`answer_type`); numbers the question itself contains do not
   count.
 
-The best `max_sentences` whose score is within `margin` of the best one are
-kept, best first.
+The answer is as short as the question needs (`ExtractiveGenerator.choose`):
+
+* the best sentence, and a further one (within `margin` of the best, up to
+  `max_sentences`) only when it holds at least `add_share` of the
+  question's weighted terms that the sentences chosen before lack: a
+  second part of the question ("... and what is its usual default?"), not
+  a neighbour that shares the same words;
+* for a one-sentence answer to a question that asks for a date, a number,
+  a person, a place or a thing, the phrase or clause of the sentence that
+  holds it (`rag_cli.generate.spans.answer_span`), quoted verbatim with the
+  sentence's citation; `Answer.support` keeps the full sentence.
+
+Markdown marks of the document (`**k1**`, `` `ef` ``) are removed from the
+quoted text (`spans.strip_marks`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from rag_cli.generate.base import Answer, Evidence, language
 from rag_cli.generate.gate import QUESTION_WORDS, holds_term
+from rag_cli.generate.spans import answer_span, strip_marks
 from rag_cli.loaders.normalize import CJK, normalize_text
 
 # Blocks: paragraphs, and lines that start a list item, heading or table row.
@@ -114,8 +128,38 @@ def term_shares(question: str, sentences: list[str], analyze: Callable[[str], li
     return held @ weights / total if total > 0 else np.zeros(len(sentences), dtype=np.float32)
 
 
+def key_term_share(question: str, sentence: str, analyze: Callable[[str], list[str]],
+                   idf: Callable[[list[str]], dict[str, float]]) -> float:
+    """The idf-weighted share (0-1) of the question's terms, question words
+    aside, that `sentence` holds (1.0 for a question without such terms)."""
+    terms = sorted(set(analyze(question)) - QUESTION_WORDS)
+    if not terms:
+        return 1.0
+    low = normalize_text(sentence).lower()
+    words = set(analyze(low))
+    weights = idf(terms)
+    total = sum(weights[t] for t in terms)
+    return sum(weights[t] for t in terms if holds_term(t, low, words)) / total if total > 0 else 1.0
+
+
+@dataclass
+class Ranked:
+    """The candidate sentences of some evidence, scored for a question:
+    `sentences[i]` from `evidence[i]`, `scores` (n,), `order` best first."""
+
+    sentences: list[str]
+    evidence: list[Evidence]
+    scores: np.ndarray
+    order: np.ndarray
+    shares: np.ndarray  # the weighted share of question terms per sentence (`term_shares`)
+
+    def __bool__(self) -> bool:
+        return bool(self.sentences)
+
+
 class ExtractiveGenerator:
-    """Answer with verbatim evidence sentences, each cited.
+    """Answer with the evidence sentence that best matches the question,
+    cited, or the phrase of it that holds what the question asks for.
 
     Args:
         encode_query: str -> (d,) float32 unit vector.
@@ -123,13 +167,23 @@ class ExtractiveGenerator:
         analyze: text -> its BM25 terms (`rag_cli.index.sparse.analyze`).
         idf: [term] -> {term: idf} (`SparseIndex.idf`).
         max_sentences: how many sentences at most.
-        margin: keep sentences whose score >= best - margin.
+        margin: a further sentence is considered only when its score >= best - margin.
         lexical_weight: weight of the weighted share of question terms in a sentence.
         type_weight: bonus of a sentence holding the number or date asked for.
         context: the cosine of a sentence is taken over it and the `context`
             sentences that follow it (a sentence alone is often too short for
             its meaning: "ef is the size of the candidate list ... It is the
             main knob for ..."); only the sentence itself is quoted.
+        add_share: a second sentence is quoted only when it holds at least
+            this weighted share of the question's terms that the first one
+            lacks (it adds something the question asked for, not a neighbour
+            that shares its words).
+        spans: quote, for a question that asks for a date, a number, a person,
+            a place or a thing, the phrase or clause of the sentence that holds
+            it (`rag_cli.generate.spans`); the full sentence stays in `Answer.support`.
+
+    Sentence vectors are kept (up to `cache_size` texts), so a long-lived
+    generator encodes each evidence sentence once.
     """
 
     name = "extractive"
@@ -138,7 +192,8 @@ class ExtractiveGenerator:
                  encode_passages: Callable[[list[str]], np.ndarray],
                  analyze: Callable[[str], list[str]], idf: Callable[[list[str]], dict[str, float]],
                  max_sentences: int = 3, margin: float = 0.03, lexical_weight: float = 0.15,
-                 type_weight: float = 0.05, context: int = 1):
+                 type_weight: float = 0.05, context: int = 1, add_share: float = 0.3, spans: bool = True,
+                 cache_size: int = 20000):
         self.encode_query = encode_query
         self.encode_passages = encode_passages
         self.analyze = analyze
@@ -148,41 +203,122 @@ class ExtractiveGenerator:
         self.lexical_weight = lexical_weight
         self.type_weight = type_weight
         self.context = context
+        self.add_share = add_share
+        self.spans = spans
+        self.cache_size = cache_size
+        self.vectors: dict[str, np.ndarray] = {}
+        self._query: tuple[str, np.ndarray] | None = None
+
+    def _encode_query(self, question: str) -> np.ndarray:
+        if self._query is None or self._query[0] != question:
+            self._query = (question, self.encode_query(question))
+        return self._query[1]
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        todo = list(dict.fromkeys(t for t in texts if t not in self.vectors))
+        if todo:
+            if len(self.vectors) + len(todo) > self.cache_size:
+                self.vectors.clear()
+            self.vectors.update(zip(todo, self.encode_passages(todo)))
+        return np.stack([self.vectors[t] for t in texts]) if texts else np.zeros((0, 1), dtype=np.float32)
 
     def scores(self, question: str, sentences: list[str], windows: list[str]) -> np.ndarray:
         """(n,) float32: the score of each sentence (module docstring); `windows`
         are the texts whose cosine is taken (the sentence and its context)."""
-        q = self.encode_query(question)
-        score = self.encode_passages(windows) @ q
-        score = score + self.lexical_weight * term_shares(question, sentences, self.analyze, self.idf)
+        return self._scores(question, sentences, windows)[0]
+
+    def _scores(self, question: str, sentences: list[str], windows: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        q = self._encode_query(question)
+        score = self._encode(windows) @ q
+        shares = term_shares(question, sentences, self.analyze, self.idf)
+        score = score + self.lexical_weight * shares
         kind = answer_type(question)
         if kind is not None and self.type_weight:
             score = score + self.type_weight * np.array(
                 [has_answer_type(s, kind, question) for s in sentences], dtype=np.float32)
-        return score
+        return score, shares
 
-    def generate(self, question: str, evidence: list[Evidence]) -> Answer:
-        candidates: list[tuple[str, Evidence]] = []
+    def rank(self, question: str, evidence: list[Evidence]) -> Ranked:
+        """The candidate sentences of `evidence` (each once, Markdown marks
+        removed), scored and ordered for `question`."""
+        sentences: list[str] = []
+        owners: list[Evidence] = []
         windows: list[str] = []
         seen: set[str] = set()
         for ev in evidence:
-            sentences = split_sentences(ev.text)
-            for i, s in enumerate(sentences):
-                if s not in seen:
-                    seen.add(s)
-                    candidates.append((s, ev))
-                    windows.append(" ".join(sentences[i:i + 1 + self.context]))
-        if not candidates:
+            split = [strip_marks(x) for x in split_sentences(ev.text)]
+            for i, sentence in enumerate(split):
+                if sentence not in seen:
+                    seen.add(sentence)
+                    sentences.append(sentence)
+                    owners.append(ev)
+                    windows.append(" ".join(split[i:i + 1 + self.context]))
+        if not sentences:
+            empty = np.zeros(0, dtype=np.float32)
+            return Ranked([], [], empty, np.zeros(0, dtype=np.int64), empty)
+        score, shares = self._scores(question, sentences, windows)
+        return Ranked(sentences, owners, score, np.argsort(-score, kind="stable"), shares)
+
+    def signals(self, question: str, ranked: Ranked) -> dict:
+        """What the refusal gate reads of the sentence that would be quoted
+        (the best candidate): `answer_terms` (the idf-weighted share of the
+        question's terms it holds, `key_term_share`), `answer_type` (1.0 when
+        the question asks for a number or date and the sentence has one, 0.0
+        when it lacks it, None when the question asks for neither) and
+        `sentence_score` (its score); all None without candidates."""
+        if not ranked:
+            return {"answer_terms": None, "answer_type": None, "sentence_score": None}
+        best = int(ranked.order[0])
+        sentence = ranked.sentences[best]
+        kind = answer_type(question)
+        return {"answer_terms": key_term_share(question, sentence, self.analyze, self.idf),
+                "answer_type": None if kind is None else float(has_answer_type(sentence, kind, question)),
+                "sentence_score": float(ranked.scores[best])}
+
+    def choose(self, question: str, ranked: Ranked) -> list[int]:
+        """Indices of the sentences to quote, best first: the best one, and a
+        further one (within `margin`, up to `max_sentences`) only when it
+        holds at least `add_share` of the question's weighted terms that the
+        ones chosen before lack."""
+        order = ranked.order
+        best = float(ranked.scores[order[0]])
+        chosen = [int(order[0])]
+        if self.max_sentences < 2:
+            return chosen
+        terms = sorted(set(self.analyze(question)) - QUESTION_WORDS)
+        if not terms:
+            return chosen
+        weights = self.idf(terms)
+        total = sum(weights[t] for t in terms) or 1.0
+
+        def held(i: int) -> set[str]:
+            low = normalize_text(ranked.sentences[i]).lower()
+            words = set(self.analyze(low))
+            return {t for t in terms if holds_term(t, low, words)}
+
+        have = held(chosen[0])
+        for i in order[1:]:
+            if len(chosen) >= self.max_sentences or ranked.scores[i] < best - self.margin:
+                break
+            new = held(int(i)) - have
+            if sum(weights[t] for t in new) / total >= self.add_share:
+                chosen.append(int(i))
+                have |= new
+        return chosen
+
+    def generate(self, question: str, evidence: list[Evidence]) -> Answer:
+        ranked = self.rank(question, evidence)
+        if not ranked:
             return Answer(text="", citations=[], refused=True, generator=self.name)
-        score = self.scores(question, [s for s, _ in candidates], windows)
-        order = np.argsort(-score, kind="stable")
-        best = float(score[order[0]])
-        chosen = [i for i in order[: self.max_sentences] if score[i] >= best - self.margin]
+        chosen = self.choose(question, ranked)
         joiner = "" if language(question) == "zh" else " "
-        parts, citations = [], []
+        parts, citations, support = [], [], []
         for i in chosen:
-            sentence, ev = candidates[i]
-            parts.append(f"{sentence} [{ev.number}]")
+            sentence, ev = ranked.sentences[i], ranked.evidence[i]
+            span = answer_span(question, sentence, self.analyze) if self.spans and len(chosen) == 1 else None
+            parts.append(f"{span or sentence} [{ev.number}]")
+            support.append(f"{sentence} [{ev.number}]")
             if ev.chunk_id not in citations:
                 citations.append(ev.chunk_id)
-        return Answer(text=joiner.join(parts), citations=citations, refused=False, generator=self.name)
+        return Answer(text=joiner.join(parts), citations=citations, refused=False, generator=self.name,
+                      support=joiner.join(support), signals=self.signals(question, ranked))
