@@ -81,7 +81,8 @@ def row_signals(row: Mapping) -> GateSignals:
     """The `GateSignals` of one answers row."""
     return GateSignals(n_evidence=len(row["contexts"] or []), best_score=float(row["best_score"]),
                        coverage=float(row["coverage"]), entity_coverage=float(row["entity_coverage"]),
-                       cjk=has_cjk(row["question"] or ""), rerank_score=row["rerank_score"])
+                       cjk=has_cjk(row["question"] or ""), rerank_score=row["rerank_score"],
+                       **{k: row.get(k) for k in ("answer_terms", "answer_type", "sentence_score", "reader_null")})
 
 
 def simulate(rows: Sequence[Mapping], cfg) -> list[bool]:

@@ -24,7 +24,8 @@ A sentence's score is
 
 The answer is as short as the question needs (`ExtractiveGenerator.choose`):
 
-* the best sentence, and a further one (within `margin` of the best, up to
+* the best sentence, and, when the question asks more than one thing
+  (`asks_several`), a further one (within `margin` of the best, up to
   `max_sentences`) only when it holds at least `add_share` of the
   question's weighted terms that the sentences chosen before lack: a
   second part of the question ("... and what is its usual default?"), not
@@ -126,6 +127,18 @@ def term_shares(question: str, sentences: list[str], analyze: Callable[[str], li
     weights *= np.log1p(len(sentences) / (1.0 + held.sum(axis=0)))
     total = float(weights.sum())
     return held @ weights / total if total > 0 else np.zeros(len(sentences), dtype=np.float32)
+
+
+_SEVERAL = re.compile(r"\b(?:and|or|also)\s+(?:what|which|who|whom|when|where|why|how)\b|\?.*\?"
+                      r"|[，,;；]\s*(?:what|which|who|when|where|why|how)\b|(?:以及|并且|还有|和).{0,12}"
+                      r"(?:什么|哪|谁|何时|多少|几|为什么|怎么|如何)", re.I | re.S)
+
+
+def asks_several(question: str) -> bool:
+    """Whether `question` asks more than one thing ("What does b control, and
+    what is its default?", two question marks, "……以及……是什么"): only then
+    may an answer quote a second sentence."""
+    return bool(_SEVERAL.search(question))
 
 
 def key_term_share(question: str, sentence: str, analyze: Callable[[str], list[str]],
@@ -283,7 +296,7 @@ class ExtractiveGenerator:
         order = ranked.order
         best = float(ranked.scores[order[0]])
         chosen = [int(order[0])]
-        if self.max_sentences < 2:
+        if self.max_sentences < 2 or not asks_several(question):
             return chosen
         terms = sorted(set(self.analyze(question)) - QUESTION_WORDS)
         if not terms:

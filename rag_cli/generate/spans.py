@@ -184,44 +184,71 @@ def _typed_span(question: str, sentence: str, kind: str, words, q_pos) -> str | 
     return sentence[start:end]
 
 
+_CLAUSE_EN = re.compile(r"[,;:()\[\]\"“”—–]|\s-\s|\s(?=(?:which|that|who|whom|whose|where|whereas|while|when|because|"
+                        r"although|though|but|so that)\s)", re.I)
+_LINK_EN = re.compile(r"\s(?:is|are|was|were|has been|have been|had been|became|becomes|become|remains|remained|"
+                      r"include|includes|included|including|means|refers to|is called|are called|was called|"
+                      r"is known as|are known as|was known as|known as|called|named|such as|like)\s", re.I)
+_EDGE = _FUNCTION | frozenset("referred regarded considered understood defined seen viewed termed described "
+                              "denoted given both either".split())
+
+
+def _pieces(sentence: str) -> list[tuple[int, int]]:
+    """(start, end) of the clauses of an English sentence, each also split at a
+    linking verb (is, was, include, known as, ...): the candidate answer pieces."""
+    bounds = [0] + [m.start() if not m.group(0).isspace() and m.group(0).strip() else m.start()
+                    for m in _CLAUSE_EN.finditer(sentence)] + [len(sentence)]
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        while a < b and not sentence[a].isalnum():
+            a += 1
+        if a >= b:
+            continue
+        cuts = [a] + [x for m in _LINK_EN.finditer(sentence, a, b) for x in (m.start(), m.end())] + [b]
+        for x, y in zip(cuts[::2], cuts[1::2]):
+            if y > x:
+                out.append((x, y))
+    return out
+
+
+def _trim(words) -> tuple[int, int]:
+    """[i, j) of `words` without function words at either edge."""
+    i, j = 0, len(words)
+    while i < j and words[i][2].lower() in _EDGE:
+        i += 1
+    while j > i and words[j - 1][2].lower() in _EDGE:
+        j -= 1
+    return i, j
+
+
 def _entity_span(question: str, sentence: str, kind: str, words, q_pos, q_mask) -> str | None:
     if not q_pos:
         return None
-    runs: list[tuple[int, int]] = []
-    i = 0
-    n = len(words)
-    while i < n:
-        if q_mask[i] or words[i][2].lower() in _FUNCTION:
-            i += 1
+    starts = [w[0] for w in words]
+    best, best_score = None, -1e9
+    for a, b in _pieces(sentence):
+        idx = [k for k, st in enumerate(starts) if a <= st < b]
+        if not idx:
             continue
-        j = i + 1
-        while j < n and not q_mask[j] and not re.search(r"[,;:()\[\]\"“”]", sentence[words[j - 1][1]:words[j][0]]):
-            w = words[j][2]
-            if w.lower() in _FUNCTION:
-                joins = (w.lower() in _JOINERS and words[j - 1][2][:1].isupper() and j + 1 < n
-                         and words[j + 1][2][:1].isupper() and not q_mask[j + 1])
-                if not joins:
-                    break
-            j += 1
-        runs.append((i, j))
-        i = j
-    best, best_score = None, 0.0
-    for i, j in runs:
-        span = words[i:j]
-        length = j - i
-        caps = sum(w[2][:1].isupper() for w in span) / length
-        score = _nearness(i, j, q_pos)
+        i0, j0 = _trim([words[k] for k in idx])
+        idx = idx[i0:j0]
+        if not idx:
+            continue
+        content = [k for k in idx if words[k][2].lower() not in _EDGE]
+        fresh = [k for k in content if not q_mask[k]]
+        if not fresh:
+            continue  # nothing the question does not already say
+        length = len(idx)
+        score = (_nearness(idx[0], idx[-1] + 1, q_pos) + min(len(fresh), 3) / 3 - 0.5 * (len(content) - len(fresh))
+                 / len(content) - 0.06 * max(0, length - 5))
         if kind in ("person", "place"):
-            score += 0.5 * caps - (0.3 if i == 0 and caps < 1 else 0)
-        score -= 0.08 * max(0, length - 4)
-        if all(w[2].isdigit() for w in span):
-            score -= 0.3
+            score += 0.5 * sum(words[k][2][:1].isupper() for k in fresh) / len(fresh)
         if score > best_score:
-            best, best_score = (i, j), score
+            best, best_score = (idx[0], idx[-1]), score
     if best is None:
         return None
     i, j = best
-    return sentence[words[i][0]:words[j - 1][1]]
+    return sentence[words[i][0]:words[j][1]]
 
 
 def _english_span(question: str, sentence: str, kind: str, terms: Terms) -> str | None:

@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -121,6 +122,7 @@ class AskResult:
     timings: dict = field(default_factory=dict)  # retrieve_ms, generate_ms, total_ms (float, milliseconds)
     given: list[Evidence] = field(default_factory=list)  # the evidence the generator was shown (as it read it)
     left_out: list[Evidence] = field(default_factory=list)  # evidence past the gate left out of the prompt (budget)
+    signals: GateSignals | None = None  # every signal the gate judged (`rag_cli.generate.gate.GateSignals`)
     entity_coverage: float = 1.0  # the gate's entity coverage, in [0, 1] (rag_cli.generate.gate)
     rewrites: list[str] = field(default_factory=list)  # the generator's rewrites of the question (ask.rewrite)
     rerank_score: float | None = None  # the best cross-encoder score of the evidence; None without a reranker
@@ -130,6 +132,28 @@ class AskResult:
     @property
     def refused(self) -> bool:
         return self.answer.refused
+
+
+_PICKERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def picker_for(searcher: Searcher, generator):
+    """What ranks the candidate sentences of the evidence for the gate's
+    per-sentence signals (`ExtractiveGenerator.rank` and `.signals`): the
+    extractive generator itself, else one kept per searcher, over its
+    bi-encoder and BM25 index."""
+    if hasattr(generator, "rank") and hasattr(generator, "signals"):
+        return generator
+    picker = _PICKERS.get(searcher)
+    if picker is None:
+        from rag_cli.generate.extractive import ExtractiveGenerator
+        from rag_cli.index.sparse import analyze
+
+        emb = searcher.embedder
+        picker = ExtractiveGenerator(lambda q: emb.encode_queries([q])[0],
+                                     lambda ps: emb.query_encoder.encode_passages(ps), analyze, searcher.sparse.idf)
+        _PICKERS[searcher] = picker
+    return picker
 
 
 def rerank_evidence(question: str, evidence: list[Evidence], reranker, k: int) -> list[Evidence]:
@@ -232,9 +256,15 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     read = [make_embed_text(e.title_path, e.context or e.text) for e in evidence]
     coverage = searcher.sparse.coverage(question, read) if evidence else 0.0
     entity = question_entity_coverage(question, read, searcher.sparse, cfg.key_idf) if evidence else 1.0
+    quoted = {}
+    if evidence and (generator.name == "extractive" or cfg.refusal_weights or cfg.gate == "off"):
+        picker = picker_for(searcher, generator)
+        read_as = [replace(e, text=neutralise(e.context or e.text), context=None) for e in evidence]
+        quoted = picker.signals(question, picker.rank(question, read_as))
     signals = GateSignals(n_evidence=len(evidence), best_score=best, coverage=coverage, entity_coverage=entity,
                           cjk=has_cjk(question),
-                          rerank_score=evidence[0].rerank_score if reranker is not None and evidence else None)
+                          rerank_score=evidence[0].rerank_score if reranker is not None and evidence else None,
+                          **quoted)
     reason = gate_reason(signals, cfg)
     t1 = time.perf_counter()
     given: list[Evidence] = []
@@ -278,7 +308,7 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     return AskResult(asked, answer, evidence, best, coverage, timings["total_ms"], reason,
                      timings=timings, given=given, entity_coverage=entity, rewrites=rewrites,
                      rerank_score=signals.rerank_score, generator_refused=generator_refused, grade=graded,
-                     left_out=left_out)
+                     left_out=left_out, signals=signals)
 
 
 def answer_queries(project: "ProjectFolder", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,
@@ -299,8 +329,7 @@ def answer_queries(project: "ProjectFolder", searcher: Searcher, generator, quer
         rows.append({"query_id": qid, "question": text, "answer": res.answer.text,
                      "citations": res.answer.citations, "contexts": [e.chunk_id for e in res.evidence],
                      "refused": res.answer.refused, "generator": res.answer.generator,
-                     "latency_ms": res.latency_ms, "best_score": res.best_score, "coverage": res.coverage,
-                     "entity_coverage": res.entity_coverage, "rerank_score": res.rerank_score,
+                     "latency_ms": res.latency_ms, **res.signals.to_row(),
                      "reason": res.reason, "generator_refused": res.generator_refused})
         if progress is not None:
             progress("answering", i + 1, len(queries))
