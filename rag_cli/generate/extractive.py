@@ -141,11 +141,25 @@ def asks_several(question: str) -> bool:
     return bool(_SEVERAL.search(question))
 
 
+_FUNCTION_TERMS: dict[int, frozenset] = {}
+
+
+def content_terms(question: str, analyze: Callable[[str], list[str]]) -> list[str]:
+    """The question's analyzed terms less question words (`QUESTION_WORDS`)
+    and English function words (what, does, it, ...: `spans` lists them), sorted."""
+    key = id(analyze)
+    if key not in _FUNCTION_TERMS:
+        from rag_cli.generate.spans import _FUNCTION
+
+        _FUNCTION_TERMS[key] = frozenset(analyze(" ".join(_FUNCTION)))
+    return sorted(set(analyze(question)) - QUESTION_WORDS - _FUNCTION_TERMS[key])
+
+
 def key_term_share(question: str, sentence: str, analyze: Callable[[str], list[str]],
                    idf: Callable[[list[str]], dict[str, float]]) -> float:
     """The idf-weighted share (0-1) of the question's terms, question words
     aside, that `sentence` holds (1.0 for a question without such terms)."""
-    terms = sorted(set(analyze(question)) - QUESTION_WORDS)
+    terms = content_terms(question, analyze)
     if not terms:
         return 1.0
     low = normalize_text(sentence).lower()
@@ -298,7 +312,7 @@ class ExtractiveGenerator:
         chosen = [int(order[0])]
         if self.max_sentences < 2 or not asks_several(question):
             return chosen
-        terms = sorted(set(self.analyze(question)) - QUESTION_WORDS)
+        terms = content_terms(question, self.analyze)
         if not terms:
             return chosen
         weights = self.idf(terms)

@@ -193,9 +193,10 @@ _EDGE = _FUNCTION | frozenset("referred regarded considered understood defined s
                               "denoted given both either".split())
 
 
-def _pieces(sentence: str) -> list[tuple[int, int]]:
-    """(start, end) of the clauses of an English sentence, each also split at a
-    linking verb (is, was, include, known as, ...): the candidate answer pieces."""
+def _pieces(sentence: str) -> list[tuple[int, int, int]]:
+    """(start, end, clause) of the clauses of an English sentence, each also
+    split at a linking verb (is, was, include, known as, ...): the candidate
+    answer pieces; pieces of one clause share its number."""
     bounds = [0] + [m.start() if not m.group(0).isspace() and m.group(0).strip() else m.start()
                     for m in _CLAUSE_EN.finditer(sentence)] + [len(sentence)]
     out = []
@@ -207,8 +208,34 @@ def _pieces(sentence: str) -> list[tuple[int, int]]:
         cuts = [a] + [x for m in _LINK_EN.finditer(sentence, a, b) for x in (m.start(), m.end())] + [b]
         for x, y in zip(cuts[::2], cuts[1::2]):
             if y > x:
-                out.append((x, y))
+                out.append((x, y, a))
     return out
+
+
+def _proper_run(words, idx: list[int], q_mask, q_pos) -> tuple[int, int] | None:
+    """The run of capitalised words (joined by of, the, and, de ...) among
+    `idx` that holds a word the question lacks, nearest the question words; None if none."""
+    runs, cur = [], []
+    for k in idx:
+        w = words[k][2]
+        if w[:1].isupper() or (cur and w.lower() in _JOINERS):
+            cur.append(k)
+        else:
+            if cur:
+                runs.append(cur)
+            cur = []
+    if cur:
+        runs.append(cur)
+    best, best_score = None, -1.0
+    for run in runs:
+        while run and words[run[-1]][2].lower() in _JOINERS:
+            run = run[:-1]
+        if not run or all(q_mask[k] for k in run) or run[0] == 0 and len(run) == 1 and not q_pos:
+            continue
+        score = _nearness(run[0], run[-1] + 1, q_pos) + 0.1 * len(run)
+        if score > best_score:
+            best, best_score = (run[0], run[-1]), score
+    return best
 
 
 def _trim(words) -> tuple[int, int]:
@@ -226,7 +253,11 @@ def _entity_span(question: str, sentence: str, kind: str, words, q_pos, q_mask) 
         return None
     starts = [w[0] for w in words]
     best, best_score = None, -1e9
-    for a, b in _pieces(sentence):
+    pieces = _pieces(sentence)
+    asked_in = {}  # clause -> pieces holding question words
+    for a, b, c in pieces:
+        asked_in[c] = asked_in.get(c, 0) + any(q_mask[k] for k, st in enumerate(starts) if a <= st < b)
+    for a, b, c in pieces:
         idx = [k for k, st in enumerate(starts) if a <= st < b]
         if not idx:
             continue
@@ -243,11 +274,18 @@ def _entity_span(question: str, sentence: str, kind: str, words, q_pos, q_mask) 
                  / len(content) - 0.06 * max(0, length - 5))
         if kind in ("person", "place"):
             score += 0.5 * sum(words[k][2][:1].isupper() for k in fresh) / len(fresh)
+        held = any(q_mask[k] for k in idx)
+        if asked_in[c] - held > 0:  # "X is Y" with the question's words on the other side of the verb
+            score += 0.5
         if score > best_score:
             best, best_score = (idx[0], idx[-1]), score
     if best is None:
         return None
     i, j = best
+    if kind in ("person", "place"):
+        run = _proper_run(words, list(range(i, j + 1)), q_mask, q_pos)
+        if run is not None:
+            i, j = run
     return sentence[words[i][0]:words[j][1]]
 
 
@@ -275,7 +313,9 @@ def _chinese_span(question: str, sentence: str, kind: str, terms: Terms) -> str 
     clauses = [(m.start(), m.end()) for m in _ZH_CLAUSE.finditer(sentence) if m.group(0).strip()]
     if len(clauses) < 2:
         return None
-    q_terms = [t for t in set(terms(question)) if has_cjk(t) or t.isalnum()]
+    from rag_cli.generate.gate import QUESTION_WORDS
+
+    q_terms = [t for t in set(terms(question)) - QUESTION_WORDS if (len(t) > 1 if has_cjk(t) else t.isalnum())]
     asked = set(re.findall(r"\d+", question))
 
     def held(text: str) -> float:
@@ -288,7 +328,7 @@ def _chinese_span(question: str, sentence: str, kind: str, terms: Terms) -> str 
         if kind == "date":
             ok = bool(_ZH_DATE.search(rest))
         elif kind == "number":
-            ok = bool(_ZH_NUMBER.search(rest))
+            ok = bool(_ZH_NUMBER.search(_ZH_DATE.sub("", rest)))
         else:
             ok = len(text) - held(text) >= 2  # something besides the question's own words
         if not ok:
@@ -296,12 +336,14 @@ def _chinese_span(question: str, sentence: str, kind: str, terms: Terms) -> str 
         score = held(text) + 0.5 * max((held(sentence[a:b]) for a, b in clauses[max(0, k - 1):k + 2]), default=0)
         if kind in ("date", "number"):
             score += 1.0
+        elif kind == "place" and re.search(r"位于|坐落|地处|在", text):
+            score += 1.0
         if score > best_score:
             best, best_score = (s, e), score
     if best is None:
         return None
     s, e = best
-    return sentence[s:e].strip()
+    return sentence[s:e].strip().rstrip("。！？.!?")
 
 
 def answer_span(question: str, sentence: str, terms: Terms) -> str | None:
