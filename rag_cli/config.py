@@ -83,6 +83,9 @@ class ModelConfig:
                             flag="--model")
     precision: str = setting("int8", "int8 or fp32: which ONNX graph of the model runs", limits=("int8", "fp32"))
     reranker: str = setting("", "Cross-encoder: a model folder (none by default)", flag="--model")
+    reader: str = setting("", "Extractive QA reader for `ask`: an ONNX question-answering export folder (none by "
+                          "default); answers with its best span, or refuses when its no-answer score wins",
+                          flag="--reader")
     threads: int = setting(0, "CPU cores for the models (that many batches at once, one onnxruntime thread each); "
                            "0 = all cores",
                            limits=(0, None))
@@ -179,6 +182,9 @@ class AskConfig:
                                      "k are kept", limits=(1, None), cli=False)
     min_rerank_score: float = setting(0.0, "With model.reranker: refuse below this best cross-encoder logit (a raw "
                                       "logit, per model); 0 = off")
+    prompt: str = setting("", "LLM generators: a prompt template file ($instructions, $sources, $question, "
+                          "$refusal, $language; a line --- splits the system message from the user message); "
+                          "empty = the built-in prompt")
     gate: str = setting("on", "on | off: off refuses nothing itself (the generator may) and still records the "
                         "gate's signals, for `rag eval tune refusal`", limits=("on", "off"))
     refusal_weights: list = setting([], "The learned refusal: [bias, one weight per signal of "

@@ -16,6 +16,8 @@ from rag_cli.errors import BadInput, Interrupted
 
 #: The retrieval mode of the evidence (search.mode).
 MODE = Settings("search", "mode")
+#: The extractive QA reader (model.reader, --reader DIR).
+READER = Settings("model", "reader")
 
 QuestionArg = Annotated[Optional[str], typer.Argument(help="A question; or use --queries FILE")]
 QueriesOpt = Annotated[Optional[Path], typer.Option("--queries", help="Query file: writes answers/NAME.parquet")]
@@ -26,7 +28,7 @@ NameOpt = Annotated[Optional[str], typer.Option(
 
 
 @app.command()
-@options(ASK, MODE, LLM, PROJECT, OUTPUT)
+@options(ASK, MODE, READER, LLM, PROJECT, OUTPUT)
 def ask(question: QuestionArg = None, queries: QueriesOpt = None, stream: StreamOpt = False,
         filter_: FilterOpt = None, name: NameOpt = None, *, opts, project, json_out, quiet):
     r"""Answer from the indexed sources only, with numbered citations; refuse without evidence.

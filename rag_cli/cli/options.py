@@ -126,7 +126,8 @@ def options(*groups: Settings | Plain):
 
 # --------------------------------------------------------------------------- the groups
 CHUNK = Settings("chunk")
-MODEL = Settings("model")  # the bi-encoder and how models run (model.reranker is rerank's)
+# the bi-encoder and how models run (model.reranker is rerank's, model.reader ask's)
+MODEL = Settings("model", "embedder", "precision", "reranker", "threads", "provider", "on_truncate")
 INDEX = Settings("index")
 SEARCH = Settings("search")
 ASK = Settings("ask")

@@ -83,6 +83,7 @@ def answer_json(res) -> dict:
         "answer": res.answer.text,
         "refused": res.answer.refused,
         "citations": res.answer.citations,
+        **({"support": res.answer.support} if res.answer.support and not res.answer.refused else {}),
         "statements": [] if res.answer.refused else [
             {"text": st.text, "citations": st.citations, "uncited": st.uncited}
             for st in statements(res.answer.text)],

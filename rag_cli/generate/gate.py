@@ -118,7 +118,8 @@ def gate_reason(s: GateSignals, cfg) -> str:
     `min_rerank_score` != 0, the best cross-encoder score below it; coverage
     below `min_coverage` and cosine below `strong_score`; the entity rule
     (when `_entity_rule_on`) below `min_entity_coverage` and cosine below
-    `strong_score`; with `refusal_weights` set, the learned refusal
+    `strong_score`; with a reader, its no-answer score above its best span's
+    (`reader_null` > 0); with `refusal_weights` set, the learned refusal
     (`learned_score` < 0) for questions in `refusal_scope`. With `cfg.gate`
     "off" nothing is refused here (the generator may still refuse)."""
     if cfg.gate == "off":
@@ -138,6 +139,9 @@ def gate_reason(s: GateSignals, cfg) -> str:
         return (f"no evidence holds the question's key terms: at most {s.entity_coverage:.2f} of them "
                 f"(min_entity_coverage {cfg.min_entity_coverage}) and the cosine {best:.3f} is below "
                 f"strong_score {cfg.strong_score}")
+    if s.reader_null is not None and s.reader_null > 0:
+        return (f"the reader's no-answer score beats its best span by {s.reader_null:.2f} "
+                f"(model.reader)")
     weights = getattr(cfg, "refusal_weights", None)
     if weights and _learned_applies(s.cjk, cfg):
         z = learned_score(s, weights)

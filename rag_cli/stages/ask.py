@@ -56,6 +56,14 @@ Reranking: when a `reranker` is given (`model.reranker` is set), the best
 numbered [1]..[k] in its order (`Evidence.rerank_score`); the gate still
 judges their bi-encoder cosines. `timings` then has `rerank_ms`.
 
+Reader (`model.reader`, `reader`: `rag_cli.models.reader.Reader`): an
+extractive QA model reads every piece of evidence (as the generator would)
+for its best span and no-answer score; the gate refuses when the least
+no-answer score beats the best span (`GateSignals.reader_null` > 0), and
+with the extractive generator the answer is the best span among the given
+evidence, cited, the sentence holding it kept as `Answer.support`
+(`generator` "reader"). With an LLM generator the reader only gates.
+
 Grading (`ask.grade = "llm"`, an LLM generator; `rag_cli.generate.grade`):
 when the gate lets a question through, the generator is first asked whether
 the sources contain the answer; "no" refuses with `grade.REASON`. `timings`
@@ -226,8 +234,39 @@ def _generate(generator, question: str, given: list[Evidence], on_text) -> tuple
     return check_answer(answer, shown), shown
 
 
+def read_evidence(reader, question: str, evidence: list[Evidence]) -> tuple[list, float | None]:
+    """The reader's best span per piece of `evidence` (as the generator reads
+    it: context or text) and the no-answer margin: the least no-answer score
+    over the pieces minus the best span score (> 0: no-answer wins); None
+    without evidence."""
+    texts = [neutralise(e.context or e.text) for e in evidence]
+    spans = reader.read(question, texts)
+    scored = [sp for sp in spans if sp.text]
+    if not spans:
+        return spans, None
+    best = max((sp.score for sp in scored), default=-1e9)
+    return spans, float(min(sp.null_score for sp in spans) - best)
+
+
+def reader_answer(spans, evidence: list[Evidence], given: list[Evidence]) -> Answer:
+    """The answer of the reader: its best span among the `given` evidence,
+    cited, with the sentence that holds it as `support`; a refusal when
+    no span was found there."""
+    from rag_cli.generate.extractive import split_sentences
+
+    numbers = {e.number for e in given}
+    best = max((sp for sp, e in zip(spans, evidence) if e.number in numbers and sp.text),
+               key=lambda sp: sp.score, default=None)
+    if best is None:
+        return Answer(text="", citations=[], refused=True, generator="reader")
+    ev = evidence[best.index]
+    support = next((x for x in split_sentences(neutralise(ev.context or ev.text)) if best.text in x), best.text)
+    return Answer(text=f"{best.text} [{ev.number}]", citations=[ev.chunk_id], refused=False, generator="reader",
+                  support=f"{support} [{ev.number}]")
+
+
 def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: SearchConfig,
-        mask=None, reranker=None, on_text=None) -> AskResult:
+        mask=None, reranker=None, on_text=None, reader=None) -> AskResult:
     """Answer `question` from the index only, with the `[ask]` config `cfg`
     (k, thresholds, grade) and the retrieval of the `[search]` config (mode,
     candidates, rrf_k). See the module docstring for refusal, grading and
@@ -261,10 +300,12 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
         picker = picker_for(searcher, generator)
         read_as = [replace(e, text=neutralise(e.context or e.text), context=None) for e in evidence]
         quoted = picker.signals(question, picker.rank(question, read_as))
+    spans, reader_null = (read_evidence(reader, question, evidence) if reader is not None and evidence
+                          else ([], None))
     signals = GateSignals(n_evidence=len(evidence), best_score=best, coverage=coverage, entity_coverage=entity,
                           cjk=has_cjk(question),
                           rerank_score=evidence[0].rerank_score if reranker is not None and evidence else None,
-                          **quoted)
+                          reader_null=reader_null, **quoted)
     reason = gate_reason(signals, cfg)
     t1 = time.perf_counter()
     given: list[Evidence] = []
@@ -282,6 +323,15 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     grade_ms = (time.perf_counter() - t1) * 1000.0
     if reason:
         answer = Answer(text=refusal(question), citations=[], refused=True, generator=generator.name)
+        if on_text is not None:
+            on_text(answer.text)
+    elif reader is not None and generator.name == "extractive":  # the reader answers with its best span
+        answer = check_answer(reader_answer(spans, evidence, given), given)
+        left_out = []
+        generator_refused = answer.refused
+        if answer.refused:
+            answer.text = refusal(question)
+            reason = "the reader found no span in the evidence"
         if on_text is not None:
             on_text(answer.text)
     else:
@@ -313,7 +363,7 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
 
 def answer_queries(project: "ProjectFolder", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,
                    search: SearchConfig, mask=None, *, path: Path, reranker=None,
-                   progress: Progress | None = None) -> tuple[Path, int, int]:
+                   progress: Progress | None = None, reader=None) -> tuple[Path, int, int]:
     """Answer every question of a query file into `path` (answers/NAME.parquet).
     Progress: ("answering", questions done, questions).
 
@@ -324,7 +374,7 @@ def answer_queries(project: "ProjectFolder", searcher: Searcher, generator, quer
     rows, evidence = [], {}
     queries = read_queries(queries_path)
     for i, (qid, text) in enumerate(queries):
-        res = ask(searcher, generator, text, cfg, search, mask, reranker)
+        res = ask(searcher, generator, text, cfg, search, mask, reranker, reader=reader)
         evidence.update((e.chunk_id, e.text) for e in res.evidence)
         rows.append({"query_id": qid, "question": text, "answer": res.answer.text,
                      "citations": res.answer.citations, "contexts": [e.chunk_id for e in res.evidence],
