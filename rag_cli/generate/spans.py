@@ -248,6 +248,13 @@ def _trim(words) -> tuple[int, int]:
     return i, j
 
 
+#: "what company / channel / team ...": a thing with a name, a capitalised run
+_NAMED = re.compile(r"\b(?:what|which)\s+(?:\w+\s+)?(?:company|companies|corporation|firm|organi[sz]ation|channel|"
+                    r"network|team|club|university|college|school|band|group|party|newspaper|magazine|station|"
+                    r"brand|product|service|airport|river|mountain|park|museum|church|ship|album|film|show|"
+                    r"award|prize|language|religion|state|province|nation|name|title)\b", re.I)
+
+
 def _entity_span(question: str, sentence: str, kind: str, words, q_pos, q_mask) -> str | None:
     if not q_pos:
         return None
@@ -282,11 +289,41 @@ def _entity_span(question: str, sentence: str, kind: str, words, q_pos, q_mask) 
     if best is None:
         return None
     i, j = best
-    if kind in ("person", "place"):
+    if kind in ("person", "place") or (kind == "entity" and j - i >= 4 and _NAMED.search(question)):
         run = _proper_run(words, list(range(i, j + 1)), q_mask, q_pos)
         if run is not None:
             i, j = run
     return sentence[words[i][0]:words[j][1]]
+
+
+_TYPE_OF = re.compile(r"\b(?:what|which)\s+(?:\w+\s+)?(?:type|types|kind|kinds|sort|sorts|form|forms|class|classes)"
+                      r"\s+of\s+([\w-]+(?:\s+[\w-]+)?)", re.I)
+
+
+def _type_of_span(question: str, sentence: str, words, q_mask, terms: Terms) -> str | None:
+    """For "what type/kind of X": the words right before an X of the sentence
+    that the question lacks (its modifiers), with X: "quantum Turing machines"."""
+    m = _TYPE_OF.search(question)
+    if not m:
+        return None
+    head = [t for t in terms(m.group(1).lower()) if t]
+    if not head:
+        return None
+    first = head[0]
+    for k, w in enumerate(words):
+        if first not in terms(w[2].lower()):
+            continue
+        i = k
+        while i > 0 and k - i < 3 and not q_mask[i - 1] and words[i - 1][2].lower() not in _EDGE \
+                and not re.search(r"[,;:()]", sentence[words[i - 1][1]:words[i][0]]):
+            i -= 1
+        if i == k:
+            continue
+        j = k
+        while j + 1 < len(words) and j - k < len(head) - 1 and any(t in head for t in terms(words[j + 1][2].lower())):
+            j += 1
+        return sentence[words[i][0]:words[j][1]]
+    return None
 
 
 def _english_span(question: str, sentence: str, kind: str, terms: Terms) -> str | None:
@@ -300,6 +337,10 @@ def _english_span(question: str, sentence: str, kind: str, terms: Terms) -> str 
     q_pos = [i for i, hit in enumerate(q_mask) if hit]
     if kind in ("date", "number"):
         return _typed_span(question, sentence, kind, words, q_pos)
+    if kind == "entity":
+        span = _type_of_span(question, sentence, words, q_mask, terms)
+        if span:
+            return span
     return _entity_span(question, sentence, kind, words, q_pos, q_mask)
 
 
