@@ -7,6 +7,7 @@ A sentence's score is
     cos(question, sentence + its next sentence)
     + lexical_weight * share(question terms in the sentence)
     + type_weight * [the question asks for a number or date and the sentence has one]
+    + subject_weight * [an English question's subject is in the sentence's window]
 
 * The cosine is the bi-encoder's (the question as a query, the text as a
   passage); the window (`context`) gives a short sentence its meaning.
@@ -18,6 +19,10 @@ A sentence's score is
   weighs little; the terms that single out the asked-for fact ("1973年10月",
   "总部") weigh most. Without the local factor the definition of the subject
   ("王家瑞，河北秦皇岛人。") wins over the sentence holding the fact.
+* Subject (English): `subject_weight` when the sentence with its window
+  holds every term of the question's subject (`spans.question_subject`:
+  "What does ef control?" -> "ef"), so that a sentence about the subject
+  beats one that shares only the verb ("k1 controls ...").
 * Answer type: 多少/几/多高/how many... ask for a number, 何时/哪一年/when...
   for a date (`answer_type`); numbers the question itself contains do not
   count.
@@ -49,7 +54,7 @@ import numpy as np
 
 from rag_cli.generate.base import Answer, Evidence, language
 from rag_cli.generate.gate import QUESTION_WORDS, holds_term
-from rag_cli.generate.spans import answer_span, strip_marks
+from rag_cli.generate.spans import answer_span, question_subject, strip_marks
 from rag_cli.loaders.normalize import CJK, normalize_text
 
 # Blocks: paragraphs, and lines that start a list item, heading or table row.
@@ -220,7 +225,7 @@ class ExtractiveGenerator:
                  analyze: Callable[[str], list[str]], idf: Callable[[list[str]], dict[str, float]],
                  max_sentences: int = 3, margin: float = 0.03, lexical_weight: float = 0.15,
                  type_weight: float = 0.05, context: int = 1, add_share: float = 0.3, spans: bool = True,
-                 cache_size: int = 20000):
+                 cache_size: int = 20000, subject_weight: float = 0.05, add_margin: float = 0.05):
         self.encode_query = encode_query
         self.encode_passages = encode_passages
         self.analyze = analyze
@@ -231,6 +236,8 @@ class ExtractiveGenerator:
         self.type_weight = type_weight
         self.context = context
         self.add_share = add_share
+        self.add_margin = add_margin
+        self.subject_weight = subject_weight
         self.spans = spans
         self.cache_size = cache_size
         self.vectors: dict[str, np.ndarray] = {}
@@ -259,6 +266,15 @@ class ExtractiveGenerator:
         score = self._encode(windows) @ q
         shares = term_shares(question, sentences, self.analyze, self.idf)
         score = score + self.lexical_weight * shares
+        subject = question_subject(question) if self.subject_weight else ""
+        if subject:  # "What does ef control?": a sentence about ef, not one that shares only "control"
+            terms = [t for t in set(self.analyze(subject.lower())) if t not in QUESTION_WORDS]
+            held = []
+            for w in windows:
+                low = normalize_text(w).lower()
+                words = set(self.analyze(low))
+                held.append(all(holds_term(t, low, words) for t in terms) if terms else False)
+            score = score + self.subject_weight * np.array(held, dtype=np.float32)
         kind = answer_type(question)
         if kind is not None and self.type_weight:
             score = score + self.type_weight * np.array(
@@ -325,7 +341,7 @@ class ExtractiveGenerator:
 
         have = held(chosen[0])
         for i in order[1:]:
-            if len(chosen) >= self.max_sentences or ranked.scores[i] < best - self.margin:
+            if len(chosen) >= self.max_sentences or ranked.scores[i] < best - self.add_margin:
                 break
             new = held(int(i)) - have
             if sum(weights[t] for t in new) / total >= self.add_share:

@@ -105,6 +105,35 @@ def question_kind(question: str) -> str | None:
     return None
 
 
+# ----------------------------------------------------------------------------- the subject of a question
+_AUX = re.compile(r"^\s*(?:what|how|why|when|where|which|who)\s+(?:does|do|did|is|are|was|were|can|could|should|"
+                  r"would|will|has|have|had)\s+(.+)$", re.I)
+
+
+def question_subject(question: str) -> str:
+    """The subject of an English "what does X <verb> ...?" question (also how,
+    why, ... with is, was, can, ...): the words after the auxiliary verb, up
+    to the verb before the next function word or the end ("What does ef
+    control?" -> "ef"; "What does the b parameter control in BM25?" -> "b
+    parameter"); "" when there is none or the question is Chinese."""
+    m = _AUX.match(question)
+    if not m or has_cjk(question):
+        return ""
+    words = re.findall(r"[\w-]+|[^\w\s]", m.group(1))
+    while words and words[0].lower() in ("the", "a", "an"):
+        words = words[1:]
+    out = []
+    for k, w in enumerate(words):
+        nxt = words[k + 1] if k + 1 < len(words) else ""
+        if not re.match(r"\w", w) or w.lower() in _FUNCTION or not nxt or not re.match(r"\w", nxt) \
+                or nxt.lower() in _FUNCTION:
+            break  # w is the verb (or the subject ends here)
+        out.append(w)
+        if len(out) == 4:
+            break
+    return " ".join(out)
+
+
 # ----------------------------------------------------------------------------- English
 _MONTH = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?|"
           r"Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)")

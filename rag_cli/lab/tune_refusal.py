@@ -33,11 +33,13 @@ def _recorded_pair(answers, unanswerable, flags: tuple[str, str]) -> tuple[list[
 def run(p, answers: str | os.PathLike, unanswerable: str | os.PathLike, *, max_false_refusal: float = 0.05,
         test_answers: str | os.PathLike | None = None, test_unanswerable: str | os.PathLike | None = None,
         name: str | None = None, output: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
-        plots: str | os.PathLike | None = None) -> "TuneRefusalReport":
+        plots: str | os.PathLike | None = None, learn: bool = True) -> "TuneRefusalReport":
     """Tune the gate of project `p` on `answers` (answerable questions) and
     `unanswerable` (made-unanswerable ones), both recorded with
     `ask_queries(..., gate="off")`, for false refusals at most
-    `max_false_refusal` (a rate, 0-1); write the winner to rag.toml [ask];
+    `max_false_refusal` (a rate, 0-1), then (with `learn`) the learned
+    refusal on top (`fit_learned`; kept only when it refuses more within the
+    target); write the winner to rag.toml [ask];
     score the current and the tuned setting on the test pair when given.
     Writes `output`, else eval/NAME.json (NAME: `name`, else
     tune-refusal-ANSWERS); the report adds the input paths and "written_to".
@@ -55,7 +57,7 @@ def run(p, answers: str | os.PathLike, unanswerable: str | os.PathLike, *, max_f
     train = _recorded_pair(answers, unanswerable, ("--answers", "--unanswerable"))
     test = (_recorded_pair(test_answers, test_unanswerable, ("--test-answers", "--test-unanswerable"))
             if test_answers is not None else None)
-    data = tune_refusal(train, test, p.config.ask, max_false_refusal=max_false_refusal)
+    data = tune_refusal(train, test, p.config.ask, max_false_refusal=max_false_refusal, learn=learn)
     with p.folder.writing("eval --tune"):
         p.folder.save(("ask", {k: data["best"][k] for k in TUNED + LEARNED}))
     data = {"answers": str(answers), "unanswerable": str(unanswerable), "test_answers": str(test_answers or ""),
