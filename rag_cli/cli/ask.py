@@ -52,8 +52,16 @@ def ask(question: QuestionArg = None, queries: QueriesOpt = None, stream: Stream
     idf over the evidence sentences (the subject, in every sentence, weighs
     little; the words that single out the asked-for fact most), plus a bonus for
     a number or date when the question asks for one (\[answers.md](answers.md)), each with
-    its citation. It needs no LLM and cannot say what the sources do not; it can
-    quote a true but not quite responsive sentence. With `model.reranker` set,
+    its citation. The answer is as short as the question needs: one sentence
+    (a second only when the question asks two things and it adds them), and for
+    a question asking for a date, number, person, place or thing, the phrase or
+    clause of it that holds the fact, quoted verbatim with its citation (`--json`
+    keeps the full sentence as `support`); Markdown marks are removed. It needs no
+    LLM and cannot say what the sources do not; it can quote a true but not quite
+    responsive sentence. `--reader DIR` (`model.reader`, any ONNX
+    extractive-QA export) answers with the reader's best span and its citation,
+    and refuses when its no-answer score wins. `--prompt FILE` (`ask.prompt`)
+    replaces the LLM prompt with a template (\[answers.md](answers.md)). With `model.reranker` set,
     `ask` reranks `ask.rerank_candidates` (20) retrieved chunks with the
     cross-encoder and keeps the best k; with an LLM generator, `--rewrite
     multi-query|hyde` fuses the retrieval of the generator's rewrites (other
@@ -91,7 +99,9 @@ def ask(question: QuestionArg = None, queries: QueriesOpt = None, stream: Stream
     before any generator reads them, so a document can never produce a marker;
     every `\[n]` of the answer is checked against the numbers actually given, and
     the others are removed and counted (`n_citations_removed`, warned on stderr).
-    `--json` gives `answer`, `statements` (`\[{text, citations, uncited}]`: each
+    Only the sources that fit an LLM's prompt (`--context-tokens`) count: the
+    others are listed in `--json` as `left_out`, and a marker naming one is
+    removed and counted. `--json` gives `answer`, `statements` (`\[{text, citations, uncited}]`: each
     sentence with the evidence numbers it cites; `uncited` flags one without a
     valid citation), `sources` (`\[{n, chunk_id, doc_id, title, score}]`, the cited
     ones), `refused`, `reason`, `generator`, `timings` (`retrieve_ms`,
