@@ -129,12 +129,15 @@ def ask_all(qs, s, gen, cfg, scfg, cache, reranker=None, removed: bool = False, 
             mask = doc_ids != q["paragraph"]
             cache.key = q["paragraph"]
         res = ask(s, gen, q["text"], cfg, scfg, mask, reranker)
+        signals = getattr(res, "signals", None)  # (absent before the per-sentence signals: for a run on an older commit)
         rows.append({"query_id": q["id"], "question": q["text"], "answer": res.answer.text,
-                     "support": res.answer.support or res.answer.text,
+                     "support": getattr(res.answer, "support", "") or res.answer.text,
                      "citations": res.answer.citations, "contexts": [e.chunk_id for e in res.evidence],
                      "refused": res.answer.refused, "generator": res.answer.generator, "latency_ms": res.latency_ms,
                      "reason": res.reason, "generator_refused": res.generator_refused,
-                     **res.signals.to_row()})
+                     **(signals.to_row() if signals is not None else
+                        {"best_score": res.best_score, "coverage": res.coverage,
+                         "entity_coverage": res.entity_coverage, "rerank_score": res.rerank_score})})
         if progress and (i + 1) % 100 == 0:
             print(f"  {progress}: {i + 1}/{len(qs)} ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
     return rows
