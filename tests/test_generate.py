@@ -180,3 +180,8 @@ def test_a_second_sentence_only_when_the_question_asks_two_things_and_it_adds_th
     assert two.text.count("[1]") == 2 and "ranking function" not in two.text
     one = gen.generate("What does the b parameter control in BM25?", ev)
     assert one.text == "The b parameter controls length normalisation. [1]"
+
+
+def test_a_claim_is_not_a_question_and_is_answered_by_a_sentence():
+    assert question_kind("Proteins which bind DNA are made in 1990.") is None
+    assert question_kind("A function problem is an example of what?") == "entity"

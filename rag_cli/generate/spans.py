@@ -97,8 +97,15 @@ _ZH_KINDS = [
 ]
 
 
+_EN_QUESTION = re.compile(r"\?\s*$|^\s*(?:what|which|who|whom|whose|when|where|why|how|name|in what|in which|"
+                          r"on what|at what|by what|for what|from what|of what|to what|with what|during what)\b", re.I)
+
+
 def question_kind(question: str) -> str | None:
-    """What `question` asks for: "date", "number", "person", "place", "entity" or None (module docstring)."""
+    """What `question` asks for: "date", "number", "person", "place", "entity" or None (module docstring).
+    English text that is no question (no final "?", no leading wh-word: a claim) asks for nothing."""
+    if not has_cjk(question) and not _EN_QUESTION.search(question):
+        return None
     for kind, pattern in (_ZH_KINDS if has_cjk(question) else _EN_KINDS):
         if pattern.search(question):
             return kind
