@@ -36,10 +36,12 @@ English:
   questions, and a penalty per word past four; the best run is returned.
   A sentence without question words gives None.
 
-Chinese: the clause (split at ，；：、 and brackets) that holds the number or
-date asked for (date / number questions), or, for the other kinds, the
-clause that holds the most question words and something else; only when
-it is shorter than the sentence.
+Chinese: for date / number questions only, the clause (split at ，；：、
+and brackets) that holds the number or date asked for, only when it is
+shorter than the sentence. Other Chinese questions get the sentence: on
+CMRC 2018 the gold answer of a 什么 / 谁 / 哪里 question is often a whole
+clause or sentence, and clause spans lowered "answer contains gold" from
+77% to 42% of the answered questions (docs/answers.md).
 
 Markdown marks (`**k1**`, `__x__`, `` `code` ``, `[text](url)`) are removed
 from answer text by `strip_marks` before any span is taken.
@@ -427,8 +429,8 @@ def answer_span(question: str, sentence: str, terms: Terms) -> str | None:
     """The verbatim part of `sentence` that holds what `question` asks for
     (module docstring), or None: quote the whole sentence."""
     kind = question_kind(question)
-    if kind is None:
-        return None
+    if kind is None or (has_cjk(question) and kind not in ("date", "number")):
+        return None  # Chinese: only dates and numbers (CMRC's other answers are often whole sentences)
     span = (_chinese_span if has_cjk(question) else _english_span)(question, sentence, kind, terms)
     if not span or len(span) >= len(sentence.rstrip("。.!?！？")):
         return None
