@@ -64,8 +64,8 @@ class Answer:
     token budget (lowest-ranked first); `n_citations_removed`: cited numbers
     that were not among the evidence given, removed from `text`
     (`rag_cli.generate.citations.check_answer`). `support`: the full
-    supporting sentences, with their citations, of an answer that quotes a
-    phrase of them (the extractive span answerer); "" otherwise.
+    supporting sentences, with their citations, of an extractive or reader
+    answer (the text itself when no phrase was taken); "" for the LLM generators.
     """
 
     text: str
@@ -74,7 +74,7 @@ class Answer:
     generator: str
     n_evidence_cut: int = 0
     n_citations_removed: int = 0
-    support: str = ""  # the full sentences an extractive answer's span was taken from, cited ("" = the text itself)
+    support: str = ""  # the full sentences an extractive answer quotes from, cited ("" for an LLM answer)
     signals: dict = field(default_factory=dict)  # what the generator measured of its answer (extractive: `signals`)
 
 
