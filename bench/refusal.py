@@ -139,7 +139,7 @@ def build(root: Path, docs: list[dict] | Path) -> Project:
 def ask_all(p: Project, questions, options: dict, generator: str = "extractive", llm: dict | None = None) -> list[dict]:
     from rag_cli.stages.ask import ask
 
-    acfg, scfg, s, mask, gen = p._ask_setup(None, None, None, None, None, None, None, generator, llm)
+    acfg, scfg, s, mask, gen = p._ask_setup({"generator": generator}, None, llm)
     from dataclasses import replace
 
     acfg = replace(acfg, **options)
@@ -158,6 +158,7 @@ def ask_all(p: Project, questions, options: dict, generator: str = "extractive",
                     "coverage": round(res.coverage, 4), "entity_coverage": round(res.entity_coverage, 4),
                     "gold_doc_cited": bool(cited_docs & gold_docs),
                     "gold_answer_in_evidence": gold_in_evidence, "gold_answer_in_cited": gold_in_cited,
+                    "support": getattr(res.answer, "support", ""),
                     "answer_contains_gold": (any(normalize_text(a) in normalize_text(res.answer.text)
                                                  for a in gold_answers) if gold_answers else None),
                     "n_citations_removed": res.answer.n_citations_removed,

@@ -51,6 +51,21 @@ def url_problem(value: str) -> str | None:
     return None if ok else "must be an http:// or https:// URL with a host, like 'http://127.0.0.1:8080/v1'"
 
 
+def weights_problem(value: list) -> str | None:
+    """What is wrong with `ask.refusal_weights`: it must be empty or a list of
+    finite numbers, the bias and one weight per feature
+    (`rag_cli.generate.gate.FEATURES`); None if it is."""
+    from rag_cli.generate.gate import FEATURES
+
+    if not value:
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value):
+        return "must be a list of numbers"
+    if len(value) != len(FEATURES) + 1:
+        return f"must hold {len(FEATURES) + 1} numbers: the bias, then a weight for each of {', '.join(FEATURES)}"
+    return None
+
+
 # Limits and their sources:
 # - hnsw_m >= 2: hnswlib's level multiplier is 1/ln(M) (Malkov & Yashunin 2018, HNSW).
 # - bm25_k1 >= 0, 0 <= bm25_b <= 1 (Robertson & Zaragoza 2009, "The Probabilistic
@@ -68,6 +83,9 @@ class ModelConfig:
                             flag="--model")
     precision: str = setting("int8", "int8 or fp32: which ONNX graph of the model runs", limits=("int8", "fp32"))
     reranker: str = setting("", "Cross-encoder: a model folder (none by default)", flag="--model")
+    reader: str = setting("", "Extractive QA reader for `ask`: an ONNX question-answering export folder (none by "
+                          "default); answers with its best span, or refuses when its no-answer score wins",
+                          flag="--reader")
     threads: int = setting(0, "CPU cores for the models (that many batches at once, one onnxruntime thread each); "
                            "0 = all cores",
                            limits=(0, None))
@@ -179,8 +197,17 @@ class AskConfig:
                                      "k are kept", limits=(1, None))
     min_rerank_score: float = setting(0.0, "With model.reranker: refuse below this best cross-encoder logit (a raw "
                                       "logit, per model); 0 = off")
+    prompt: str = setting("", "LLM generators: a prompt template file ($instructions, $sources, $question, "
+                          "$refusal, $language; a line --- splits the system message from the user message); "
+                          "empty = the built-in prompt")
     gate: str = setting("on", "on | off: off refuses nothing itself (the generator may) and still records the "
                         "gate's signals, for `rag eval tune refusal`", limits=("on", "off"))
+    refusal_weights: list = setting([], "The learned refusal: [bias, one weight per signal of "
+                                    "rag_cli.generate.gate.FEATURES]; refuse when bias + weights . signals < 0; "
+                                    "[] = off; written by `rag eval tune refusal`", cli=False,
+                                    check=weights_problem)
+    refusal_scope: str = setting("en", "Questions the learned refusal judges: en (without CJK characters) | zh | all",
+                                 limits=("en", "zh", "all"), cli=False)
     grade: str = setting("off", "off | llm: the LLM generator first judges whether the sources answer the "
                          "question and refuses if not (CRAG)", limits=("off", "llm"))
 
@@ -425,9 +452,9 @@ def check_setting(section: str, key: str, value: Any, source: str | None = None,
     if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, want):
         raise BadInput(f"{where} should be {_TYPE_NAMES.get(type(default), type(default).__name__)} "
                        f"like {default!r}")
-    if isinstance(default, list) and not all(isinstance(v, str) for v in value):
-        raise BadInput(f"{where} should be a list of strings")
     info = setting_info(section, key)
+    if isinstance(default, list) and info.check is None and not all(isinstance(v, str) for v in value):
+        raise BadInput(f"{where} should be a list of strings")
     problem = limit_problem(value, info.limits or (None, None))
     if not problem and info.check is not None:
         problem = info.check(value)

@@ -123,6 +123,21 @@ class Engines:
         gen = load_generator(config.ask, s.embedder, s.sparse, config.generator, threads=config.model.threads)
         return config.ask, sconfig.search, s, mask, gen
 
+    def ask_reader(self, options: dict[str, Any] | None = None):
+        """The extractive QA reader of model.reader (`rag_cli.models.reader.Reader`),
+        kept while the setting stays the same; None when no reader is set.
+        `options`: [model] keys given for this call (`reader`)."""
+        config = self.folder.with_options("model", options) if options else self.folder.config
+        path = config.model.reader
+        if not path:
+            return None
+        cached = getattr(self, "_reader", None)
+        if cached is None or cached[0] != path:
+            from rag_cli.models.reader import load_reader
+
+            self._reader = (path, load_reader(path, threads=config.model.threads, provider=config.model.provider))
+        return self._reader[1]
+
     def ask_reranker(self):
         """(question, [text]) -> (n,) float32 cross-encoder logits with
         model.reranker, for `ask` to rerank its evidence; None when no

@@ -43,6 +43,7 @@ def answer_json(res) -> dict:
         "answer": res.answer.text,
         "refused": res.answer.refused,
         "citations": res.answer.citations,
+        **({"support": res.answer.support} if res.answer.support and not res.answer.refused else {}),
         "statements": [] if res.answer.refused else [
             {"text": st.text, "citations": st.citations, "uncited": st.uncited}
             for st in statements(res.answer.text)],
@@ -57,6 +58,7 @@ def answer_json(res) -> dict:
         **({"grade": res.grade} if res.grade else {}),
         "n_citations_removed": res.answer.n_citations_removed,
         "n_evidence_cut": res.answer.n_evidence_cut,
+        "left_out": [{"n": e.number, "chunk_id": e.chunk_id, "doc_id": e.doc_id} for e in res.left_out],
         "evidence": [{"n": e.number, "chunk_id": e.chunk_id, "doc_id": e.doc_id, "score": round(e.score, 6),
                       **({"rerank_score": round(e.rerank_score, 6)} if e.rerank_score is not None else {}),
                       "text": e.text, **({"context": e.context} if e.context else {})} for e in res.evidence],

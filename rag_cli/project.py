@@ -421,8 +421,15 @@ class Project:
 
     # -- ask -----------------------------------------------------------------
     def _ask_setup(self, options: dict[str, Any], filter, llm: dict | None):
+        options = dict(options)
+        reader = options.pop("reader", None)
         opts = split_options(options, ("ask", "search"), {"mode": ("search", "mode"), "k": ("ask", "k")})
+        self._reader_option = {"reader": model_value(reader) if reader else reader}
         return self.engines.ask_setup(opts.get("ask"), llm, opts.get("search"), filter)
+
+    def _ask_reader(self):
+        """The reader for this ask: the `reader` option given, else model.reader (None when neither)."""
+        return self.engines.ask_reader(getattr(self, "_reader_option", None))
 
     def ask(self, question: str, *, filter: str | Sequence[str] | None = None, llm: dict | None = None,
             on_text: Callable[[str], None] | None = None, **options: Any):
@@ -437,7 +444,8 @@ class Project:
         `options`: [ask] keys (k, min_score, min_coverage, strong_score,
         max_sentences, generator: extractive | openai | llama-cpp, rewrite:
         none | multi-query | hyde, gate: on | off, min_rerank_score, grade:
-        off | llm, ...) and `mode` ([search]); `llm` overrides keys of the
+        off | llm, prompt, ...), `mode` ([search]) and `reader`
+        (model.reader: an ONNX question-answering folder); `llm` overrides keys of the
         `[generator]` section ({key: value}, e.g. {"base_url":
         "http://127.0.0.1:8080/v1", "timeout": 30.0}).
 
@@ -451,7 +459,8 @@ class Project:
 
         acfg, scfg, s, mask, gen = self._ask_setup(options, filter, llm)
         before = s.n_queries_truncated
-        res = ask(s, gen, question, acfg, scfg, mask, self.engines.ask_reranker(), on_text=on_text)
+        res = ask(s, gen, question, acfg, scfg, mask, self.engines.ask_reranker(), on_text=on_text,
+                  reader=self._ask_reader())
         res.n_queries_truncated, res.max_length = s.n_queries_truncated - before, max_length(s)
         return res
 
@@ -469,5 +478,6 @@ class Project:
         self.manifest()  # recorded into after the answers are written: check it first
         path, n, n_refused = answer_queries(self.folder, s, gen, Path(queries), acfg, scfg, mask,
                                             path=self.answers_path(name or file_stem(queries)),
-                                            reranker=self.engines.ask_reranker(), progress=progress)
+                                            reranker=self.engines.ask_reranker(), progress=progress,
+                                            reader=self._ask_reader())
         return AnswersFile(path, n, n_refused, s.n_queries_truncated - before, max_length(s))

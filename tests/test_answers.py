@@ -444,3 +444,117 @@ def test_ask_min_rerank_score_in_rag_toml_without_a_reranker_warns(nasty_project
     assert f"ask.min_rerank_score in {toml}: 1.5 has no effect without a reranker" in " ".join(res.stderr.split())
     off = rag("ask", "BM25?", *ANSWERABLE, "--min-rerank-score", "0", "-p", root)
     assert "reranker" not in off.stderr
+
+
+# --------------------------------------------------------------------------- citations against what fit the prompt
+def _long_evidence(n: int = 3) -> list[Evidence]:
+    return [Evidence(i + 1, f"d{i}#0", f"d{i}", f"Source {i + 1} says something long. " * 12, 0.9 - i / 10)
+            for i in range(n)]
+
+
+def test_fit_budget_is_idempotent_so_the_generator_sees_what_ask_checked_against():
+    ev = _long_evidence()
+    kept, cut = fit_budget(ev, 64)
+    assert [e.number for e in kept] == [1] and cut == 2
+    assert estimate_tokens(source_block(kept[0])) + 1 <= 64  # the best one alone was cut to fit, header included
+    again, cut_again = fit_budget(kept, 64)
+    assert again == kept and cut_again == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_citations_of_evidence_left_out_of_the_prompt_are_removed_and_counted(fake, stream):
+    from rag_cli.stages.ask import _generate
+
+    fake.reply = "First [1]. Second [2]. Third [3]."
+    gen = OpenAIGenerator(fake.base_url, context_tokens=64)
+    pieces = []
+    answer, shown = _generate(gen, "What do the sources say?", _long_evidence(), pieces.append if stream else None)
+    assert [e.number for e in shown] == [1]
+    assert answer.text == "First [1]. Second. Third." and answer.citations == ["d0#0"]
+    assert answer.n_citations_removed == 2 and answer.n_evidence_cut == 2
+    if stream:
+        assert "".join(pieces) == answer.text
+    prompt = fake.requests[0][1]["messages"][1]["content"]
+    assert "[1] Title" in prompt and "[2] Title" not in prompt and "[3] Title" not in prompt
+
+
+@pytest.mark.e2e
+def test_ask_json_names_the_evidence_left_out_of_the_prompt(nasty_project, fake):
+    fake.reply = "One [1]. Two [2]. Three [3]."
+    res = rag("ask", "How does BM25 rank documents?", *ANSWERABLE, "-k", "3", "--generator", "openai",
+              "--base-url", fake.base_url, "--context-tokens", "64", "--json", "-p", nasty_project.root)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    n = len(out["evidence"])
+    shown = n - len(out["left_out"])
+    assert n >= 2 and out["n_evidence_cut"] == len(out["left_out"]) and shown >= 1
+    assert [x["n"] for x in out["left_out"]] == list(range(shown + 1, n + 1))
+    assert out["n_citations_removed"] == 3 - shown  # the markers naming left-out or absent evidence
+    assert [s["n"] for s in out["sources"]] == list(range(1, shown + 1))
+
+
+# --------------------------------------------------------------------------- the prompt template (ask.prompt, --prompt FILE)
+TEMPLATE = """You answer in $language from numbered sources only. $instructions
+---
+Sources:
+$sources
+
+Q: $question
+If unsure say: $refusal
+A:"""
+
+
+def test_the_built_in_prompt_names_the_language_of_the_question():
+    assert "Answer in English." in chat_messages("What is RRF?", _evidence(1))[0]["content"]
+    assert "用中文回答。" in chat_messages("什么是 RRF？", _evidence(1))[0]["content"]
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_a_prompt_template_reaches_the_server_for_chat_and_completions(fake, tmp_path, api):
+    from rag_cli.generate.prompt import PromptTemplate
+
+    path = tmp_path / "prompt.txt"
+    path.write_text(TEMPLATE, encoding="utf-8")
+    fake.reply = "RRF sums reciprocal ranks [1]."
+    gen = OpenAIGenerator(fake.base_url, api=api, template=PromptTemplate.load(str(path)))
+    answer = gen.generate("什么是 RRF？", _evidence(2))
+    assert answer.text == "RRF sums reciprocal ranks [1]."
+    body = fake.requests[0][1]
+    if api == "chat":
+        system, user = body["messages"]
+        assert system["role"] == "system" and system["content"].startswith("You answer in Chinese (中文) from")
+        assert "资料中未提及。" in system["content"] and "[n]" in system["content"]
+        assert user["content"].startswith("Sources:\n[1] Title: Doc 1") and "Q: 什么是 RRF？" in user["content"]
+        assert user["content"].endswith("If unsure say: 资料中未提及。\nA:")
+    else:
+        prompt = body["prompt"]
+        assert prompt.startswith("You answer in Chinese (中文)") and "\n\nSources:\n[1] Title: Doc 1" in prompt
+        assert prompt.endswith("\nA:") and body["stop"]
+
+
+def test_a_bad_prompt_template_is_bad_input_naming_the_file(tmp_path):
+    from rag_cli.errors import BadInput
+    from rag_cli.generate.prompt import PromptTemplate
+
+    bad = tmp_path / "bad.txt"
+    bad.write_text("Sources: $sources Q: $question $context", encoding="utf-8")
+    with pytest.raises(BadInput, match=r"bad.txt.*\$context"):
+        PromptTemplate.load(str(bad))
+    with pytest.raises(BadInput, match="cannot read"):
+        PromptTemplate.load(str(tmp_path / "missing.txt"))
+    assert PromptTemplate("Cost: $$5. $question").completion("Why?", []) == "Cost: $5. Why?"
+
+
+@pytest.mark.e2e
+def test_ask_prompt_flag_sends_the_template(nasty_project, fake, tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_text("SRC\n$sources\nQUESTION $question\nANSWER:", encoding="utf-8")
+    fake.reply = "BM25 ranks by term frequency [1]."
+    res = rag("ask", "How does BM25 rank documents?", *ANSWERABLE, "--generator", "openai", "--base-url",
+              fake.base_url, "--prompt", path, "--api", "completions", "--json", "-p", nasty_project.root)
+    assert res.exit_code == 0, res.output
+    assert fake.requests[0][1]["prompt"].startswith("SRC\n[1] Title:")
+    assert json.loads(res.stdout)["answer"] == "BM25 ranks by term frequency [1]."
+    res = rag("ask", "How?", *ANSWERABLE, "--generator", "openai", "--base-url", fake.base_url, "--prompt",
+              tmp_path / "none.txt", "-p", nasty_project.root)
+    assert res.exit_code == 2 and "--prompt" in res.stderr

@@ -94,13 +94,13 @@ def test_extractive_prefers_the_sentence_with_the_asked_fact_over_the_subject_de
     ep = lambda ps: np.tile(np.array([1.0, 0.0], dtype=np.float32), (len(ps), 1))  # noqa: E731
     evidence = [Evidence(1, "w#0", "w", "Wang is a politician from Hebei. In October 1973 Wang became a postal clerk. "
                                          "Wang later led the party office.", 0.9)]
-    gen = ExtractiveGenerator(eq, ep, _words, _idf, max_sentences=1)
+    gen = ExtractiveGenerator(eq, ep, _words, _idf, max_sentences=1, spans=False)  # the sentence choice alone
     assert gen.generate("What did Wang become in October 1973?", evidence).text == \
         "In October 1973 Wang became a postal clerk. [1]"
     # no term singles a sentence out: the number asked for does
     evidence = [Evidence(1, "t#0", "t", "The tree is an endemic conifer. The tree grows 55 metres tall.", 0.9)]
     assert gen.generate("How high?", evidence).text == "The tree grows 55 metres tall. [1]"
-    assert ExtractiveGenerator(eq, ep, _words, _idf, max_sentences=1, type_weight=0.0).generate(
+    assert ExtractiveGenerator(eq, ep, _words, _idf, max_sentences=1, type_weight=0.0, spans=False).generate(
         "How high?", evidence).text == "The tree is an endemic conifer. [1]"
 
 
@@ -118,3 +118,71 @@ def test_a_damaged_gguf_is_bad_input_naming_the_flag_and_llama_cpp_stays_off_std
                                        r"load it: .*give a complete GGUF model file"):
         LlamaCppGenerator(str(bad), max_tokens=8, context_tokens=256)
     assert "llama" not in capfd.readouterr().err  # llama.cpp's own log is not printed
+
+
+# --------------------------------------------------------------------------- the span answerer
+from rag_cli.generate.spans import answer_span, question_kind, strip_marks  # noqa: E402
+from rag_cli.index.sparse import analyze  # noqa: E402
+
+UNIVERSITY = "The university was founded in 1880 by Robert Widney."
+COMPANY = "该公司成立于1998年，总部位于上海浦东，员工约两千人。"
+
+
+@pytest.mark.parametrize("question, sentence, span", [
+    ("When was the university founded?", UNIVERSITY, "1880"),
+    ("Who founded the university?", UNIVERSITY, "Robert Widney"),
+    ("How many people live in Los Angeles?",
+     "Los Angeles has a population of about 3.9 million people, the largest in the state.", "about 3.9 million"),
+    ("What is the largest city in Southern California?",
+     "Los Angeles is the largest city in Southern California, with 3.9 million residents.", "Los Angeles"),
+    ("Where is the headquarters of Sky?", "Sky has its headquarters in Isleworth, west London.", "Isleworth"),
+    ("When did the fleet disband?", "The fleet was disbanded on February 25, 1944 after the battle.",
+     "February 25, 1944"),
+    ("该公司成立于哪一年？", COMPANY, "该公司成立于1998年"),
+    ("该公司有多少员工？", COMPANY, "员工约两千人"),
+])
+def test_the_span_answerer_quotes_the_phrase_that_holds_the_asked_fact(question, sentence, span):
+    got = answer_span(question, sentence, analyze)
+    assert got == span and got in sentence  # verbatim
+
+
+def test_questions_that_ask_for_an_explanation_are_answered_by_the_sentence():
+    assert question_kind("Why does BM25 saturate term frequency?") is None
+    assert question_kind("What does ef control?") is None and question_kind("为什么中文需要分词？") is None
+    assert answer_span("How does RRF combine rankings?", "RRF adds 1/(k + rank) over the lists.", analyze) is None
+    assert question_kind("Who founded Sky?") == "person" and question_kind("谁创立了它？") == "person"
+    assert answer_span("该公司的总部在哪里？", COMPANY, analyze) is None  # Chinese: only dates and numbers get a span
+
+
+def test_strip_marks_removes_markdown_emphasis_code_and_links():
+    assert strip_marks("**k1** controls `ef`, see [RRF](http://x) and _this_ snake_case") == \
+        "k1 controls ef, see RRF and this snake_case"
+
+
+def test_extractive_answers_with_one_sentence_or_its_span_and_keeps_the_support():
+    eq = lambda q: np.array([1.0, 0.0], dtype=np.float32)  # noqa: E731
+    ep = lambda ps: np.tile(np.array([1.0, 0.0], dtype=np.float32), (len(ps), 1))  # noqa: E731
+    ev = [Evidence(1, "u#0", "u", "The university is large. " + UNIVERSITY + " It has many students.", 0.9),
+          Evidence(2, "v#0", "v", "**Robert Widney** was a judge.", 0.85)]
+    gen = ExtractiveGenerator(eq, ep, analyze, lambda ts: {t: 1.0 for t in ts})
+    answer = gen.generate("When was the university founded?", ev)
+    assert answer.text == "1880 [1]" and answer.support == UNIVERSITY + " [1]" and answer.citations == ["u#0"]
+    answer = gen.generate("Tell me about Robert Widney", ev[1:])  # no kind asked: one sentence, marks removed
+    assert answer.text == "Robert Widney was a judge. [2]"
+
+
+def test_a_second_sentence_only_when_the_question_asks_two_things_and_it_adds_them():
+    eq = lambda q: np.array([1.0, 0.0], dtype=np.float32)  # noqa: E731
+    ep = lambda ps: np.tile(np.array([1.0, 0.0], dtype=np.float32), (len(ps), 1))  # noqa: E731
+    ev = [Evidence(1, "b#0", "b", "The b parameter controls length normalisation. BM25 is a ranking function. "
+                                  "The usual default of b is 0.75.", 0.9)]
+    gen = ExtractiveGenerator(eq, ep, analyze, lambda ts: {t: 1.0 for t in ts}, margin=1.0)
+    two = gen.generate("What does the b parameter control in BM25, and what is its usual default?", ev)
+    assert two.text.count("[1]") == 2 and "ranking function" not in two.text
+    one = gen.generate("What does the b parameter control in BM25?", ev)
+    assert one.text == "The b parameter controls length normalisation. [1]"
+
+
+def test_a_claim_is_not_a_question_and_is_answered_by_a_sentence():
+    assert question_kind("Proteins which bind DNA are made in 1990.") is None
+    assert question_kind("A function problem is an example of what?") == "entity"

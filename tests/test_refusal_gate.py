@@ -316,3 +316,51 @@ def test_cross_encoder_gate(tmp_path, project, queries, tiny_cross_encoder):
         assert r["rerank_score"] == pytest.approx(s, abs=1e-5)
     one = rag("ask", QUESTIONS[0][1], "--min-rerank-score", max(scores) + 1, "--json", "-p", root)
     assert one.exit_code == 0 and "min_rerank_score" in json.loads(one.stdout)["reason"]
+
+
+# --------------------------------------------------------------------------- the learned refusal
+def _row(qid, answerable: bool, terms: float, type_missing: bool = False, cos: float = 0.86) -> dict:
+    return {"query_id": qid, "question": "What year was it?", "contexts": ["d#0"], "best_score": cos,
+            "coverage": 0.6, "entity_coverage": 0.7, "rerank_score": None, "answer_terms": terms,
+            "answer_type": 0.0 if type_missing else 1.0, "sentence_score": cos, "reader_null": None,
+            "generator_refused": False, "refused": False}
+
+
+def test_the_learned_refusal_is_a_logistic_regression_on_the_sentence_signals():
+    from rag_cli.evaluate.gate_tuning import fit_learned, rates
+    from rag_cli.generate.gate import FEATURES, features, learned_score
+
+    import random
+
+    rnd = random.Random(3)
+    # answerable: the sentence to quote holds most of the question's terms; unanswerable: few, or lacks the year asked
+    answerable = [_row(f"a{i}", True, rnd.uniform(0.5, 1.0)) for i in range(60)]
+    unanswerable = [_row(f"u{i}", False, rnd.uniform(0.0, 0.6), type_missing=i % 3 == 0) for i in range(60)]
+    cfg = AskConfig(min_score=0.5)
+    learned = fit_learned((answerable, unanswerable), cfg, 0.05)
+    weights = learned["refusal_weights"]
+    assert len(weights) == len(FEATURES) + 1 and learned["refusal_scope"] == "en"
+    w = dict(zip(FEATURES, weights[1:]))
+    assert w["answer_terms"] > 0 and w["answer_type_missing"] < 0  # more terms: answerable; a missing year: not
+    assert w["rerank_score"] == 0 and w["reader_null"] == 0  # not recorded: no weight
+    tuned = replace(cfg, **learned)
+    r = rates(answerable, unanswerable, tuned)
+    assert r["false_refusal_rate"] <= 0.05 and r["refusal_unanswerable"] >= 0.6
+    s = GateSignals(1, 0.86, 0.6, 0.7, False, answer_terms=0.05, answer_type=0.0, sentence_score=0.86)
+    assert learned_score(s, weights) < 0 and "learned refusal" in gate_reason(s, tuned)
+    assert features(s)[FEATURES.index("answer_type_missing")] == 1.0
+    # the scope: a Chinese question is not judged by weights fitted on English ones
+    assert gate_reason(replace(s, cjk=True), tuned) == ""
+    assert gate_reason(s, replace(tuned, gate="off")) == ""
+
+
+def test_refusal_weights_are_checked(tmp_path):
+    from rag_cli.config import Config
+    from rag_cli.errors import BadInput
+
+    path = tmp_path / "rag.toml"
+    path.write_text("[ask]\nrefusal_weights = [1.0, 2.0]\n")
+    with pytest.raises(BadInput, match="refusal_weights"):
+        Config.load(path)
+    path.write_text("[ask]\nrefusal_weights = [" + ", ".join(["0.5"] * 9) + "]\nrefusal_scope = \"all\"\n")
+    assert Config.load(path).ask.refusal_weights == [0.5] * 9

@@ -222,3 +222,66 @@ def make_cross_encoder(
     }
     rag = {"kind": "cross-encoder", "max_length": max_length, "name": "tiny-cross-encoder"}
     return _save(Path(dir), graph, config, max_length, rag if rag_model else None)
+
+
+# --------------------------------------------------------------------------- an extractive QA reader
+QA_WORDS = "巴 黎 是 法 国 的 首 都 柏 林 德".split()
+QA_VOCAB: dict[str, int] = {**VOCAB, **{w: len(VOCAB) + i for i, w in enumerate(QA_WORDS)}}
+
+
+def make_qa_reader(dir: str | Path, start: dict[str, float], end: dict[str, float], *,
+                   null: tuple[float, float] = (2.0, 2.0), max_length: int = 32,
+                   with_token_type_ids: bool = True) -> Path:
+    """Write a tiny extractive question-answering folder (what `optimum-cli
+    export onnx --task question-answering` writes) to `dir`.
+
+    start_logits[b, t] = start[token] (0.0 for other tokens), end_logits the
+    same with `end`; the first token ([CLS]) scores `null` = (start, end), so
+    the no-answer score is null[0] + null[1]; padded positions get -10000.
+    The tokenizer is WordLevel over `QA_VOCAB` (VOCAB plus a few Chinese
+    characters, each its own token), lower-cased, [CLS] A [SEP] B [SEP]. So
+    the best span and the no-answer decision of any text are known: the
+    span from the best start word to the best end word at or after it.
+    """
+    size = len(QA_VOCAB)
+    s_table = np.zeros(size, dtype=np.float32)
+    e_table = np.zeros(size, dtype=np.float32)
+    for word, v in start.items():
+        s_table[QA_VOCAB[word]] = v
+    for word, v in end.items():
+        e_table[QA_VOCAB[word]] = v
+    s_table[CLS], e_table[CLS] = null
+    w = {"s_table": s_table, "e_table": e_table, "one": np.array(1.0, dtype=np.float32),
+         "big": np.array(10000.0, dtype=np.float32)}
+    nodes = [
+        helper.make_node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT),
+        helper.make_node("Sub", ["mask_f", "one"], ["mask_m1"]),
+        helper.make_node("Mul", ["mask_m1", "big"], ["pad_penalty"]),
+        helper.make_node("Gather", ["s_table", "input_ids"], ["s_raw"]),
+        helper.make_node("Gather", ["e_table", "input_ids"], ["e_raw"]),
+        helper.make_node("Add", ["s_raw", "pad_penalty"], ["start_logits"]),
+        helper.make_node("Add", ["e_raw", "pad_penalty"], ["end_logits"]),
+    ]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "sequence"])
+            for n in ("start_logits", "end_logits")]
+    graph = helper.make_graph(nodes, "tiny_qa_reader", _inputs(with_token_type_ids), outs,
+                              initializer=[numpy_helper.from_array(v, k) for k, v in w.items()])
+    folder = Path(dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="rag-cli-tests")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(folder / "model.onnx"))
+    tok = Tokenizer(models.WordLevel(QA_VOCAB, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=False,
+                                                lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", CLS), ("[SEP]", SEP)])
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["BertForQuestionAnswering"], "model_type": "bert", "hidden_size": HIDDEN,
+        "max_position_embeddings": max_length, "pad_token_id": PAD, "vocab_size": size}, indent=2))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": max_length}))
+    return folder

@@ -17,6 +17,8 @@ from rag_cli.errors import BadInput, Interrupted
 #: The retrieval mode of the evidence (search.mode).
 #: `ask` retrieves as `search` does: every [search] key but k (the evidence depth is ask.k)
 RETRIEVAL = Settings("search", "mode", "rrf_k", "candidates", "fusion", "dense_weight")
+#: The extractive QA reader (model.reader, --reader DIR).
+READER = Settings("model", "reader")
 
 QuestionArg = Annotated[Optional[str], typer.Argument(help="A question; or use --queries FILE")]
 QueriesOpt = Annotated[Optional[Path], typer.Option("--queries", help="Query file: writes answers/NAME.parquet")]
@@ -27,7 +29,7 @@ NameOpt = Annotated[Optional[str], typer.Option(
 
 
 @app.command()
-@options(ASK, RETRIEVAL, LLM, PROJECT, OUTPUT)
+@options(ASK, RETRIEVAL, READER, LLM, PROJECT, OUTPUT)
 def ask(question: QuestionArg = None, queries: QueriesOpt = None, stream: StreamOpt = False,
         filter_: FilterOpt = None, name: NameOpt = None, *, opts, project, json_out, quiet):
     r"""Answer from the indexed sources only, with numbered citations; refuse without evidence.
@@ -51,8 +53,16 @@ def ask(question: QuestionArg = None, queries: QueriesOpt = None, stream: Stream
     idf over the evidence sentences (the subject, in every sentence, weighs
     little; the words that single out the asked-for fact most), plus a bonus for
     a number or date when the question asks for one (\[answers.md](answers.md)), each with
-    its citation. It needs no LLM and cannot say what the sources do not; it can
-    quote a true but not quite responsive sentence. With `model.reranker` set,
+    its citation. The answer is as short as the question needs: one sentence
+    (a second only when the question asks two things and it adds them), and for
+    a question asking for a date, number, person, place or thing, the phrase or
+    clause of it that holds the fact, quoted verbatim with its citation (`--json`
+    keeps the full sentence as `support`); Markdown marks are removed. It needs no
+    LLM and cannot say what the sources do not; it can quote a true but not quite
+    responsive sentence. `--reader DIR` (`model.reader`, any ONNX
+    extractive-QA export) answers with the reader's best span and its citation,
+    and refuses when its no-answer score wins. `--prompt FILE` (`ask.prompt`)
+    replaces the LLM prompt with a template (\[answers.md](answers.md)). With `model.reranker` set,
     `ask` reranks `ask.rerank_candidates` (20) retrieved chunks with the
     cross-encoder and keeps the best k; with an LLM generator, `--rewrite
     multi-query|hyde` fuses the retrieval of the generator's rewrites (other
@@ -90,7 +100,9 @@ def ask(question: QuestionArg = None, queries: QueriesOpt = None, stream: Stream
     before any generator reads them, so a document can never produce a marker;
     every `\[n]` of the answer is checked against the numbers actually given, and
     the others are removed and counted (`n_citations_removed`, warned on stderr).
-    `--json` gives `answer`, `statements` (`\[{text, citations, uncited}]`: each
+    Only the sources that fit an LLM's prompt (`--context-tokens`) count: the
+    others are listed in `--json` as `left_out`, and a marker naming one is
+    removed and counted. `--json` gives `answer`, `statements` (`\[{text, citations, uncited}]`: each
     sentence with the evidence numbers it cites; `uncited` flags one without a
     valid citation), `sources` (`\[{n, chunk_id, doc_id, title, score}]`, the cited
     ones), `refused`, `reason`, `generator`, `timings` (`retrieve_ms`,

@@ -38,15 +38,15 @@ from rag_cli.config import SettingInfo, all_settings
 
 class Settings:
     """The command-line settings (`cli=True`) of config `section`, or only
-    `keys` of it, as options whose values reach the command's `opts`
-    (under `into` as one dict when given)."""
+    `keys` of it, less the keys `without`, as options whose values reach the
+    command's `opts` (under `into` as one dict when given)."""
 
-    def __init__(self, section: str, *keys: str, into: str | None = None):
-        self.section, self.keys, self.into = section, keys, into
+    def __init__(self, section: str, *keys: str, into: str | None = None, without: tuple[str, ...] = ()):
+        self.section, self.keys, self.into, self.without = section, keys, into, without
 
     def settings(self) -> list[SettingInfo]:
         found = [s for s in all_settings() if s.section == self.section and s.cli
-                 and (not self.keys or s.key in self.keys)]
+                 and (not self.keys or s.key in self.keys) and s.key not in self.without]
         missing = set(self.keys) - {s.key for s in found}
         if missing:
             raise KeyError(f"no command-line setting {self.section}.{', '.join(sorted(missing))}")
@@ -126,7 +126,7 @@ def options(*groups: Settings | Plain):
 
 # --------------------------------------------------------------------------- the groups
 CHUNK = Settings("chunk")
-MODEL = Settings("model")  # the bi-encoder and how models run (model.reranker is rerank's)
+MODEL = Settings("model", without=("reader",))  # the bi-encoder and how models run (reranker: rerank's, reader: ask's)
 INDEX = Settings("index")
 SEARCH = Settings("search")
 ASK = Settings("ask")

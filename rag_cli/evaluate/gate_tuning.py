@@ -9,6 +9,19 @@ generator's own refusal. The decision for a setting is simulated with the
 gate's own function: refused = `gate_reason(signals, setting) != ""` or the
 generator refused (`simulate`).
 
+Learned refusal (`fit_learned`): after the rules, a logistic regression
+of "answerable" on the gate's `FEATURES` (the evidence's cosine, coverage
+and entity coverage; of the sentence that would be quoted: its share of the
+question's terms, whether it lacks the number or date asked for, its score;
+the cross-encoder score and the reader's no-answer margin when recorded),
+fitted on the train questions that the tuned rules and the generator let
+through (answerable = 1, unanswerable = 0; features standardised, L2
+penalty 1, Newton's method), its threshold then moved so that false
+refusals, rules included, stay within `max_false_refusal` on train. It is
+kept (written as `ask.refusal_weights`, bias first, and `ask.refusal_scope`,
+the language of the train questions) only when it refuses more train
+unanswerable questions than the rules alone within the target.
+
 Grid (`gate_grid`): min_score, min_coverage, min_entity_coverage and
 strong_score, plus min_rerank_score when the rows have cross-encoder scores;
 cosine thresholds from quantiles of the recorded best cosines (per model),
@@ -46,6 +59,8 @@ from rag_cli.loaders.normalize import has_cjk
 SIGNAL_COLUMNS = ("question", "contexts", "best_score", "coverage", "entity_coverage", "rerank_score",
                   "generator_refused")
 TUNED = ("min_score", "min_coverage", "min_entity_coverage", "strong_score", "min_rerank_score", "entity_scope")
+#: What `tune_refusal` writes besides the rules' thresholds: the learned refusal.
+LEARNED = ("refusal_weights", "refusal_scope")
 
 
 def check_recorded(rows: Sequence[Mapping], source: str) -> None:
@@ -81,7 +96,8 @@ def row_signals(row: Mapping) -> GateSignals:
     """The `GateSignals` of one answers row."""
     return GateSignals(n_evidence=len(row["contexts"] or []), best_score=float(row["best_score"]),
                        coverage=float(row["coverage"]), entity_coverage=float(row["entity_coverage"]),
-                       cjk=has_cjk(row["question"] or ""), rerank_score=row["rerank_score"])
+                       cjk=has_cjk(row["question"] or ""), rerank_score=row["rerank_score"],
+                       **{k: row.get(k) for k in ("answer_terms", "answer_type", "sentence_score", "reader_null")})
 
 
 def simulate(rows: Sequence[Mapping], cfg) -> list[bool]:
@@ -126,9 +142,78 @@ def gate_grid(answerable: Sequence[Mapping], unanswerable: Sequence[Mapping], cf
     return grid
 
 
+def _logistic(X: np.ndarray, y: np.ndarray, l2: float = 1.0, iters: int = 50) -> tuple[float, np.ndarray]:
+    """(bias, weights) of an L2-penalised logistic regression of y (0/1) on
+    the standardised columns of X, by Newton's method; constant columns get
+    weight 0. Weights and bias are returned for the raw (unstandardised) X."""
+    mu, sd = X.mean(axis=0), X.std(axis=0)
+    live = sd > 1e-9
+    Z = np.zeros_like(X)
+    Z[:, live] = (X[:, live] - mu[live]) / sd[live]
+    A = np.hstack([np.ones((len(Z), 1)), Z[:, live]])
+    w = np.zeros(A.shape[1])
+    penalty = np.full(A.shape[1], l2)
+    penalty[0] = 0.0
+    for _ in range(iters):
+        p = 1.0 / (1.0 + np.exp(-np.clip(A @ w, -30, 30)))
+        grad = A.T @ (p - y) + penalty * w
+        hess = (A * (p * (1 - p))[:, None]).T @ A + np.diag(penalty + 1e-9)
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    weights = np.zeros(X.shape[1])
+    weights[live] = w[1:] / sd[live]
+    bias = float(w[0] - (w[1:] * mu[live] / sd[live]).sum())
+    return bias, weights
+
+
+def fit_learned(train: tuple[Sequence[Mapping], Sequence[Mapping]], cfg, max_false_refusal: float) -> dict | None:
+    """The learned refusal fitted on `train` (answerable rows, unanswerable
+    rows) under the rules of the `AskConfig` `cfg`: a logistic regression of
+    "answerable" on the `FEATURES` of the questions that the rules and the
+    generator let through (`_logistic`), its decision threshold then moved
+    (folded into the bias) to refuse the most unanswerable questions with
+    false refusals, rules included, at most `max_false_refusal`. Returns
+    {"refusal_weights": [bias, w...], "refusal_scope": en | zh | all (the
+    languages of the rows)}, or None when the rows leave nothing to learn
+    (one class only)."""
+    from rag_cli.generate.gate import features, learned_score
+
+    base = replace(cfg, refusal_weights=[])
+    prepared = [_prepared(rows) for rows in train]
+    cjk = {s.cjk for rows in prepared for s, _ in rows}
+    scope = "all" if len(cjk) > 1 else ("zh" if cjk == {True} else "en")
+    X, y = [], []
+    for label, rows in zip((1.0, 0.0), prepared):
+        for s, generator_refused in rows:
+            if not generator_refused and not gate_reason(s, base):
+                X.append(features(s))
+                y.append(label)
+    if len(set(y)) < 2:
+        return None
+    bias, weights = _logistic(np.array(X, dtype=float), np.array(y, dtype=float))
+    raw = [bias, *weights.tolist()]
+    # the threshold: the largest shift whose false refusals, with the rules', stay within the target
+    refused_by_rules = sum(g or bool(gate_reason(s, base)) for s, g in prepared[0])
+    n_a = max(1, len(prepared[0]))
+    budget = int(np.floor(max_false_refusal * n_a + 1e-9)) - refused_by_rules
+    z = sorted(learned_score(s, raw) for s, g in prepared[0] if not g and not gate_reason(s, base))
+    if not z:
+        shift = 0.0
+    elif budget <= 0:
+        shift = z[0]
+    elif budget >= len(z):
+        shift = z[-1] + 1e-6
+    else:
+        shift = z[budget]
+    raw[0] -= shift  # refuse when the score < shift: at most `budget` of these answerable questions
+    return {"refusal_weights": [float(v) for v in raw], "refusal_scope": scope}
+
+
 def tune_refusal(train: tuple[Sequence[Mapping], Sequence[Mapping]],
                  test: tuple[Sequence[Mapping], Sequence[Mapping]] | None, cfg, *,
-                 max_false_refusal: float = 0.05) -> dict:
+                 max_false_refusal: float = 0.05, learn: bool = True) -> dict:
     """Choose the gate's thresholds on `train` (answerable rows,
     made-unanswerable rows), starting from the `AskConfig` `cfg`, and score
     the current and the chosen setting on train and on `test` (same shape,
@@ -137,6 +222,8 @@ def tune_refusal(train: tuple[Sequence[Mapping], Sequence[Mapping]],
     "grid": {threshold: [values]}, "train": {"current": rates, "tuned": rates},
     "test": {...} or None}."""
     cfg = replace(cfg, gate="on")
+    original = cfg
+    cfg = replace(cfg, refusal_weights=[])  # the rules are searched alone; the learned refusal is fitted after
     grid = gate_grid(*train, cfg)
     current = {k: getattr(cfg, k) for k in TUNED}
     span = {k: (max(v) - min(v)) or 1.0 for k, v in grid.items() if k != "entity_scope"}
@@ -157,9 +244,21 @@ def tune_refusal(train: tuple[Sequence[Mapping], Sequence[Mapping]],
         if best_key is None or key > best_key:
             best_key, best_setting = key, setting
     tuned = replace(cfg, **best_setting)
+    learned = fit_learned(train, tuned, max_false_refusal) if learn else None
+    rules_only = rates(*train, tuned)
+    if learned is not None:
+        with_learned = rates(*train, replace(tuned, **learned))
+        fr = with_learned["false_refusal_rate"] or 0.0
+        if fr <= max_false_refusal + 1e-12 and (with_learned["refusal_unanswerable"] or 0.0) > \
+                (rules_only["refusal_unanswerable"] or 0.0):
+            tuned = replace(tuned, **learned)
+        else:
+            learned = None
+    best_setting = {**best_setting, **(learned or {"refusal_weights": [], "refusal_scope": original.refusal_scope})}
+    current = {**current, "refusal_weights": list(original.refusal_weights), "refusal_scope": original.refusal_scope}
     out = {"tuned_for": "refusal", "max_false_refusal": max_false_refusal, "target_met": bool(best_key[0]),
-           "current": current, "best": best_setting, "n_settings": n, "grid": grid,
-           "train": {"current": rates(*train, cfg), "tuned": rates(*train, tuned)}, "test": None}
+           "current": current, "best": best_setting, "n_settings": n, "grid": grid, "learned": learned is not None,
+           "train": {"current": rates(*train, original), "tuned": rates(*train, tuned)}, "test": None}
     if test is not None:
-        out["test"] = {"current": rates(*test, cfg), "tuned": rates(*test, tuned)}
+        out["test"] = {"current": rates(*test, original), "tuned": rates(*test, tuned)}
     return out

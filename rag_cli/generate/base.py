@@ -63,7 +63,9 @@ class Answer:
     `n_evidence_cut`: evidence left out of the prompt to fit the generator's
     token budget (lowest-ranked first); `n_citations_removed`: cited numbers
     that were not among the evidence given, removed from `text`
-    (`rag_cli.generate.citations.check_answer`).
+    (`rag_cli.generate.citations.check_answer`). `support`: the full
+    supporting sentences, with their citations, of an extractive or reader
+    answer (the text itself when no phrase was taken); "" for the LLM generators.
     """
 
     text: str
@@ -72,6 +74,8 @@ class Answer:
     generator: str
     n_evidence_cut: int = 0
     n_citations_removed: int = 0
+    support: str = ""  # the full sentences an extractive answer quotes from, cited ("" for an LLM answer)
+    signals: dict = field(default_factory=dict)  # what the generator measured of its answer (extractive: `signals`)
 
 
 class Generator(Protocol):

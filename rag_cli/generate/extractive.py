@@ -7,6 +7,7 @@ A sentence's score is
     cos(question, sentence + its next sentence)
     + lexical_weight * share(question terms in the sentence)
     + type_weight * [the question asks for a number or date and the sentence has one]
+    + subject_weight * [an English question's subject is in the sentence's window]
 
 * The cosine is the bi-encoder's (the question as a query, the text as a
   passage); the window (`context`) gives a short sentence its meaning.
@@ -18,23 +19,42 @@ A sentence's score is
   weighs little; the terms that single out the asked-for fact ("1973年10月",
   "总部") weigh most. Without the local factor the definition of the subject
   ("王家瑞，河北秦皇岛人。") wins over the sentence holding the fact.
+* Subject (English): `subject_weight` when the sentence with its window
+  holds every term of the question's subject (`spans.question_subject`:
+  "What does ef control?" -> "ef"), so that a sentence about the subject
+  beats one that shares only the verb ("k1 controls ...").
 * Answer type: 多少/几/多高/how many... ask for a number, 何时/哪一年/when...
   for a date (`answer_type`); numbers the question itself contains do not
   count.
 
-The best `max_sentences` whose score is within `margin` of the best one are
-kept, best first.
+The answer is as short as the question needs (`ExtractiveGenerator.choose`):
+
+* the best sentence, and, when the question asks more than one thing
+  (`asks_several`), a further one (within `margin` of the best, up to
+  `max_sentences`) only when it holds at least `add_share` of the
+  question's weighted terms that the sentences chosen before lack: a
+  second part of the question ("... and what is its usual default?"), not
+  a neighbour that shares the same words;
+* for a one-sentence answer to a question that asks for a date, a number,
+  a person, a place or a thing, the phrase or clause of the sentence that
+  holds it (`rag_cli.generate.spans.answer_span`), quoted verbatim with the
+  sentence's citation; `Answer.support` keeps the full sentence.
+
+Markdown marks of the document (`**k1**`, `` `ef` ``) are removed from the
+quoted text (`spans.strip_marks`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from rag_cli.generate.base import Answer, Evidence, language
 from rag_cli.generate.gate import QUESTION_WORDS, holds_term
+from rag_cli.generate.spans import answer_span, question_subject, strip_marks
 from rag_cli.loaders.normalize import CJK, normalize_text
 
 # Blocks: paragraphs, and lines that start a list item, heading or table row.
@@ -114,8 +134,64 @@ def term_shares(question: str, sentences: list[str], analyze: Callable[[str], li
     return held @ weights / total if total > 0 else np.zeros(len(sentences), dtype=np.float32)
 
 
+_SEVERAL = re.compile(r"\b(?:and|or|also)\s+(?:what|which|who|whom|when|where|why|how)\b|\?.*\?"
+                      r"|[，,;；]\s*(?:what|which|who|when|where|why|how)\b|(?:以及|并且|还有|和).{0,12}"
+                      r"(?:什么|哪|谁|何时|多少|几|为什么|怎么|如何)", re.I | re.S)
+
+
+def asks_several(question: str) -> bool:
+    """Whether `question` asks more than one thing ("What does b control, and
+    what is its default?", two question marks, "……以及……是什么"): only then
+    may an answer quote a second sentence."""
+    return bool(_SEVERAL.search(question))
+
+
+_FUNCTION_TERMS: dict[int, frozenset] = {}
+
+
+def content_terms(question: str, analyze: Callable[[str], list[str]]) -> list[str]:
+    """The question's analyzed terms less question words (`QUESTION_WORDS`)
+    and English function words (what, does, it, ...: `spans` lists them), sorted."""
+    key = id(analyze)
+    if key not in _FUNCTION_TERMS:
+        from rag_cli.generate.spans import _FUNCTION
+
+        _FUNCTION_TERMS[key] = frozenset(analyze(" ".join(_FUNCTION)))
+    return sorted(set(analyze(question)) - QUESTION_WORDS - _FUNCTION_TERMS[key])
+
+
+def key_term_share(question: str, sentence: str, analyze: Callable[[str], list[str]],
+                   idf: Callable[[list[str]], dict[str, float]]) -> float:
+    """The idf-weighted share (0-1) of the question's terms, question words
+    aside, that `sentence` holds (1.0 for a question without such terms)."""
+    terms = content_terms(question, analyze)
+    if not terms:
+        return 1.0
+    low = normalize_text(sentence).lower()
+    words = set(analyze(low))
+    weights = idf(terms)
+    total = sum(weights[t] for t in terms)
+    return sum(weights[t] for t in terms if holds_term(t, low, words)) / total if total > 0 else 1.0
+
+
+@dataclass
+class Ranked:
+    """The candidate sentences of some evidence, scored for a question:
+    `sentences[i]` from `evidence[i]`, `scores` (n,), `order` best first."""
+
+    sentences: list[str]
+    evidence: list[Evidence]
+    scores: np.ndarray
+    order: np.ndarray
+    shares: np.ndarray  # the weighted share of question terms per sentence (`term_shares`)
+
+    def __bool__(self) -> bool:
+        return bool(self.sentences)
+
+
 class ExtractiveGenerator:
-    """Answer with verbatim evidence sentences, each cited.
+    """Answer with the evidence sentence that best matches the question,
+    cited, or the phrase of it that holds what the question asks for.
 
     Args:
         encode_query: str -> (d,) float32 unit vector.
@@ -123,13 +199,23 @@ class ExtractiveGenerator:
         analyze: text -> its BM25 terms (`rag_cli.index.sparse.analyze`).
         idf: [term] -> {term: idf} (`SparseIndex.idf`).
         max_sentences: how many sentences at most.
-        margin: keep sentences whose score >= best - margin.
+        margin: a further sentence is considered only when its score >= best - margin.
         lexical_weight: weight of the weighted share of question terms in a sentence.
         type_weight: bonus of a sentence holding the number or date asked for.
         context: the cosine of a sentence is taken over it and the `context`
             sentences that follow it (a sentence alone is often too short for
             its meaning: "ef is the size of the candidate list ... It is the
             main knob for ..."); only the sentence itself is quoted.
+        add_share: a second sentence is quoted only when it holds at least
+            this weighted share of the question's terms that the first one
+            lacks (it adds something the question asked for, not a neighbour
+            that shares its words).
+        spans: quote, for a question that asks for a date, a number, a person,
+            a place or a thing, the phrase or clause of the sentence that holds
+            it (`rag_cli.generate.spans`); the full sentence stays in `Answer.support`.
+
+    Sentence vectors are kept (up to `cache_size` texts), so a long-lived
+    generator encodes each evidence sentence once.
     """
 
     name = "extractive"
@@ -138,7 +224,8 @@ class ExtractiveGenerator:
                  encode_passages: Callable[[list[str]], np.ndarray],
                  analyze: Callable[[str], list[str]], idf: Callable[[list[str]], dict[str, float]],
                  max_sentences: int = 3, margin: float = 0.03, lexical_weight: float = 0.15,
-                 type_weight: float = 0.05, context: int = 1):
+                 type_weight: float = 0.05, context: int = 1, add_share: float = 0.3, spans: bool = True,
+                 cache_size: int = 20000, subject_weight: float = 0.05, add_margin: float = 0.05):
         self.encode_query = encode_query
         self.encode_passages = encode_passages
         self.analyze = analyze
@@ -148,41 +235,133 @@ class ExtractiveGenerator:
         self.lexical_weight = lexical_weight
         self.type_weight = type_weight
         self.context = context
+        self.add_share = add_share
+        self.add_margin = add_margin
+        self.subject_weight = subject_weight
+        self.spans = spans
+        self.cache_size = cache_size
+        self.vectors: dict[str, np.ndarray] = {}
+        self._query: tuple[str, np.ndarray] | None = None
+
+    def _encode_query(self, question: str) -> np.ndarray:
+        if self._query is None or self._query[0] != question:
+            self._query = (question, self.encode_query(question))
+        return self._query[1]
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        todo = list(dict.fromkeys(t for t in texts if t not in self.vectors))
+        if todo:
+            if len(self.vectors) + len(todo) > self.cache_size:
+                self.vectors.clear()
+            self.vectors.update(zip(todo, self.encode_passages(todo)))
+        return np.stack([self.vectors[t] for t in texts]) if texts else np.zeros((0, 1), dtype=np.float32)
 
     def scores(self, question: str, sentences: list[str], windows: list[str]) -> np.ndarray:
         """(n,) float32: the score of each sentence (module docstring); `windows`
         are the texts whose cosine is taken (the sentence and its context)."""
-        q = self.encode_query(question)
-        score = self.encode_passages(windows) @ q
-        score = score + self.lexical_weight * term_shares(question, sentences, self.analyze, self.idf)
+        return self._scores(question, sentences, windows)[0]
+
+    def _scores(self, question: str, sentences: list[str], windows: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        q = self._encode_query(question)
+        score = self._encode(windows) @ q
+        shares = term_shares(question, sentences, self.analyze, self.idf)
+        score = score + self.lexical_weight * shares
+        subject = question_subject(question) if self.subject_weight else ""
+        if subject:  # "What does ef control?": a sentence about ef, not one that shares only "control"
+            terms = [t for t in set(self.analyze(subject.lower())) if t not in QUESTION_WORDS]
+            held = []
+            for w in windows:
+                low = normalize_text(w).lower()
+                words = set(self.analyze(low))
+                held.append(all(holds_term(t, low, words) for t in terms) if terms else False)
+            score = score + self.subject_weight * np.array(held, dtype=np.float32)
         kind = answer_type(question)
         if kind is not None and self.type_weight:
             score = score + self.type_weight * np.array(
                 [has_answer_type(s, kind, question) for s in sentences], dtype=np.float32)
-        return score
+        return score, shares
 
-    def generate(self, question: str, evidence: list[Evidence]) -> Answer:
-        candidates: list[tuple[str, Evidence]] = []
+    def rank(self, question: str, evidence: list[Evidence]) -> Ranked:
+        """The candidate sentences of `evidence` (each once, Markdown marks
+        removed), scored and ordered for `question`."""
+        sentences: list[str] = []
+        owners: list[Evidence] = []
         windows: list[str] = []
         seen: set[str] = set()
         for ev in evidence:
-            sentences = split_sentences(ev.text)
-            for i, s in enumerate(sentences):
-                if s not in seen:
-                    seen.add(s)
-                    candidates.append((s, ev))
-                    windows.append(" ".join(sentences[i:i + 1 + self.context]))
-        if not candidates:
+            split = [strip_marks(x) for x in split_sentences(ev.text)]
+            for i, sentence in enumerate(split):
+                if sentence not in seen:
+                    seen.add(sentence)
+                    sentences.append(sentence)
+                    owners.append(ev)
+                    windows.append(" ".join(split[i:i + 1 + self.context]))
+        if not sentences:
+            empty = np.zeros(0, dtype=np.float32)
+            return Ranked([], [], empty, np.zeros(0, dtype=np.int64), empty)
+        score, shares = self._scores(question, sentences, windows)
+        return Ranked(sentences, owners, score, np.argsort(-score, kind="stable"), shares)
+
+    def signals(self, question: str, ranked: Ranked) -> dict:
+        """What the refusal gate reads of the sentence that would be quoted
+        (the best candidate): `answer_terms` (the idf-weighted share of the
+        question's terms it holds, `key_term_share`), `answer_type` (1.0 when
+        the question asks for a number or date and the sentence has one, 0.0
+        when it lacks it, None when the question asks for neither) and
+        `sentence_score` (its score); all None without candidates."""
+        if not ranked:
+            return {"answer_terms": None, "answer_type": None, "sentence_score": None}
+        best = int(ranked.order[0])
+        sentence = ranked.sentences[best]
+        kind = answer_type(question)
+        return {"answer_terms": key_term_share(question, sentence, self.analyze, self.idf),
+                "answer_type": None if kind is None else float(has_answer_type(sentence, kind, question)),
+                "sentence_score": float(ranked.scores[best])}
+
+    def choose(self, question: str, ranked: Ranked) -> list[int]:
+        """Indices of the sentences to quote, best first: the best one, and a
+        further one (within `margin`, up to `max_sentences`) only when it
+        holds at least `add_share` of the question's weighted terms that the
+        ones chosen before lack."""
+        order = ranked.order
+        best = float(ranked.scores[order[0]])
+        chosen = [int(order[0])]
+        if self.max_sentences < 2 or not asks_several(question):
+            return chosen
+        terms = content_terms(question, self.analyze)
+        if not terms:
+            return chosen
+        weights = self.idf(terms)
+        total = sum(weights[t] for t in terms) or 1.0
+
+        def held(i: int) -> set[str]:
+            low = normalize_text(ranked.sentences[i]).lower()
+            words = set(self.analyze(low))
+            return {t for t in terms if holds_term(t, low, words)}
+
+        have = held(chosen[0])
+        for i in order[1:]:
+            if len(chosen) >= self.max_sentences or ranked.scores[i] < best - self.add_margin:
+                break
+            new = held(int(i)) - have
+            if sum(weights[t] for t in new) / total >= self.add_share:
+                chosen.append(int(i))
+                have |= new
+        return chosen
+
+    def generate(self, question: str, evidence: list[Evidence]) -> Answer:
+        ranked = self.rank(question, evidence)
+        if not ranked:
             return Answer(text="", citations=[], refused=True, generator=self.name)
-        score = self.scores(question, [s for s, _ in candidates], windows)
-        order = np.argsort(-score, kind="stable")
-        best = float(score[order[0]])
-        chosen = [i for i in order[: self.max_sentences] if score[i] >= best - self.margin]
+        chosen = self.choose(question, ranked)
         joiner = "" if language(question) == "zh" else " "
-        parts, citations = [], []
+        parts, citations, support = [], [], []
         for i in chosen:
-            sentence, ev = candidates[i]
-            parts.append(f"{sentence} [{ev.number}]")
+            sentence, ev = ranked.sentences[i], ranked.evidence[i]
+            span = answer_span(question, sentence, self.analyze) if self.spans and len(chosen) == 1 else None
+            parts.append(f"{span or sentence} [{ev.number}]")
+            support.append(f"{sentence} [{ev.number}]")
             if ev.chunk_id not in citations:
                 citations.append(ev.chunk_id)
-        return Answer(text=joiner.join(parts), citations=citations, refused=False, generator=self.name)
+        return Answer(text=joiner.join(parts), citations=citations, refused=False, generator=self.name,
+                      support=joiner.join(support), signals=self.signals(question, ranked))

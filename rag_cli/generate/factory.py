@@ -23,18 +23,23 @@ def load_generator(ask_cfg, embedder, sparse, gen_cfg=None, threads: int = 0, mo
     gen_cfg = gen_cfg or GeneratorConfig()
     if ask_cfg.generator not in GENERATORS:
         raise BadInput(f"generator {ask_cfg.generator!r} is unknown; use one of {', '.join(GENERATORS)}")
+    if ask_cfg.generator in ("openai", "llama-cpp"):
+        from rag_cli.generate.prompt import load_template
+
+        template = load_template(ask_cfg.prompt)
     if ask_cfg.generator == "openai":
         from rag_cli.generate.openai_server import OpenAIGenerator
 
         return OpenAIGenerator(gen_cfg.base_url, gen_cfg.model, api=gen_cfg.api, api_key_env=gen_cfg.api_key_env,
                                timeout=gen_cfg.timeout, max_retries=gen_cfg.max_retries,
                                temperature=gen_cfg.temperature, max_tokens=gen_cfg.max_tokens,
-                               context_tokens=gen_cfg.context_tokens)
+                               context_tokens=gen_cfg.context_tokens, template=template)
     if ask_cfg.generator == "llama-cpp":
         from rag_cli.generate.llama_cpp import LlamaCppGenerator
 
         return LlamaCppGenerator(gen_cfg.model, temperature=gen_cfg.temperature, max_tokens=gen_cfg.max_tokens,
-                                 context_tokens=gen_cfg.context_tokens, threads=threads, model_flag=model_flag)
+                                 context_tokens=gen_cfg.context_tokens, threads=threads, model_flag=model_flag,
+                                 template=template)
     from rag_cli.generate.extractive import ExtractiveGenerator
     from rag_cli.index.sparse import analyze
 

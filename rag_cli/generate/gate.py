@@ -73,6 +73,42 @@ class GateSignals:
     entity_coverage: float
     cjk: bool
     rerank_score: float | None = None
+    answer_terms: float | None = None
+    answer_type: float | None = None
+    sentence_score: float | None = None
+    reader_null: float | None = None
+
+    def to_row(self) -> dict:
+        """The signals as answers-file columns (`rag_cli.store.answers`)."""
+        return {k: getattr(self, k) for k in ROW_SIGNALS}
+
+
+#: The signals an answers file records per question (besides n_evidence, from `contexts`, and cjk, from the question).
+ROW_SIGNALS = ("best_score", "coverage", "entity_coverage", "rerank_score", "answer_terms", "answer_type",
+               "sentence_score", "reader_null")
+
+#: The features of the learned refusal, in the order of `ask.refusal_weights` (after the bias).
+FEATURES = ("best_score", "coverage", "entity_coverage", "answer_terms", "answer_type_missing", "sentence_score",
+            "rerank_score", "reader_null")
+
+
+def features(s: GateSignals) -> list[float]:
+    """The `FEATURES` of signals `s`: each signal as recorded (0.0 when
+    missing: no reranker, no reader, no candidate sentence), and
+    answer_type_missing = 1.0 when the question asks for a number or date
+    that the sentence to be quoted lacks (answer_type 0.0), else 0.0."""
+    def v(x) -> float:
+        return 0.0 if x is None else float(x)
+
+    return [v(s.best_score), v(s.coverage), v(s.entity_coverage), v(s.answer_terms),
+            1.0 if s.answer_type == 0.0 else 0.0, v(s.sentence_score), v(s.rerank_score), v(s.reader_null)]
+
+
+def learned_score(s: GateSignals, weights) -> float:
+    """bias + sum(w_i * feature_i) of the learned refusal (`weights` = [bias,
+    w per `FEATURES`]): the log-odds that the question is answerable, the
+    decision threshold folded into the bias; it refuses below 0."""
+    return float(weights[0]) + sum(float(w) * x for w, x in zip(weights[1:], features(s)))
 
 
 def gate_reason(s: GateSignals, cfg) -> str:
@@ -82,8 +118,10 @@ def gate_reason(s: GateSignals, cfg) -> str:
     `min_rerank_score` != 0, the best cross-encoder score below it; coverage
     below `min_coverage` and cosine below `strong_score`; the entity rule
     (when `_entity_rule_on`) below `min_entity_coverage` and cosine below
-    `strong_score`. With `cfg.gate` "off" nothing is refused here (the
-    generator may still refuse)."""
+    `strong_score`; with a reader, its no-answer score above its best span's
+    (`reader_null` > 0); with `refusal_weights` set, the learned refusal
+    (`learned_score` < 0) for questions in `refusal_scope`. With `cfg.gate`
+    "off" nothing is refused here (the generator may still refuse)."""
     if cfg.gate == "off":
         return ""
     best = s.best_score
@@ -101,7 +139,22 @@ def gate_reason(s: GateSignals, cfg) -> str:
         return (f"no evidence holds the question's key terms: at most {s.entity_coverage:.2f} of them "
                 f"(min_entity_coverage {cfg.min_entity_coverage}) and the cosine {best:.3f} is below "
                 f"strong_score {cfg.strong_score}")
+    if s.reader_null is not None and s.reader_null > 0:
+        return (f"the reader's no-answer score beats its best span by {s.reader_null:.2f} "
+                f"(model.reader)")
+    weights = getattr(cfg, "refusal_weights", None)
+    if weights and _learned_applies(s.cjk, cfg):
+        z = learned_score(s, weights)
+        if z < 0:
+            return (f"the learned refusal (ask.refusal_weights) judges the sentence that would be quoted unlikely "
+                    f"to answer: log-odds {z:.2f} < 0")
     return ""
+
+
+def _learned_applies(cjk: bool, cfg) -> bool:
+    """Whether the learned refusal judges a question: `ask.refusal_scope` all, or en / zh by its characters."""
+    scope = getattr(cfg, "refusal_scope", "all")
+    return scope == "all" or (scope == "zh") == cjk
 
 
 def max_idf(n_docs: int) -> float:

@@ -101,13 +101,14 @@ class LlamaCppGenerator:
     name = "llama-cpp"
 
     def __init__(self, model: str = "", *, temperature: float = 0.0, max_tokens: int = 256,
-                 context_tokens: int = 2048, threads: int = 0, model_flag: str = "--llm-model"):
+                 context_tokens: int = 2048, threads: int = 0, model_flag: str = "--llm-model", template=None):
         self.path = gguf_path(model, model_flag)  # a missing file fails before llama_cpp is imported
         try:
             from llama_cpp import Llama
         except ImportError:
             raise BadInput(f"--generator llama-cpp needs llama-cpp-python: {_INSTALL}") from None
         self.temperature, self.max_tokens, self.context_tokens = temperature, max_tokens, context_tokens
+        self.template = template  # a `prompt.PromptTemplate` (ask.prompt), or None: the built-in prompt
         quiet_llama_logs()
         try:
             self.llm = Llama(model_path=str(self.path), n_ctx=context_tokens + max_tokens + 512,
@@ -134,12 +135,13 @@ class LlamaCppGenerator:
         """Answer from `evidence`; with `on_token`, stream (`stream=True`) and pass each piece of text to it."""
         kept, n_cut = fit_budget(evidence, self.context_tokens)
         args = dict(max_tokens=self.max_tokens, temperature=self.temperature, stop=STOP)
+        prompt = completion_prompt(question, kept, self.template)
         if on_token is None:
-            out = self.llm.create_completion(completion_prompt(question, kept), **args)
+            out = self.llm.create_completion(prompt, **args)
             text = (out["choices"][0]["text"] or "").strip()
         else:
             pieces = []
-            for chunk in self.llm.create_completion(completion_prompt(question, kept), stream=True, **args):
+            for chunk in self.llm.create_completion(prompt, stream=True, **args):
                 piece = chunk["choices"][0]["text"] or ""
                 if piece:
                     pieces.append(piece)

@@ -54,13 +54,14 @@ class OpenAIGenerator:
         temperature, max_tokens: sampling settings sent with each request.
         context_tokens: token budget of the sources in the prompt (`prompt.fit_budget`).
         backoff: seconds before the first retry (doubled for each next one).
+        template: a `prompt.PromptTemplate` replacing the built-in prompt (ask.prompt), or None.
     """
 
     name = "openai"
 
     def __init__(self, base_url: str, model: str = "", *, api: str = "chat", api_key_env: str = "",
                  timeout: float = 60.0, max_retries: int = 2, temperature: float = 0.0, max_tokens: int = 256,
-                 context_tokens: int = 2048, backoff: float = 0.5):
+                 context_tokens: int = 2048, backoff: float = 0.5, template=None):
         if api_key_env and not os.environ.get(api_key_env):
             raise BadInput(f"--api-key-env {api_key_env}: the environment variable {api_key_env} is not set or "
                            f"empty (config generator.api_key_env); export it with the key, or give "
@@ -70,6 +71,7 @@ class OpenAIGenerator:
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
         self.temperature, self.max_tokens, self.context_tokens = temperature, max_tokens, context_tokens
         self.server_model: str | None = None  # the "model" the server reported in its first answer
+        self.template = template  # a `prompt.PromptTemplate` (ask.prompt), or None: the built-in prompt
 
     def _note_model(self, data) -> None:
         """Remember the model id of the server's first answer that reports one (for reports)."""
@@ -83,8 +85,8 @@ class OpenAIGenerator:
         if self.model:
             body["model"] = self.model
         if self.api == "chat":
-            return "/chat/completions", {**body, "messages": chat_messages(question, evidence)}
-        return "/completions", {**body, "prompt": completion_prompt(question, evidence), "stop": STOP}
+            return "/chat/completions", {**body, "messages": chat_messages(question, evidence, self.template)}
+        return "/completions", {**body, "prompt": completion_prompt(question, evidence, self.template), "stop": STOP}
 
     streams = True  # generate() can pass the answer on as it is written (on_token)
 

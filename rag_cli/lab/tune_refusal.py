@@ -2,8 +2,9 @@
 gate's thresholds (ask.min_score, min_coverage, min_entity_coverage,
 strong_score, min_rerank_score) on answers recorded with the gate off, for
 the most refusals of made-unanswerable questions with false refusals of
-answerable ones at most a target, and write the winner to rag.toml [ask]
-(see `rag_cli.evaluate.gate_tuning`)."""
+answerable ones at most a target, then fit the learned refusal (a logistic
+regression over the per-sentence signals, ask.refusal_weights) on top, and
+write the winner to rag.toml [ask] (see `rag_cli.evaluate.gate_tuning`)."""
 
 from __future__ import annotations
 
@@ -32,18 +33,20 @@ def _recorded_pair(answers, unanswerable, flags: tuple[str, str]) -> tuple[list[
 def run(p, answers: str | os.PathLike, unanswerable: str | os.PathLike, *, max_false_refusal: float = 0.05,
         test_answers: str | os.PathLike | None = None, test_unanswerable: str | os.PathLike | None = None,
         name: str | None = None, output: str | os.PathLike | None = None, md: str | os.PathLike | None = None,
-        plots: str | os.PathLike | None = None) -> "TuneRefusalReport":
+        plots: str | os.PathLike | None = None, learn: bool = True) -> "TuneRefusalReport":
     """Tune the gate of project `p` on `answers` (answerable questions) and
     `unanswerable` (made-unanswerable ones), both recorded with
     `ask_queries(..., gate="off")`, for false refusals at most
-    `max_false_refusal` (a rate, 0-1); write the winner to rag.toml [ask];
+    `max_false_refusal` (a rate, 0-1), then (with `learn`) the learned
+    refusal on top (`fit_learned`; kept only when it refuses more within the
+    target); write the winner to rag.toml [ask];
     score the current and the tuned setting on the test pair when given.
     Writes `output`, else eval/NAME.json (NAME: `name`, else
     tune-refusal-ANSWERS); the report adds the input paths and "written_to".
     Raises BadInput for a rate out of range, one test file without the
     other, a missing project, or files not recorded with the gate off;
     rag.toml is not changed then."""
-    from rag_cli.evaluate.gate_tuning import TUNED, tune_refusal
+    from rag_cli.evaluate.gate_tuning import LEARNED, TUNED, tune_refusal
 
     check_flag("--max-false-refusal", max_false_refusal, (0, 1))
     if (test_answers is None) != (test_unanswerable is None):
@@ -54,9 +57,9 @@ def run(p, answers: str | os.PathLike, unanswerable: str | os.PathLike, *, max_f
     train = _recorded_pair(answers, unanswerable, ("--answers", "--unanswerable"))
     test = (_recorded_pair(test_answers, test_unanswerable, ("--test-answers", "--test-unanswerable"))
             if test_answers is not None else None)
-    data = tune_refusal(train, test, p.config.ask, max_false_refusal=max_false_refusal)
+    data = tune_refusal(train, test, p.config.ask, max_false_refusal=max_false_refusal, learn=learn)
     with p.folder.writing("eval tune refusal"):
-        p.folder.save(("ask", {k: data["best"][k] for k in TUNED}))
+        p.folder.save(("ask", {k: data["best"][k] for k in TUNED + LEARNED}))
     data = {"answers": str(answers), "unanswerable": str(unanswerable), "test_answers": str(test_answers or ""),
             "test_unanswerable": str(test_unanswerable or ""), "written_to": str(p.config_path), **data}
     report = TuneRefusalReport(data, path)
@@ -77,7 +80,9 @@ class TuneRefusalReport(Report):
         from rich.table import Table
 
         r = self.data
-        setting = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in r["best"].items())
+        setting = ", ".join(f"{k} {v:g}" if isinstance(v, float) else
+                            f"{k} [{', '.join(f'{w:.3g}' for w in v)}]" if isinstance(v, list) else f"{k} {v}"
+                            for k, v in r["best"].items())
         table = Table(title=f"refusal gate tuned on train for false refusals <= {r['max_false_refusal']:g}"
                             f"{'' if r['target_met'] else ' (target not met)'}: {setting}")
         for col in ("split", "setting", "refused unanswerable", "false answers", "false refusals"):

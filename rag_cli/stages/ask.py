@@ -36,8 +36,12 @@ its number [n]. (Measured cosines and coverages: docs/results.md.)
 
 Citations: the text given to any generator has its citation-shaped brackets
 neutralised (`[3]` -> `(3)`, `rag_cli.generate.citations.neutralise`), and
-every marker of the answer is checked against the numbers given: others are
-removed and counted (`Answer.n_citations_removed`).
+every marker of the answer is checked against the numbers of the evidence
+the generator was actually shown: an LLM generator is shown only what fits
+its token budget (`generator.context_tokens`, `prompt.shown_evidence`), and
+a marker naming evidence left out of the prompt (`AskResult.left_out`) is
+removed and counted like any other number not given
+(`Answer.n_citations_removed`).
 
 Rewriting (`ask.rewrite`, an LLM generator; `rag_cli.generate.rewrite`):
 the chunks retrieved for each rewrite (a multi-query phrasing, searched as
@@ -51,6 +55,14 @@ Reranking: when a `reranker` is given (`model.reranker` is set), the best
 (question, heading path + chunk text), and the best `k` by that score are
 numbered [1]..[k] in its order (`Evidence.rerank_score`); the gate still
 judges their bi-encoder cosines. `timings` then has `rerank_ms`.
+
+Reader (`model.reader`, `reader`: `rag_cli.models.reader.Reader`): an
+extractive QA model reads every piece of evidence (as the generator would)
+for its best span and no-answer score; the gate refuses when the least
+no-answer score beats the best span (`GateSignals.reader_null` > 0), and
+with the extractive generator the answer is the best span among the given
+evidence, cited, the sentence holding it kept as `Answer.support`
+(`generator` "reader"). With an LLM generator the reader only gates.
 
 Grading (`ask.grade = "llm"`, an LLM generator; `rag_cli.generate.grade`):
 when the gate lets a question through, the generator is first asked whether
@@ -73,6 +85,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -84,6 +97,7 @@ from rag_cli.config import AskConfig, SearchConfig
 from rag_cli.generate.base import Answer, Evidence, refusal
 from rag_cli.generate.citations import CitationStream, check_answer, neutralise
 from rag_cli.generate.gate import GateSignals, gate_reason, question_entity_coverage
+from rag_cli.generate.prompt import shown_evidence
 from rag_cli.generate.grade import REASON as GRADE_REASON, check_grader, grade as grade_evidence
 from rag_cli.generate.rewrite import rewrite as write_rewrites
 from rag_cli.index.fusion import rrf
@@ -114,7 +128,9 @@ class AskResult:
     n_queries_truncated: int = 0  # 1 when the question was cut to the bi-encoder's max_length
     max_length: int | None = None  # the bi-encoder's max_length (tokens)
     timings: dict = field(default_factory=dict)  # retrieve_ms, generate_ms, total_ms (float, milliseconds)
-    given: list[Evidence] = field(default_factory=list)  # the evidence given to the generator (as it read it)
+    given: list[Evidence] = field(default_factory=list)  # the evidence the generator was shown (as it read it)
+    left_out: list[Evidence] = field(default_factory=list)  # evidence past the gate left out of the prompt (budget)
+    signals: GateSignals | None = None  # every signal the gate judged (`rag_cli.generate.gate.GateSignals`)
     entity_coverage: float = 1.0  # the gate's entity coverage, in [0, 1] (rag_cli.generate.gate)
     rewrites: list[str] = field(default_factory=list)  # the generator's rewrites of the question (ask.rewrite)
     rerank_score: float | None = None  # the best cross-encoder score of the evidence; None without a reranker
@@ -124,6 +140,28 @@ class AskResult:
     @property
     def refused(self) -> bool:
         return self.answer.refused
+
+
+_PICKERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def picker_for(searcher: Searcher, generator):
+    """What ranks the candidate sentences of the evidence for the gate's
+    per-sentence signals (`ExtractiveGenerator.rank` and `.signals`): the
+    extractive generator itself, else one kept per searcher, over its
+    bi-encoder and BM25 index."""
+    if hasattr(generator, "rank") and hasattr(generator, "signals"):
+        return generator
+    picker = _PICKERS.get(searcher)
+    if picker is None:
+        from rag_cli.generate.extractive import ExtractiveGenerator
+        from rag_cli.index.sparse import analyze
+
+        emb = searcher.embedder
+        picker = ExtractiveGenerator(lambda q: emb.encode_queries([q])[0],
+                                     lambda ps: emb.query_encoder.encode_passages(ps), analyze, searcher.sparse.idf)
+        _PICKERS[searcher] = picker
+    return picker
 
 
 def rerank_evidence(question: str, evidence: list[Evidence], reranker, k: int) -> list[Evidence]:
@@ -176,23 +214,59 @@ def evidence_for(searcher: Searcher, question: str, *, k: int, mode: str, mask=N
     return evidence, float(cos.max())
 
 
-def _generate(generator, question: str, given: list[Evidence], on_text) -> Answer:
-    """The generator's answer, made plain and checked (`check_answer`); with
-    `on_text`, streamed through `PlainStream` and `CitationStream` when the
-    generator streams."""
+def _generate(generator, question: str, given: list[Evidence], on_text) -> tuple[Answer, list[Evidence]]:
+    """The generator's answer, made plain and checked (`check_answer`)
+    against the evidence it was shown (`prompt.shown_evidence`: what fits an
+    LLM's token budget), and that evidence; with `on_text`, streamed through
+    `PlainStream` and `CitationStream` when the generator streams. A marker
+    naming evidence left out of the prompt is removed and counted like any
+    number that was not given."""
+    shown, n_cut = shown_evidence(generator, given)
     if on_text is None or not getattr(generator, "streams", False):
-        answer = generator.generate(question, given)
+        answer = generator.generate(question, shown)
     else:
-        checker = CitationStream({e.number for e in given}, on_text)
+        checker = CitationStream({e.number for e in shown}, on_text)
         sanitiser = PlainStream(checker.feed)
-        answer = generator.generate(question, given, on_token=sanitiser.feed)
+        answer = generator.generate(question, shown, on_token=sanitiser.feed)
         sanitiser.close()
         checker.close()
-    return check_answer(replace(answer, text=plain(answer.text)), given)
+    answer = replace(answer, text=plain(answer.text), n_evidence_cut=max(answer.n_evidence_cut, n_cut))
+    return check_answer(answer, shown), shown
+
+
+def read_evidence(reader, question: str, evidence: list[Evidence]) -> tuple[list, float | None]:
+    """The reader's best span per piece of `evidence` (as the generator reads
+    it: context or text) and the no-answer margin: the least no-answer score
+    over the pieces minus the best span score (> 0: no-answer wins); None
+    without evidence."""
+    texts = [neutralise(e.context or e.text) for e in evidence]
+    spans = reader.read(question, texts)
+    scored = [sp for sp in spans if sp.text]
+    if not spans:
+        return spans, None
+    best = max((sp.score for sp in scored), default=-1e9)
+    return spans, float(min(sp.null_score for sp in spans) - best)
+
+
+def reader_answer(spans, evidence: list[Evidence], given: list[Evidence]) -> Answer:
+    """The answer of the reader: its best span among the `given` evidence,
+    cited, with the sentence that holds it as `support`; a refusal when
+    no span was found there."""
+    from rag_cli.generate.extractive import split_sentences
+
+    numbers = {e.number for e in given}
+    best = max((sp for sp, e in zip(spans, evidence) if e.number in numbers and sp.text),
+               key=lambda sp: sp.score, default=None)
+    if best is None:
+        return Answer(text="", citations=[], refused=True, generator="reader")
+    ev = evidence[best.index]
+    support = next((x for x in split_sentences(neutralise(ev.context or ev.text)) if best.text in x), best.text)
+    return Answer(text=f"{best.text} [{ev.number}]", citations=[ev.chunk_id], refused=False, generator="reader",
+                  support=f"{support} [{ev.number}]")
 
 
 def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: SearchConfig,
-        mask=None, reranker=None, on_text=None) -> AskResult:
+        mask=None, reranker=None, on_text=None, reader=None) -> AskResult:
     """Answer `question` from the index only, with the `[ask]` config `cfg`
     (k, thresholds, grade) and the retrieval of the `[search]` config (mode,
     candidates, rrf_k). See the module docstring for refusal, grading and
@@ -221,12 +295,21 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     read = [make_embed_text(e.title_path, e.context or e.text) for e in evidence]
     coverage = searcher.sparse.coverage(question, read) if evidence else 0.0
     entity = question_entity_coverage(question, read, searcher.sparse, cfg.key_idf) if evidence else 1.0
+    quoted = {}
+    if evidence and (generator.name == "extractive" or cfg.refusal_weights or cfg.gate == "off"):
+        picker = picker_for(searcher, generator)
+        read_as = [replace(e, text=neutralise(e.context or e.text), context=None) for e in evidence]
+        quoted = picker.signals(question, picker.rank(question, read_as))
+    spans, reader_null = (read_evidence(reader, question, evidence) if reader is not None and evidence
+                          else ([], None))
     signals = GateSignals(n_evidence=len(evidence), best_score=best, coverage=coverage, entity_coverage=entity,
                           cjk=has_cjk(question),
-                          rerank_score=evidence[0].rerank_score if reranker is not None and evidence else None)
+                          rerank_score=evidence[0].rerank_score if reranker is not None and evidence else None,
+                          reader_null=reader_null, **quoted)
     reason = gate_reason(signals, cfg)
     t1 = time.perf_counter()
     given: list[Evidence] = []
+    left_out: list[Evidence] = []
     generator_refused = None
     graded = ""
     if not reason:
@@ -242,8 +325,20 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
         answer = Answer(text=refusal(question), citations=[], refused=True, generator=generator.name)
         if on_text is not None:
             on_text(answer.text)
+    elif reader is not None and generator.name == "extractive":  # the reader answers with its best span
+        answer = check_answer(reader_answer(spans, evidence, given), given)
+        left_out = []
+        generator_refused = answer.refused
+        if answer.refused:
+            answer.text = refusal(question)
+            reason = "the reader found no span in the evidence"
+        if on_text is not None:
+            on_text(answer.text)
     else:
-        answer = _generate(generator, question, given, on_text)
+        answer, shown = _generate(generator, question, given, on_text)
+        shown_numbers = {e.number for e in shown}
+        left_out = [e for e in given if e.number not in shown_numbers]
+        given = shown
         generator_refused = answer.refused
         if answer.refused:
             answer.text = refusal(question)
@@ -262,12 +357,13 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
         timings["rewrite_ms"] = rewrite_ms
     return AskResult(asked, answer, evidence, best, coverage, timings["total_ms"], reason,
                      timings=timings, given=given, entity_coverage=entity, rewrites=rewrites,
-                     rerank_score=signals.rerank_score, generator_refused=generator_refused, grade=graded)
+                     rerank_score=signals.rerank_score, generator_refused=generator_refused, grade=graded,
+                     left_out=left_out, signals=signals)
 
 
 def answer_queries(project: "ProjectFolder", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,
                    search: SearchConfig, mask=None, *, path: Path, reranker=None,
-                   progress: Progress | None = None) -> tuple[Path, int, int]:
+                   progress: Progress | None = None, reader=None) -> tuple[Path, int, int]:
     """Answer every question of a query file into `path` (answers/NAME.parquet).
     Progress: ("answering", questions done, questions).
 
@@ -278,13 +374,12 @@ def answer_queries(project: "ProjectFolder", searcher: Searcher, generator, quer
     rows, evidence = [], {}
     queries = read_queries(queries_path)
     for i, (qid, text) in enumerate(queries):
-        res = ask(searcher, generator, text, cfg, search, mask, reranker)
+        res = ask(searcher, generator, text, cfg, search, mask, reranker, reader=reader)
         evidence.update((e.chunk_id, e.text) for e in res.evidence)
         rows.append({"query_id": qid, "question": text, "answer": res.answer.text,
                      "citations": res.answer.citations, "contexts": [e.chunk_id for e in res.evidence],
                      "refused": res.answer.refused, "generator": res.answer.generator,
-                     "latency_ms": res.latency_ms, "best_score": res.best_score, "coverage": res.coverage,
-                     "entity_coverage": res.entity_coverage, "rerank_score": res.rerank_score,
+                     "latency_ms": res.latency_ms, **res.signals.to_row(),
                      "reason": res.reason, "generator_refused": res.generator_refused})
         if progress is not None:
             progress("answering", i + 1, len(queries))

@@ -9,7 +9,12 @@ signals of the refusal gate (`rag_cli.generate.gate.GateSignals`):
 entity_coverage (float64, 0-1), rerank_score (float64, the best
 cross-encoder logit; null without a reranker), reason (why it was refused,
 "" when answered) and generator_refused (bool: the generator's own refusal;
-null when the gate refused before the generator ran).
+null when the gate refused before the generator ran), and the signals of
+the sentence that would be quoted (`ExtractiveGenerator.signals`):
+answer_terms (the idf-weighted share of the question's terms it holds),
+answer_type (1.0 / 0.0: it holds / lacks the number or date asked for; null
+when none is asked), sentence_score, and reader_null (the reader's
+no-answer score minus its best span's; null without a reader).
 
 Files written before the gate signals were recorded lack the last four
 columns; they are read as they are (`read_answers` requires only query_id,
@@ -36,7 +41,9 @@ ANSWERS_SCHEMA = pa.schema([("query_id", pa.string()), ("question", pa.string())
                             ("refused", pa.bool_()), ("generator", pa.string()), ("latency_ms", pa.float64()),
                             ("best_score", pa.float64()), ("coverage", pa.float64()),
                             ("entity_coverage", pa.float64()), ("rerank_score", pa.float64()),
-                            ("reason", pa.string()), ("generator_refused", pa.bool_())])
+                            ("reason", pa.string()), ("generator_refused", pa.bool_()),
+                            ("answer_terms", pa.float64()), ("answer_type", pa.float64()),
+                            ("sentence_score", pa.float64()), ("reader_null", pa.float64())])
 
 
 EVIDENCE_KEY = b"rag.evidence_sha256"
