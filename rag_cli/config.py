@@ -207,7 +207,7 @@ class AskConfig:
                                     "[] = off; written by `rag eval tune refusal`", cli=False,
                                     check=weights_problem)
     refusal_scope: str = setting("en", "Questions the learned refusal judges: en (without CJK characters) | zh | all",
-                                 limits=("en", "zh", "all"), cli=False)
+                                 limits=("en", "zh", "all"))
     grade: str = setting("off", "off | llm: the LLM generator first judges whether the sources answer the "
                          "question and refuses if not (CRAG)", limits=("off", "llm"))
 
