@@ -5,7 +5,7 @@ backend or its structure parameters changed, else an update in place)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +38,10 @@ def read_inputs(chunks_path: Path, embeddings_path: Path) -> tuple[pa.Table, np.
     if missing:
         raise BadInput(f"{embeddings_path} has no vector for {len(missing)} chunk(s) of {chunks_path} "
                        f"(first: {missing[0]!r}); run `rag embed` again")
-    vectors = emb.vectors[np.fromiter((row_of[c] for c in chunk_ids), dtype=np.int64, count=len(chunk_ids))]
+    order = np.fromiter((row_of[c] for c in chunk_ids), dtype=np.int64, count=len(chunk_ids))
+    # the usual case, embeddings in chunk order, shares the array (1.5 GB at a million 384-d vectors)
+    same = len(order) == len(emb.vectors) and bool((order == np.arange(len(order))).all())
+    vectors = emb.vectors if same else emb.vectors[order]
     bad = bad_vector_rows(vectors)
     if bad.size:
         raise BadInput(f"{embeddings_path} has vectors that cosine search cannot use, "
@@ -68,9 +71,12 @@ def index_docs(docs_path: Path) -> pa.Table | None:
     return docs.select([c for c in INDEX_DOC_COLUMNS if c in docs.column_names])
 
 
-def index_texts(chunks: pa.Table) -> list[str]:
-    """The texts BM25 indexes: `embed_text` (text with its heading path) when present, else `text`."""
-    return chunks.column(embedded_column(chunks.column_names)).to_pylist()
+def index_texts(chunks: pa.Table) -> Iterator[str]:
+    """The texts BM25 indexes, in row order: `embed_text` (text with its heading path) when present,
+    else `text`; read a record batch at a time, so a million texts are never one Python list."""
+    for part in chunks.column(embedded_column(chunks.column_names)).chunks:
+        for start in range(0, len(part), 65536):
+            yield from part.slice(start, 65536).to_pylist()
 
 
 def build_full(chunks: pa.Table, vectors: np.ndarray, params: IndexConfig, threads: int = 0,

@@ -39,9 +39,13 @@ def import_faiss(missing: str = FAISS_MISSING):
 
 
 def unit(vectors: np.ndarray) -> np.ndarray:
-    """`vectors` ((n, d)) as float32 rows of unit length (a zero row stays zero)."""
+    """`vectors` ((n, d)) as float32 rows of unit length (a zero row stays zero); `vectors` itself
+    (no copy) when it is a float32 array whose rows have unit length already, as e5's have."""
     vectors = np.asarray(vectors, dtype=np.float32)
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    if vectors.ndim == 2 and np.all(np.abs(norms - 1) < 1e-5):
+        return vectors
+    return vectors / np.maximum(norms, 1e-12)
 
 
 def check_queries(query_vectors: np.ndarray, dim: int) -> None:

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 
@@ -84,16 +85,18 @@ class SparseIndex:
     params: dict
 
     @classmethod
-    def build(cls, texts: list[str], *, k1: float = 1.2, b: float = 0.75, method: str = "lucene") -> "SparseIndex":
-        """Index `texts` (n strings). Raises BadInput for an unknown `method`."""
+    def build(cls, texts: Iterable[str], *, k1: float = 1.2, b: float = 0.75, method: str = "lucene"
+              ) -> "SparseIndex":
+        """Index `texts` (n strings, any iterable). Raises BadInput for an unknown `method`."""
         import bm25s
 
         if method not in ("lucene", "robertson", "atire", "bm25l", "bm25+"):
             raise BadInput(f"--bm25-method {method!r} is unknown; use lucene, robertson, atire, bm25l or bm25+")
         t0 = time.perf_counter()
         retriever = bm25s.BM25(k1=k1, b=b, method=method)
-        retriever.index([analyze(t) for t in texts], show_progress=False)
-        return cls(retriever, {"k1": k1, "b": b, "method": method, "n_docs": len(texts), "analyzer": "jieba+snowball-en",
+        tokens = [analyze(t) for t in texts]
+        retriever.index(tokens, show_progress=False)
+        return cls(retriever, {"k1": k1, "b": b, "method": method, "n_docs": len(tokens), "analyzer": "jieba+snowball-en",
                                "build_seconds": round(time.perf_counter() - t0, 3)})
 
     def save(self, folder: Path) -> None:
