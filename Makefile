@@ -22,7 +22,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_SERVER=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF
 $(VENV)/.dev: $(VENV)/.installed
-	CMAKE_ARGS="$${CMAKE_ARGS:-$(LLAMA_CMAKE_ARGS)}" $(BIN)/python -m pip install -q -e '.[dev,llm]'
+	CMAKE_ARGS="$${CMAKE_ARGS:-$(LLAMA_CMAKE_ARGS)}" $(BIN)/python -m pip install -q -e '.[dev,llm,ray,milvus]'
 	touch $@
 
 install: $(VENV)/.installed
