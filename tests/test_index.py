@@ -57,6 +57,29 @@ def test_bm25_score_is_lucene_formula():
     assert np.allclose(idx.scores("apple"), want, atol=1e-6)
 
 
+def test_sparse_build_from_term_ids_equals_bm25s_from_tokens():
+    """SparseIndex.build hands bm25s flat int32 term ids (TermIds), not lists of str: every score
+    equals bm25s's own build from token lists, for English, Chinese, stopword-only and empty texts,
+    and the vocabulary is numbered in order of first appearance (the same on every run)."""
+    import bm25s
+
+    from rag_cli.index.sparse import TermIds
+
+    docs = ["Cats purr softly; cats sleep.", "", "the a of", "Dogs bark loudly at cats",
+            "中文分词是检索的第一步。", "BM25 需要词，cats 也需要。", "birds sing songs of birds"]
+    idx = SparseIndex.build(docs)
+    ref = bm25s.BM25(k1=1.2, b=0.75, method="lucene")
+    ref.index([analyze(t) for t in docs], show_progress=False)
+    for q in ["cats", "birds songs", "中文检索", "需要 cats", "bark dogs 词"]:
+        want = np.asarray(ref.get_scores(analyze(q)), dtype=np.float32)
+        assert np.array_equal(idx.scores(q), want), q
+    corpus = TermIds.analyze(["beta alpha beta", "gamma alpha"])
+    assert list(corpus.vocab) == ["beta", "alpha", "gamma"]
+    assert list(corpus.ids) == [[0, 1, 0], [2, 1]] and corpus.ids[1] == [2, 1] and len(corpus.ids) == 2
+    empty = SparseIndex.build(["", "the of"])
+    assert empty.params["n_docs"] == 2 and not empty.scores("anything").any()
+
+
 def test_top_k_orders_by_score_then_index():
     rows, vals = top_k(np.array([0.5, 0.9, 0.5, 0.0, 0.9], dtype=np.float32), 4, min_exclusive=0.0)
     assert rows.tolist() == [1, 4, 0, 2]

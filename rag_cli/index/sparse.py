@@ -18,10 +18,11 @@ import json
 import logging
 import re
 import time
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
@@ -77,6 +78,52 @@ def analyze(text: str) -> list[str]:
     return terms
 
 
+class _DocTermIds(Sequence):
+    """The term ids of each document, stored flat: document i is
+    `ids[offsets[i]:offsets[i + 1]]`, handed out as a list of int when read."""
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray):
+        self.ids, self.offsets = ids, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self.ids[self.offsets[i]:self.offsets[i + 1]].tolist()
+
+    def __iter__(self):
+        for start, end in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist()):
+            yield self.ids[start:end].tolist()
+
+
+@dataclass
+class TermIds:
+    """A corpus analysed for bm25s (its `Tokenized` shape: `ids` per document and `vocab`, term ->
+    id in order of first appearance). Term ids are kept as one int32 array (4 bytes a term)
+    rather than a Python list of lists of str (8 bytes a term for the pointer, and a list per
+    document) that bm25s turns into lists of int objects (36 bytes a term): at a million chunks of
+    about a hundred terms that was the bulk of `rag index`'s peak memory."""
+
+    ids: _DocTermIds
+    vocab: dict[str, int]
+
+    @classmethod
+    def analyze(cls, texts: Iterable[str]) -> "TermIds":
+        """`analyze` every text (any iterable of str, read once)."""
+        vocab: dict[str, int] = {}
+        ids = array("i")
+        offsets = array("q", [0])
+        for text in texts:
+            ids.extend([vocab.setdefault(t, len(vocab)) for t in analyze(text)])
+            offsets.append(len(ids))
+        if not vocab:  # no document has a term: bm25s needs a vocabulary (its empty term, as it adds one)
+            vocab[""] = 0
+        return cls(_DocTermIds(np.frombuffer(ids, dtype=np.int32) if ids else np.zeros(0, np.int32),
+                               np.frombuffer(offsets, dtype=np.int64)), vocab)
+
+
 @dataclass
 class SparseIndex:
     """A bm25s index over chunks; row i of the index is chunk i of `chunks.parquet`."""
@@ -94,10 +141,10 @@ class SparseIndex:
             raise BadInput(f"--bm25-method {method!r} is unknown; use lucene, robertson, atire, bm25l or bm25+")
         t0 = time.perf_counter()
         retriever = bm25s.BM25(k1=k1, b=b, method=method)
-        tokens = [analyze(t) for t in texts]
-        retriever.index(tokens, show_progress=False)
-        return cls(retriever, {"k1": k1, "b": b, "method": method, "n_docs": len(tokens), "analyzer": "jieba+snowball-en",
-                               "build_seconds": round(time.perf_counter() - t0, 3)})
+        corpus = TermIds.analyze(texts)
+        retriever.index(corpus, show_progress=False)
+        return cls(retriever, {"k1": k1, "b": b, "method": method, "n_docs": len(corpus.ids),
+                               "analyzer": "jieba+snowball-en", "build_seconds": round(time.perf_counter() - t0, 3)})
 
     def save(self, folder: Path) -> None:
         """Write the bm25s files into `folder` (which the caller renames into place)."""

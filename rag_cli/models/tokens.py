@@ -54,6 +54,23 @@ class Tokenized:
         return len(self.ids)
 
 
+#: At most this many texts are tokenized by the query fast path (`TextTokenizer.tokenize`).
+FEW = 8
+
+
+def _loaded(path: str | os.PathLike) -> bool:
+    """Whether this process has built the full tokenizer of `path` already (then it is the fastest)."""
+    p = Path(path).resolve()
+    try:
+        key = (str(p), p.stat().st_mtime_ns)
+    except OSError:
+        return False
+    return key in _built
+
+
+_built: set[tuple[str, int]] = set()
+
+
 @functools.lru_cache(maxsize=8)
 def _shared_tokenizer(path: str, _mtime_ns: int) -> Tokenizer:
     try:
@@ -61,6 +78,7 @@ def _shared_tokenizer(path: str, _mtime_ns: int) -> Tokenizer:
     except Exception as e:  # tokenizers raises plain Exception
         raise BadInput(f"{path}: not a Hugging Face tokenizers file ({e}); save it with tokenizer.save()") from None
     tok.no_padding()
+    _built.add((path, _mtime_ns))
     return tok
 
 
@@ -134,7 +152,17 @@ class TextTokenizer:
 
     def tokenize(self, texts: Sequence[str], prefix: str = "") -> Tokenized:
         """Token ids of `prefix + text` for each text, cut to max_length
-        (flagged in `truncated`)."""
+        (flagged in `truncated`).
+
+        Up to `FEW` texts (queries) go through `rag_cli.models.query_tokens` (the same ids without
+        building a large Unigram model) unless the full tokenizer is loaded already or the fast path
+        does not apply."""
+        if len(texts) <= FEW and not _loaded(self.path):
+            from rag_cli.models.query_tokens import tokenize_few
+
+            few = tokenize_few(self.path, [prefix + s for s in texts], self.max_length)
+            if few is not None:
+                return Tokenized(few[0], [np.zeros(len(i), np.int64) for i in few[0]], np.asarray(few[1], dtype=bool))
         ids: list[np.ndarray] = []
         types: list[np.ndarray] = []
         cut: list[bool] = []
