@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from rag_cli.cache import cache_dir  # noqa: F401  (defaults.cache_dir: its callers' name)
 from rag_cli.errors import BadInput, WorkFailed
 from rag_cli.models.folder import ONNX_CANDIDATES
 
@@ -45,15 +46,6 @@ class ModelRef:
     folder: Path
     onnx_file: Path
     precision: str
-
-
-def cache_dir() -> Path:
-    """The cache root: ``$RAG_CACHE`` if set and non-empty, else ``~/.cache/rag-cli``.
-
-    Models live under ``cache_dir() / "models"``. The folder is not created.
-    """
-    env = os.environ.get("RAG_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "rag-cli"
 
 
 def models_dir() -> Path:

@@ -49,7 +49,7 @@ SEP = "\x00"
 
 def cache_path(tokenizer_path: Path) -> Path:
     """`<cache>/query-vocab/KEY.npz` for `tokenizer_path` (resolved; KEY from its path, size, mtime)."""
-    from rag_cli.models.defaults import cache_dir
+    from rag_cli.cache import cache_dir
 
     p = Path(tokenizer_path).resolve()
     st = p.stat()
