@@ -517,9 +517,9 @@ def measure_one(work: Path, n: int, name: str, n_queries: int, seed: int = 7) ->
                                     for i, hh in enumerate(hits)])), 4)
 
     # the search-time settings: recall against speed (index.hnsw_ef; faiss nprobe, rerank)
-    sweep = {"hnswlib": [{"ef": e} for e in (64, 128, 256, 512)],
+    sweep = {"hnswlib": [{"ef": e} for e in (64, 128, 256, 512, 1024, 2048)],
              "faiss-hnsw-sq8": [{"ef": e, "rerank": r} for e, r in ((64, 100), (128, 100), (256, 100), (256, 200),
-                                                                     (512, 200))],
+                                                                     (512, 200), (1024, 200), (2048, 400))],
              "faiss-sq8": [{"rerank": r} for r in (0, 100)],
              "faiss-ivf-pq": [{"nprobe": p, "rerank": r} for p, r in ((16, 100), (32, 100), (64, 100), (64, 200),
                                                                       (128, 200), (128, 400))]}.get(name, [])

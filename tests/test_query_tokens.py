@@ -82,3 +82,20 @@ def test_a_damaged_cache_falls_back_and_a_bpe_tokenizer_is_not_eligible(vocab_ca
     assert query_tokens.query_vocab(e5_tokenizer_json) is not None  # written again
     assert query_tokens._eligible({"model": {"type": "BPE"}}) is None
     assert query_tokens._eligible({"model": {"type": "Unigram", "unk_id": 0, "byte_fallback": True}}) is None
+
+
+def test_once_the_full_tokenizer_is_built_queries_use_it(vocab_cache, e5_tokenizer_json, monkeypatch):
+    """A long-lived process (rag serve's WarmEngines.embedder calls load_full) tokenizes queries with
+    the full tokenizer, which is faster per query once built; a one-shot command never builds it."""
+    from rag_cli.models import tokens
+
+    tok = TextTokenizer(e5_tokenizer_json, 512)
+    calls = []
+    real = query_tokens.tokenize_few
+    monkeypatch.setattr(query_tokens, "tokenize_few", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(tokens, "_built", set())
+    first = tok.tokenize(["vitamin D and bone density"], prefix="query: ")
+    assert len(calls) == 1
+    tok.load_full()
+    again = tok.tokenize(["vitamin D and bone density"], prefix="query: ")
+    assert len(calls) == 1 and again.ids[0].tolist() == first.ids[0].tolist()

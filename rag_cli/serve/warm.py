@@ -70,6 +70,7 @@ class WarmEngines(Engines):
         if key not in self._models:
             one = replace(config, model=replace(config.model, threads=1))
             self._models[key] = super().embedder(one)
+            self._models[key].query_encoder.tokenizer.load_full()  # hours of queries: the full tokenizer
         return self._models[key]
 
     def ask_reranker(self):
