@@ -29,7 +29,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from rag_cli import atomic
 from rag_cli.errors import BadInput
-from rag_cli.store.parquet import read_parquet, rerun
+from rag_cli.store.parquet import iter_row_groups, open_parquet, read_parquet, rerun
 
 @dataclass
 class Embeddings:
@@ -123,25 +123,21 @@ def describe_truncated(chunks: list[tuple[str, int]], n: int, max_length: int, *
             f"tokens included) and {cut}: {named}{more}")
 
 
-def _check_sizes(path: Path, table: pa.Table, dim: int) -> int:
-    """The vector size of every row of `table` (its `vector` column); 0 for no rows.
+def _check_sizes(path: Path, lengths: np.ndarray, chunk_ids: Sequence[str], dim: int) -> int:
+    """The vector size of every row (`lengths` (n,) int64: each row's list length, 0 for null); 0 for
+    no rows.
 
     Raises:
         BadInput: rows have different sizes, or a size other than `dim` (the
             metadata's, when not 0); the message names the sizes and example chunk ids.
     """
-    import pyarrow.compute as pc
-
-    col = table.column("vector")
-    if table.num_rows == 0:
+    if len(lengths) == 0:
         return dim
-    lengths = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
-    sizes = sorted(set(lengths.tolist()))
+    sizes = sorted(set(np.unique(lengths).tolist()))
     if len(sizes) == 1 and (not dim or sizes[0] == dim):
         return int(sizes[0])
-    ids = table.column("chunk_id").to_pylist()
     examples = "; ".join(
-        f"size {s}: " + ", ".join(repr(ids[i]) for i in np.flatnonzero(lengths == s)[:3]) for s in sizes
+        f"size {s}: " + ", ".join(repr(chunk_ids[i]) for i in np.flatnonzero(lengths == s)[:3]) for s in sizes
     )
     if len(sizes) == 1:
         what = f"vectors of size {sizes[0]} but its metadata says dim {dim}"
@@ -151,21 +147,49 @@ def _check_sizes(path: Path, table: pa.Table, dim: int) -> int:
 
 
 def read_embeddings(path: Path) -> Embeddings:
-    """Read `embeddings.parquet`.
+    """Read `embeddings.parquet`: the ids and hashes whole, the vectors a row group at a time
+    (`iter_row_groups`) into one (n, dim) float32 array, so that reading holds the array and one
+    row group (`rag embed` writes a row group per part) rather than the file's decoded column, its
+    copy and what the allocator kept of them (2.6 times the vectors' size at the peak).
 
     Raises:
-        BadInput: it lacks the contract's columns or metadata, or its vectors
+        BadInput: it is unreadable, lacks the contract's columns or metadata, or its vectors
             differ in size (naming the sizes and example chunk ids).
     """
-    table = read_parquet(path, rerun("embed"))
-    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    if "chunk_id" not in table.column_names or "vector" not in table.column_names or "model_fingerprint" not in meta:
+    import pyarrow.compute as pc
+
+    remedy = rerun("embed")
+    pf = open_parquet(path, remedy)
+    schema = pf.schema_arrow
+    pf.close()
+    meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
+    if "chunk_id" not in schema.names or "vector" not in schema.names or "model_fingerprint" not in meta:
         raise BadInput(f"{path}: not an embeddings file of rag-cli (needs chunk_id, vector and a model_fingerprint)")
-    dim = _check_sizes(path, table, int(meta.get("dim", 0)))
-    vectors = to_matrix(table.column("vector"), dim) if dim else np.zeros((0, 0), np.float32)
-    sha = table.column("text_sha256").to_pylist() if "text_sha256" in table.column_names else [""] * table.num_rows
+    keys = read_parquet(path, remedy, columns=[c for c in ("chunk_id", "text_sha256") if c in schema.names])
+    chunk_ids = keys.column("chunk_id").to_pylist()
+    sha = keys.column("text_sha256").to_pylist() if "text_sha256" in keys.column_names else [""] * keys.num_rows
+    del keys
+    n, dim = len(chunk_ids), int(meta.get("dim", 0))
+    lengths = np.zeros(n, dtype=np.int64)
+    vectors, size, same, pos = None, dim, True, 0
+    for group in iter_row_groups(path, remedy, ["vector"]):
+        col = group.column(0)
+        m = len(col)
+        lengths[pos:pos + m] = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
+        size = size or (int(lengths[0]) if m else 0)
+        same = same and size > 0 and bool((lengths[pos:pos + m] == size).all())
+        if same:  # else only the lengths are read on, for the message
+            if vectors is None:
+                vectors = np.empty((n, size), dtype=np.float32)
+            vectors[pos:pos + m] = to_matrix(col, size)
+        pos += m
+    if pos != n:
+        raise BadInput(f"{path}: {n} chunk ids but {pos} vectors; the file is damaged: {remedy}")
+    dim = _check_sizes(path, lengths, chunk_ids, dim)
+    if vectors is None:
+        vectors = np.zeros((0, dim), np.float32)
     normalized = {"true": True, "false": False}.get(meta.get("normalized", ""))
-    return Embeddings(table.column("chunk_id").to_pylist(), sha, vectors, meta["model_fingerprint"],
+    return Embeddings(chunk_ids, sha, vectors, meta["model_fingerprint"],
                       meta.get("model_name", ""), dim, meta.get("passage_fingerprint", meta["model_fingerprint"]),
                       normalized)
 

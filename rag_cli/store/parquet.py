@@ -57,6 +57,7 @@ def read_parquet(path: str | Path, remedy: str, *, columns: Sequence[str] | None
         table.validate(full=True)  # e.g. strings that are not UTF-8
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... for a damaged file
         raise _unreadable(path, exc, remedy) from exc
+    pa.default_memory_pool().release_unused()  # the pages and buffers of the read, kept by the allocator
     _check_columns(path, table.column_names, required, remedy)
     return table
 
@@ -76,6 +77,31 @@ def open_parquet(path: str | Path, remedy: str, *, required: Sequence[str] = ())
         raise _unreadable(path, exc, remedy) from exc
     _check_columns(path, pf.schema_arrow.names, required, remedy)
     return pf
+
+
+def iter_row_groups(path: str | Path, remedy: str, columns: Sequence[str]) -> Iterator[pa.Table]:
+    """Yield each row group of `columns` as a table, one at a time, single-threaded, giving the
+    memory of the one before back to the system first: Arrow's allocator keeps freed buffers for
+    reuse, and reading a large file whole held 2-3 times its decoded size at the peak (about
+    2.4 GB for 600,000 384-dimension vectors, 0.9 GB of them; row group by row group, 1.4 GB).
+
+    Raises:
+        BadInput: as `read_parquet`, also for a data page that turns out to be damaged.
+    """
+    pf = open_parquet(path, remedy, required=columns)
+    try:
+        for i in range(pf.num_row_groups):
+            table = pf.read_row_group(i, columns=list(columns), use_threads=False)
+            table.validate(full=True)
+            yield table
+            del table
+            pa.default_memory_pool().release_unused()
+    except BadInput:
+        raise
+    except Exception as exc:  # damaged data pages surface only when read
+        raise _unreadable(Path(path), exc, remedy) from exc
+    finally:
+        pf.close()
 
 
 def iter_parquet_batches(path: str | Path, remedy: str, columns: Sequence[str],
