@@ -146,6 +146,63 @@ def test_the_span_answerer_quotes_the_phrase_that_holds_the_asked_fact(question,
     assert got == span and got in sentence  # verbatim
 
 
+BLUM = ("In 1967, Manuel Blum developed an axiomatic complexity theory and proved an important result, "
+        "the so-called speed-up theorem.")
+HARBOUR = ("After a long debate in the spring session the council, which had met every week since January and heard "
+           "many witnesses from the town, decided that the old harbour would be rebuilt as a park with gardens and a "
+           "museum for the fishing fleet.")
+
+
+@pytest.mark.parametrize("question, sentence, unit", [
+    # the phrase, when the question's wording points at it: what NOUN, known as what, an example of, the name of
+    ("What theorem did Manuel Blum prove?", BLUM, "so-called speed-up theorem"),
+    ("Problems that take too long in practice are known as what?",
+     "Problems that can be solved in theory, but which in practice take too long, are known as intractable problems.",
+     "intractable problems"),
+    ("What is an example of a machine model?",
+     "Many machine models have been proposed in the literature, for example random access machines.",
+     "random access machines"),
+    ("What was the name of the set top box manufacturer?",
+     "Rumours started that BSkyB had supply issues with its set top box from manufacturer Thomson.", "Thomson"),
+    ("What consortium was BSkyB excluded from?",
+     "While BSkyB had been excluded from being a part of the ONdigital consortium, BSkyB was able to join Freeview.",
+     "ONdigital consortium"),
+    # dates and numbers matched by type: the phrase
+    ("When was the university founded?", UNIVERSITY, "1880"),
+    ("In what year did Manuel Blum prove the speed-up theorem?", BLUM, "1967"),
+    # a weak phrase pick in a long sentence: the sentence cut to 20 words around it
+    ("What did the council decide about the old harbour after the long debate of the spring session?", HARBOUR,
+     "decided that the old harbour would be rebuilt as a park with gardens and a museum for the fishing fleet"),
+    # explanations keep the whole sentence, however long; Chinese: the clause of a date or number, else the sentence
+    ("Why do e5 cosines sit in a narrow band?", "Because the model was trained with a low temperature contrastive "
+     "loss over many pairs of related and unrelated passages of text, its cosines sit between 0.7 and 1.0.", None),
+    ("该公司成立于哪一年？", COMPANY, "该公司成立于1998年"),
+    ("该公司的总部在哪里？", COMPANY, None),
+])
+def test_the_answer_unit_is_the_phrase_when_sure_else_a_window_of_the_sentence(question, sentence, unit):
+    from rag_cli.generate.spans import answer_unit
+
+    got = answer_unit(question, sentence, analyze)
+    assert got == (unit or sentence) and got in sentence  # verbatim
+    assert len(got.split()) <= 20 or unit is None
+
+
+def test_the_answer_unit_modes():
+    from rag_cli.generate.spans import answer_unit
+
+    q = "What did the council decide about the old harbour after the long debate of the spring session?"
+    phrase = answer_unit(q, HARBOUR, analyze, mode="phrase")
+    window = answer_unit(q, HARBOUR, analyze, mode="window")
+    clause = answer_unit(q, HARBOUR, analyze, mode="clause")
+    assert phrase == "old harbour would be rebuilt as a park with gardens and a museum for the fishing fleet"
+    assert phrase in window and len(window.split()) == 20 and window in HARBOUR
+    assert phrase in clause and clause in HARBOUR and len(clause.split()) <= 20
+    # a sure pick (its piece beats the next by min_margin) is quoted alone in auto mode
+    assert answer_unit(q, HARBOUR, analyze, min_margin=0.0) == phrase
+    short = "The council decided that the harbour would become a park."
+    assert answer_unit("What did the council decide about the harbour?", short, analyze, mode="window") == short
+
+
 def test_questions_that_ask_for_an_explanation_are_answered_by_the_sentence():
     assert question_kind("Why does BM25 saturate term frequency?") is None
     assert question_kind("What does ef control?") is None and question_kind("为什么中文需要分词？") is None

@@ -54,7 +54,7 @@ import numpy as np
 
 from rag_cli.generate.base import Answer, Evidence, language
 from rag_cli.generate.gate import QUESTION_WORDS, holds_term
-from rag_cli.generate.spans import answer_span, question_subject, strip_marks
+from rag_cli.generate.spans import answer_unit, question_subject, strip_marks
 from rag_cli.loaders.normalize import CJK, normalize_text
 
 # Blocks: paragraphs, and lines that start a list item, heading or table row.
@@ -358,8 +358,8 @@ class ExtractiveGenerator:
         parts, citations, support = [], [], []
         for i in chosen:
             sentence, ev = ranked.sentences[i], ranked.evidence[i]
-            span = answer_span(question, sentence, self.analyze) if self.spans and len(chosen) == 1 else None
-            parts.append(f"{span or sentence} [{ev.number}]")
+            unit = answer_unit(question, sentence, self.analyze) if self.spans and len(chosen) == 1 else sentence
+            parts.append(f"{unit} [{ev.number}]")
             support.append(f"{sentence} [{ev.number}]")
             if ev.chunk_id not in citations:
                 citations.append(ev.chunk_id)
