@@ -8,10 +8,11 @@ records, per question, the candidate sentences (their cosine with the
 question, their share of its terms, ...) of the evidence the generator is
 given. Then it scores ways of answering without asking again:
 
-* sentence choice: the top sentence by the generator's score, and by
-  re-weighted scores (`--weights`), "support holds gold" for each;
-* the unit: for the chosen sentence, the answer of the current span answerer
-  and of each `spans.answer_unit` mode: holds gold, SQuAD F1, median words.
+* sentence choice: the top sentence by the generator's score ("sentence");
+* the unit: for the chosen sentence, the answer of the span answerer of
+  before (`answer_span`, else the sentence) and of each `spans.answer_unit`
+  mode, and of "auto" with other `min_margin` and `weak` units: holds gold
+  (of the answered), SQuAD F1 (over all, a refusal scoring 0), median words.
 
     nice python bench/answer_units.py --work /tmp/squad-answers --split tune --out bench/results/answer-units-tune.json
 
@@ -106,7 +107,6 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--reuse", action="store_true", help="the questions recorded by the last run (WORK/units-SPLIT.pkl)")
     args = ap.parse_args()
-    from rag_cli.generate.citations import MARKER
     from rag_cli.generate.spans import answer_span, answer_unit
     from rag_cli.index.sparse import analyze
 
@@ -125,17 +125,16 @@ def main() -> None:
         return r["sentences"][r["chosen"]]
 
     results = {"sentence": measure(rows, sentence),
-               "generator (as answered)": measure(rows, lambda r: MARKER.sub("", r["answer"]).strip()),
-               "span or sentence (before)": measure(rows, lambda r: answer_span(r["question"], sentence(r), analyze)
-                                                    or sentence(r))}
+               "phrase or sentence (before: answer_span)": measure(
+                   rows, lambda r: answer_span(r["question"], sentence(r), analyze) or sentence(r))}
     for mode in ("phrase", "clause", "window", "auto"):
-        for trim in (False, True):
-            for mw in (12, 20):
-                if trim and mode in ("phrase", "window"):
-                    continue
-                results[f"answer_unit {mode} trim={trim} max={mw}"] = measure(
-                    rows, lambda r, m=mode, t=trim, w=mw: answer_unit(r["question"], sentence(r), analyze, mode=m,
-                                                                      trim=t, max_words=w))
+        results[f"answer_unit {mode}"] = measure(rows, lambda r, m=mode: answer_unit(r["question"], sentence(r),
+                                                                                     analyze, mode=m))
+    for weak in ("clause", "window"):
+        for margin in (0.0, 0.15, 0.4, 0.8, 1e9):
+            results[f"answer_unit auto weak={weak} min_margin={margin:g}"] = measure(
+                rows, lambda r, w=weak, m=margin: answer_unit(r["question"], sentence(r), analyze, weak=w,
+                                                              min_margin=m))
     result = {"command": "python bench/answer_units.py " + " ".join(sys.argv[1:]), "split": args.split,
               "results": results, "seconds": round(time.time() - t0, 1), "machine": machine(), "commit": commit()}
     for k, v in results.items():

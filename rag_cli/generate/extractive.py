@@ -36,9 +36,11 @@ The answer is as short as the question needs (`ExtractiveGenerator.choose`):
   second part of the question ("... and what is its usual default?"), not
   a neighbour that shares the same words;
 * for a one-sentence answer to a question that asks for a date, a number,
-  a person, a place or a thing, the phrase or clause of the sentence that
-  holds it (`rag_cli.generate.spans.answer_span`), quoted verbatim with the
-  sentence's citation; `Answer.support` keeps the full sentence.
+  a person, a place or a thing, the smallest unit of the sentence that the
+  span answerer is sure of (`rag_cli.generate.spans.answer_unit`): the
+  phrase that holds it when its evidence is strong, else the sentence cut
+  to 20 words around it; quoted verbatim with the sentence's citation;
+  `Answer.support` keeps the full sentence.
 
 Markdown marks of the document (`**k1**`, `` `ef` ``) are removed from the
 quoted text (`spans.strip_marks`).

@@ -36,6 +36,21 @@ English:
   questions, and a penalty per word past four; the best run is returned.
   A sentence without question words gives None.
 
+* cues (`_cue_span`, person / place / entity): "... known as / called
+  what?" -> the words after "known as" / "called" in the sentence; "an
+  example of X" -> the words after "for example", "such as", "including";
+  "what / which NOUN ...", "the name of the NOUN" -> the NOUN of the sentence
+  with the modifiers the question lacks ("the so-called speed-up theorem")
+  or the name right after it ("manufacturer Thomson").
+
+`answer_unit(question, sentence, terms)` is what the extractive generator
+quotes: the phrase when its evidence is strong (a date or number matched
+by type, "what type of X", a cue) or when the piece the phrase picker chose
+beats the next best by `min_margin`; otherwise the sentence cut to 20
+words around that phrase (a phrase picked among close rivals misses the
+gold answer most of the time; the sentence around it rarely does). Measured
+on SQuAD 2.0's tune articles: docs/answers.md.
+
 Chinese: for date / number questions only, the clause (split at ，；：、
 and brackets) that holds the number or date asked for, only when it is
 shorter than the sentence. Other Chinese questions get the sentence: on
