@@ -148,6 +148,7 @@ def test_the_span_answerer_quotes_the_phrase_that_holds_the_asked_fact(question,
 
 BLUM = ("In 1967, Manuel Blum developed an axiomatic complexity theory and proved an important result, "
         "the so-called speed-up theorem.")
+LONG_COMPANY = "该公司成立于1998年，总部位于上海浦东新区的陆家嘴金融贸易区，员工约两千人，主要从事软件开发和数据服务。"
 HARBOUR = ("After a long debate in the spring session the council, which had met every week since January and heard "
            "many witnesses from the town, decided that the old harbour would be rebuilt as a park with gardens and a "
            "museum for the fishing fleet.")
@@ -176,8 +177,10 @@ HARBOUR = ("After a long debate in the spring session the council, which had met
     # explanations keep the whole sentence, however long; Chinese: the clause of a date or number, else the sentence
     ("Why do e5 cosines sit in a narrow band?", "Because the model was trained with a low temperature contrastive "
      "loss over many pairs of related and unrelated passages of text, its cosines sit between 0.7 and 1.0.", None),
-    ("该公司成立于哪一年？", COMPANY, "该公司成立于1998年"),
-    ("该公司的总部在哪里？", COMPANY, None),
+    ("该公司成立于哪一年？", COMPANY, None),  # a short sentence (<= 40 characters) is quoted whole
+    ("该公司成立于哪一年？", LONG_COMPANY, "该公司成立于1998年"),
+    ("该公司有多少员工？", LONG_COMPANY, "员工约两千人"),
+    ("该公司的总部在哪里？", LONG_COMPANY, None),
 ])
 def test_the_answer_unit_is_the_phrase_when_sure_else_a_window_of_the_sentence(question, sentence, unit):
     from rag_cli.generate.spans import answer_unit

@@ -53,7 +53,8 @@ on SQuAD 2.0's tune articles: docs/answers.md.
 
 Chinese: for date / number questions only, the clause (split at ，；：、
 and brackets) that holds the number or date asked for, only when it is
-shorter than the sentence. Other Chinese questions get the sentence: on
+shorter than the sentence; `answer_unit` quotes it only from a sentence
+longer than `ZH_CLAUSE_CHARS` (40) characters. Other Chinese questions get the sentence: on
 CMRC 2018 the gold answer of a 什么 / 谁 / 哪里 question is often a whole
 clause or sentence, and clause spans lowered "answer contains gold" from
 77% to 42% of the answered questions (docs/answers.md).
@@ -585,6 +586,10 @@ def _window(words, q_pos, around: tuple[int, int] | None, max_words: int) -> tup
     return best_i, best_i + max_words
 
 
+#: Chinese: the clause of a date or number is quoted only from a sentence longer than this (characters); a
+#: shorter one is quoted whole (chosen on CMRC 2018's tune half: docs/answers.md)
+ZH_CLAUSE_CHARS = 40
+
 #: the phrase is quoted alone when its evidence is strong: a date or number matched by type, "what type of X",
 #: "known as what", "an example of", "what NOUN" (`_cue_span`)
 STRONG = ("date", "number", "type", "as", "example", "head")
@@ -606,12 +611,15 @@ def answer_unit(question: str, sentence: str, terms: Terms, *, mode: str = "auto
       phrase picker chose beats the next best by at least `min_margin`; else the `weak` unit.
 
     Chosen on SQuAD 2.0's tune articles (docs/answers.md, `bench/answer_units.py`). Questions that ask for
-    no kind of fact (why, how, what does X do, claims) get the whole sentence; Chinese questions what
-    `answer_span` gives (the clause of a date or number, else the sentence).
+    no kind of fact (why, how, what does X do, claims) get the whole sentence; Chinese questions the
+    clause of a date or number (`answer_span`) of a sentence longer than `ZH_CLAUSE_CHARS` characters, else
+    the sentence (on CMRC 2018 a short sentence is often the whole gold answer, and its date clause lost it).
     """
     kind = question_kind(question)
-    if kind is None or has_cjk(question):
-        return answer_span(question, sentence, terms) or sentence
+    if has_cjk(question):  # a short sentence is often the whole gold answer (CMRC): the clause only in a long one
+        return (answer_span(question, sentence, terms) if len(sentence) > ZH_CLAUSE_CHARS else None) or sentence
+    if kind is None:
+        return sentence
     words = _words(sentence)
     if not words:
         return sentence
