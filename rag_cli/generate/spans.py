@@ -650,9 +650,9 @@ def answer_unit(question: str, sentence: str, terms: Terms, *, mode: str = "auto
     around = None
     if phrase:
         at = sentence.find(phrase)
-        i = next(k for k, s in enumerate(starts) if s >= at)
+        i = next((k for k, s in enumerate(starts) if s >= at), len(words) - 1)
         j = next((k for k, s in enumerate(starts) if s >= at + len(phrase)), len(words))
-        around = (i, j)
+        around = (i, max(j, i + 1))
     if mode == "window":
         i, j = _window(words, q_pos, around, max_words)
         return sentence[words[i][0]:words[j - 1][1]] if j - i < len(words) else sentence
