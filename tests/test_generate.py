@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rag_cli.generate.base import Evidence, language, refusal
 from rag_cli.generate.extractive import (ExtractiveGenerator, answer_type, has_answer_type, split_sentences,
@@ -246,3 +248,25 @@ def test_a_second_sentence_only_when_the_question_asks_two_things_and_it_adds_th
 def test_a_claim_is_not_a_question_and_is_answered_by_a_sentence():
     assert question_kind("Proteins which bind DNA are made in 1990.") is None
     assert question_kind("A function problem is an example of what?") == "entity"
+
+
+_VOCAB = ["The", "university", "was", "founded", "in", "1880", "by", "Robert", "Widney", ",", "which", "is", "known",
+          "as", "USC", "such", "the", "council", "of", "3.9", "million", "people", "(", ")", "and", "its", "harbour",
+          "Sky", "launched", "channels", "for", "example", "news", ";", "theorem", "speed-up", "called", "what"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(_VOCAB), min_size=1, max_size=45),
+       st.sampled_from(["When was the university founded?", "Who founded the university?",
+                        "How many people live in the harbour?", "What theorem is the speed-up theorem called?",
+                        "What is an example of the channels Sky launched?", "Which council is known as USC?",
+                        "Why was the harbour founded?"]),
+       st.sampled_from(["auto", "phrase", "clause", "window"]))
+def test_the_answer_unit_is_always_a_verbatim_part_of_the_sentence(tokens, question, mode):
+    from rag_cli.generate.spans import answer_unit, question_kind
+
+    sentence = " ".join(tokens) + "."
+    got = answer_unit(question, sentence, analyze, mode=mode)
+    assert got and got in sentence
+    if mode in ("window", "clause") and question_kind(question) is not None:
+        assert len(got.split()) <= 20 or got == sentence
