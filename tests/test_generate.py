@@ -170,8 +170,18 @@ HARBOUR = ("After a long debate in the spring session the council, which had met
     ("What consortium was BSkyB excluded from?",
      "While BSkyB had been excluded from being a part of the ONdigital consortium, BSkyB was able to join Freeview.",
      "ONdigital consortium"),
-    # dates and numbers matched by type: the phrase
+    ("What is the term given to algorithms that use random bits?",
+     "Algorithms that use random bits are called randomized algorithms.", "randomized algorithms"),
+    ("What paper did Richard Karp write in 1972?", "In 1972, Richard Karp took this idea a leap forward with his "
+     "landmark paper, \"Reducibility Among Combinatorial Problems\", in which he showed that 21 problems are "
+     "NP-complete.", "Reducibility Among Combinatorial Problems"),
+    ("What is an example of a problem in NP?", "NP contains many problems that people would like to solve "
+     "efficiently, such as the Boolean satisfiability problem, the Hamiltonian path problem and the vertex cover "
+     "problem.", "Boolean satisfiability problem"),  # "like" is no cue, "such as" is
+    # dates and numbers matched by type: the phrase (the day of a date is no count)
     ("When was the university founded?", UNIVERSITY, "1880"),
+    ("What was the total number of homes with Sky+HD in March 2012?",
+     "On 31 March 2012, Sky announced the total number of homes with Sky+HD was 4,222,000.", "4,222,000"),
     ("In what year did Manuel Blum prove the speed-up theorem?", BLUM, "1967"),
     # a weak phrase pick in a long sentence: the sentence cut to 20 words around it
     ("What did the council decide about the old harbour after the long debate of the spring session?", HARBOUR,

@@ -37,8 +37,10 @@ English:
   A sentence without question words gives None.
 
 * cues (`_cue_span`, person / place / entity): "... known as / called
-  what?" -> the words after "known as" / "called" in the sentence; "an
-  example of X" -> the words after "for example", "such as", "including";
+  what?", "what is the term / name for X" -> the words after "known as" /
+  "called" in the sentence; "what paper / book / song ..." -> the quoted
+  title; "an example of X" -> the words after "for example", "such as",
+  "including";
   "what / which NOUN ...", "the name of the NOUN" -> the NOUN of the sentence
   with the modifiers the question lacks ("the so-called speed-up theorem")
   or the name right after it ("manufacturer Thomson").
@@ -94,7 +96,9 @@ _EN_KINDS = [
                         r"day|month|century|decade)|how long ago|since when)\b", re.I)),
     ("number", re.compile(r"\b(how (many|much|long|old|far|tall|high|large|big|wide|deep|often|fast|heavy)|"
                           r"what (percentage|percent|number|amount|proportion|share|fraction|size|population)|"
-                          r"at what (age|rate|speed|cost|price))\b", re.I)),
+                          r"at what (age|rate|speed|cost|price)|"
+                          r"what (is|was|are|were) the (total |overall |approximate |estimated )?(number|amount|"
+                          r"percentage|population|cost|price) of)\b", re.I)),
     ("person", re.compile(r"\b(who|whom|whose)\b", re.I)),
     ("place", re.compile(r"\b(where|what (city|country|state|place|region|county|area|town|continent)|"
                          r"which (city|country|state|place|region|county|area|town|continent))\b", re.I)),
@@ -218,6 +222,8 @@ def _typed_span(question: str, sentence: str, kind: str, words, q_pos) -> str | 
             continue
         if kind == "number" and re.fullmatch(r"(?:1[0-9]|20)\d\d", text) and not re.search(r"how (old|long)", question, re.I):
             continue  # a bare year answers when, not how many
+        if kind == "number" and any(d.start() <= m.start() < d.end() for d in _DATE_EN.finditer(sentence)):
+            continue  # the day of a date ("31 March 2012") is no count
         i = next((k for k, s in enumerate(starts) if s >= m.start()), len(words) - 1)
         j = next((k for k, s in enumerate(starts) if s >= m.end()), len(words))
         score = _nearness(i, max(j, i + 1), q_pos) + (0.01 if kind == "date" and re.search("[A-Za-z]", text) else 0)
@@ -390,9 +396,14 @@ def _type_of_span(question: str, sentence: str, words, q_mask, terms: Terms) -> 
 
 _AS_Q = re.compile(r"\b(known as|called|named|referred to as|termed|described as|defined as|considered)\b", re.I)
 _EXAMPLE_Q = re.compile(r"\bexamples?\b", re.I)
-_EXAMPLE_S = re.compile(r"\b(?:for example|for instance|such as|e\.g\.,?|including|like)\s+", re.I)
+_EXAMPLE_S = re.compile(r"\b(?:for example|for instance|such as|e\.g\.,?|including)\s+", re.I)
 _HEAD_Q = re.compile(r"\b(?:what|which)\s+(?:is|was|are|were)\s+the\s+name\s+of\s+(?:the\s+|a\s+|an\s+)?([\w-]+(?:\s+[\w-]+){0,3})"
                      r"|\b(?:what|which)\s+((?:[\w-]+\s+){0,2}[\w-]+)", re.I)
+_TERM_Q = re.compile(r"\b(?:term|name|word|phrase)\b", re.I)
+_AS_S = re.compile(r"\b(?:is|are|was|were) (?:called|known as|termed|named|referred to as)\s+", re.I)
+_TITLE_Q = re.compile(r"\b(?:what|which)\s+(?:[\w-]+\s+)?(?:paper|book|song|album|film|movie|title|article|novel|poem|"
+                      r"show|series|play|report|essay|slogan|motto)\b", re.I)
+_QUOTED = re.compile(r"[\"“]([^\"“”]{3,120})[\"”]")
 #: nouns after what / which that name no kind of thing ("what is", "which one", "what other ...")
 _NO_HEAD = _FUNCTION | frozenset("type types kind kinds sort form forms class name names example examples part parts "
                                  "way ways thing things something other else".split())
@@ -441,13 +452,26 @@ def _cue_span(question: str, sentence: str, words, q_mask, terms: Terms) -> tupl
     -> the words after known as, called, ... in the sentence), "example" (what is an example of X -> the
     words after such as, for example, including ...), "head" (what NOUN ... -> the NOUN of the sentence with
     its modifiers the question lacks, or the name next to it: "speed-up theorem", "manufacturer Thomson")."""
+    q_words = {w[2].lower() for w in _words(question)}
+    literal = [w[2].lower() in q_words for w in words]  # "randomized" is new even when "random" is asked about
     m = _AS_Q.search(question)
     if m:
         cue = re.search(r"\b" + re.escape(m.group(1)).replace("\\ ", "\\s+") + r"\s+", sentence, re.I)
         if cue:
-            got = _after(sentence, words, cue.end(), q_mask)
+            got = _after(sentence, words, cue.end(), literal)
             if got:
                 return sentence[words[got[0]][0]:words[got[1]][1]], "as"
+    if _TERM_Q.search(question):  # "what is the term / name for X" -> "X is called / known as Y"
+        cue = _AS_S.search(sentence)
+        if cue:
+            got = _after(sentence, words, cue.end(), literal)
+            if got:
+                return sentence[words[got[0]][0]:words[got[1]][1]], "as"
+    if _TITLE_Q.search(question):  # "what paper / book / song ..." -> the quoted title
+        for m in _QUOTED.finditer(sentence):
+            inner = [k for k, w in enumerate(words) if m.start(1) <= w[0] < m.end(1)]
+            if inner and not all(q_mask[k] for k in inner):
+                return m.group(1), "title"
     if _EXAMPLE_Q.search(question):
         for cue in _EXAMPLE_S.finditer(sentence):
             got = _after(sentence, words, cue.end(), q_mask)
@@ -592,7 +616,7 @@ ZH_CLAUSE_CHARS = 40
 
 #: the phrase is quoted alone when its evidence is strong: a date or number matched by type, "what type of X",
 #: "known as what", "an example of", "what NOUN" (`_cue_span`)
-STRONG = ("date", "number", "type", "as", "example", "head")
+STRONG = ("date", "number", "type", "as", "example", "head", "title")
 
 
 def answer_unit(question: str, sentence: str, terms: Terms, *, mode: str = "auto", max_words: int = 20,
