@@ -11,14 +11,16 @@ from pathlib import Path
 
 def machine() -> dict:
     """{"cpu": model name, "cores": usable cores, "avx512": any avx512* flag, "avx2", "vnni" (avx512_vnni or
-    avx_vnni), "amx" (amx_int8): bool, "python": version}, from /proc/cpuinfo."""
+    avx_vnni), "amx" (amx_int8): bool, "python": version, "load_average": [1, 5, 15 min] when called},
+    from /proc/cpuinfo."""
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines()
                 if line.startswith("model name")), platform.processor())
     flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
     return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "avx512": any(f.startswith("avx512") for f in flags),
             "avx2": "avx2" in flags, "vnni": bool({"avx512_vnni", "avx_vnni"} & set(flags)),
-            "amx": "amx_int8" in flags, "python": platform.python_version()}
+            "amx": "amx_int8" in flags, "python": platform.python_version(),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
 def commit(short: bool = False) -> str:

@@ -558,3 +558,23 @@ def test_ask_prompt_flag_sends_the_template(nasty_project, fake, tmp_path):
     res = rag("ask", "How?", *ANSWERABLE, "--generator", "openai", "--base-url", fake.base_url, "--prompt",
               tmp_path / "none.txt", "-p", nasty_project.root)
     assert res.exit_code == 2 and "--prompt" in res.stderr
+
+
+def test_ask_result_to_dict_is_the_json_of_rag_ask():
+    from rag_cli.json_shapes import ask_json, json_safe
+    from rag_cli.stages.ask import AskResult
+
+    ev = [Evidence(number=1, chunk_id="a#0", doc_id="a.md", text="b controls length normalisation.", score=0.91),
+          Evidence(number=2, chunk_id="b#0", doc_id="b.md", text="k1 controls saturation.", score=0.85)]
+    answer = Answer(text="length normalisation [1]", citations=["a#0"], refused=False, generator="extractive",
+                    support="b controls length normalisation. [1]")
+    res = AskResult("What does b control?", answer, ev, 0.91, 0.8, 12.5, left_out=[ev[1]], n_queries_truncated=1)
+    d = res.to_dict()
+    assert d == ask_json(res) and json_safe(res) == d  # one shape: the CLI's, serve's and Python's
+    assert d["answer"] == "length normalisation [1]" and d["support"] == "b controls length normalisation. [1]"
+    assert [s["n"] for s in d["sources"]] == [1] and d["left_out"] == [{"n": 2, "chunk_id": "b#0", "doc_id": "b.md"}]
+    assert d["n_queries_truncated"] == 1 and json.loads(json.dumps(d)) == d
+    refused = AskResult("What is mercury?", Answer(text="Not found in the sources.", citations=[], refused=True,
+                                                   generator="extractive"), ev, 0.7, 0.1, 3.0, reason="low cosine")
+    r = refused.to_dict()
+    assert r["refused"] and r["sources"] == [] and "support" not in r and r["reason"] == "low cosine"

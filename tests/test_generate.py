@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rag_cli.generate.base import Evidence, language, refusal
 from rag_cli.generate.extractive import (ExtractiveGenerator, answer_type, has_answer_type, split_sentences,
@@ -146,6 +148,76 @@ def test_the_span_answerer_quotes_the_phrase_that_holds_the_asked_fact(question,
     assert got == span and got in sentence  # verbatim
 
 
+BLUM = ("In 1967, Manuel Blum developed an axiomatic complexity theory and proved an important result, "
+        "the so-called speed-up theorem.")
+LONG_COMPANY = "该公司成立于1998年，总部位于上海浦东新区的陆家嘴金融贸易区，员工约两千人，主要从事软件开发和数据服务。"
+HARBOUR = ("After a long debate in the spring session the council, which had met every week since January and heard "
+           "many witnesses from the town, decided that the old harbour would be rebuilt as a park with gardens and a "
+           "museum for the fishing fleet.")
+
+
+@pytest.mark.parametrize("question, sentence, unit", [
+    # the phrase, when the question's wording points at it: what NOUN, known as what, an example of, the name of
+    ("What theorem did Manuel Blum prove?", BLUM, "so-called speed-up theorem"),
+    ("Problems that take too long in practice are known as what?",
+     "Problems that can be solved in theory, but which in practice take too long, are known as intractable problems.",
+     "intractable problems"),
+    ("What is an example of a machine model?",
+     "Many machine models have been proposed in the literature, for example random access machines.",
+     "random access machines"),
+    ("What was the name of the set top box manufacturer?",
+     "Rumours started that BSkyB had supply issues with its set top box from manufacturer Thomson.", "Thomson"),
+    ("What consortium was BSkyB excluded from?",
+     "While BSkyB had been excluded from being a part of the ONdigital consortium, BSkyB was able to join Freeview.",
+     "ONdigital consortium"),
+    ("What is the term given to algorithms that use random bits?",
+     "Algorithms that use random bits are called randomized algorithms.", "randomized algorithms"),
+    ("What paper did Richard Karp write in 1972?", "In 1972, Richard Karp took this idea a leap forward with his "
+     "landmark paper, \"Reducibility Among Combinatorial Problems\", in which he showed that 21 problems are "
+     "NP-complete.", "Reducibility Among Combinatorial Problems"),
+    ("What is an example of a problem in NP?", "NP contains many problems that people would like to solve "
+     "efficiently, such as the Boolean satisfiability problem, the Hamiltonian path problem and the vertex cover "
+     "problem.", "Boolean satisfiability problem"),  # "like" is no cue, "such as" is
+    # dates and numbers matched by type: the phrase (the day of a date is no count)
+    ("When was the university founded?", UNIVERSITY, "1880"),
+    ("What was the total number of homes with Sky+HD in March 2012?",
+     "On 31 March 2012, Sky announced the total number of homes with Sky+HD was 4,222,000.", "4,222,000"),
+    ("In what year did Manuel Blum prove the speed-up theorem?", BLUM, "1967"),
+    # a weak phrase pick in a long sentence: the sentence cut to 20 words around it
+    ("What did the council decide about the old harbour after the long debate of the spring session?", HARBOUR,
+     "decided that the old harbour would be rebuilt as a park with gardens and a museum for the fishing fleet"),
+    # explanations keep the whole sentence, however long; Chinese: the clause of a date or number, else the sentence
+    ("Why do e5 cosines sit in a narrow band?", "Because the model was trained with a low temperature contrastive "
+     "loss over many pairs of related and unrelated passages of text, its cosines sit between 0.7 and 1.0.", None),
+    ("该公司成立于哪一年？", COMPANY, None),  # a short sentence (<= 40 characters) is quoted whole
+    ("该公司成立于哪一年？", LONG_COMPANY, "该公司成立于1998年"),
+    ("该公司有多少员工？", LONG_COMPANY, "员工约两千人"),
+    ("该公司的总部在哪里？", LONG_COMPANY, None),
+])
+def test_the_answer_unit_is_the_phrase_when_sure_else_a_window_of_the_sentence(question, sentence, unit):
+    from rag_cli.generate.spans import answer_unit
+
+    got = answer_unit(question, sentence, analyze)
+    assert got == (unit or sentence) and got in sentence  # verbatim
+    assert len(got.split()) <= 20 or unit is None
+
+
+def test_the_answer_unit_modes():
+    from rag_cli.generate.spans import answer_unit
+
+    q = "What did the council decide about the old harbour after the long debate of the spring session?"
+    phrase = answer_unit(q, HARBOUR, analyze, mode="phrase")
+    window = answer_unit(q, HARBOUR, analyze, mode="window")
+    clause = answer_unit(q, HARBOUR, analyze, mode="clause")
+    assert phrase == "old harbour would be rebuilt as a park with gardens and a museum for the fishing fleet"
+    assert phrase in window and len(window.split()) == 20 and window in HARBOUR
+    assert phrase in clause and clause in HARBOUR and len(clause.split()) <= 20
+    # a sure pick (its piece beats the next by min_margin) is quoted alone in auto mode
+    assert answer_unit(q, HARBOUR, analyze, min_margin=0.0) == phrase
+    short = "The council decided that the harbour would become a park."
+    assert answer_unit("What did the council decide about the harbour?", short, analyze, mode="window") == short
+
+
 def test_questions_that_ask_for_an_explanation_are_answered_by_the_sentence():
     assert question_kind("Why does BM25 saturate term frequency?") is None
     assert question_kind("What does ef control?") is None and question_kind("为什么中文需要分词？") is None
@@ -186,3 +258,25 @@ def test_a_second_sentence_only_when_the_question_asks_two_things_and_it_adds_th
 def test_a_claim_is_not_a_question_and_is_answered_by_a_sentence():
     assert question_kind("Proteins which bind DNA are made in 1990.") is None
     assert question_kind("A function problem is an example of what?") == "entity"
+
+
+_VOCAB = ["The", "university", "was", "founded", "in", "1880", "by", "Robert", "Widney", ",", "which", "is", "known",
+          "as", "USC", "such", "the", "council", "of", "3.9", "million", "people", "(", ")", "and", "its", "harbour",
+          "Sky", "launched", "channels", "for", "example", "news", ";", "theorem", "speed-up", "called", "what"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(_VOCAB), min_size=1, max_size=45),
+       st.sampled_from(["When was the university founded?", "Who founded the university?",
+                        "How many people live in the harbour?", "What theorem is the speed-up theorem called?",
+                        "What is an example of the channels Sky launched?", "Which council is known as USC?",
+                        "Why was the harbour founded?"]),
+       st.sampled_from(["auto", "phrase", "clause", "window"]))
+def test_the_answer_unit_is_always_a_verbatim_part_of_the_sentence(tokens, question, mode):
+    from rag_cli.generate.spans import answer_unit, question_kind
+
+    sentence = " ".join(tokens) + "."
+    got = answer_unit(question, sentence, analyze, mode=mode)
+    assert got and got in sentence
+    if mode in ("window", "clause") and question_kind(question) is not None:
+        assert len(got.split()) <= 20 or got == sentence

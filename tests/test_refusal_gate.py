@@ -235,6 +235,14 @@ def test_tune_refusal_writes_the_best_setting_and_ask_follows_it(tmp_path, proje
     assert _refused(root, tmp_path / "u.jsonl", "u-on") == simulate(rows_u, cfg)
     assert sum(simulate(rows_u, cfg)) == report["train"]["tuned"]["n_refused_unanswerable"]
     assert "Refusal gate tuned on train" in (tmp_path / "t.md").read_text()
+    rules = rag("eval", "tune", "refusal", "--answers", a, "--unanswerable", u, "--max-false-refusal", 0.34,
+                "--no-learn", "--json", "-p", root)
+    assert rules.exit_code == 0, rules.output
+    rules = json.loads(rules.stdout)
+    assert not rules["learn"] and rules["learned_weights"] is None and rules["best"]["refusal_weights"] == []
+    assert Project.open(root).config.ask.refusal_weights == []
+    assert {k: v for k, v in rules["best"].items() if k not in ("refusal_weights", "refusal_scope")} == \
+        {k: v for k, v in report["best"].items() if k not in ("refusal_weights", "refusal_scope")}
     # answers recorded with the gate on cannot be tuned on when the gate refused first
     on = rag("ask", "--queries", tmp_path / "u.jsonl", "--name", "u-strict", "--min-score", 0.9999, "-q", "-p", root)
     assert on.exit_code == 0, on.output
@@ -352,6 +360,39 @@ def test_the_learned_refusal_is_a_logistic_regression_on_the_sentence_signals():
     # the scope: a Chinese question is not judged by weights fitted on English ones
     assert gate_reason(replace(s, cjk=True), tuned) == ""
     assert gate_reason(s, replace(tuned, gate="off")) == ""
+
+
+def test_tune_refusal_reports_the_learned_weights_and_no_learn_fits_none():
+    import io
+
+    from rich.console import Console
+
+    from rag_cli.evaluate.gate_tuning import tune_refusal
+    from rag_cli.generate.gate import FEATURES
+    from rag_cli.lab.tune_refusal import TuneRefusalReport
+
+    import random
+
+    rnd = random.Random(5)
+    answerable = [_row(f"a{i}", True, rnd.uniform(0.5, 1.0)) for i in range(60)]
+    unanswerable = [_row(f"u{i}", False, rnd.uniform(0.0, 0.6), type_missing=i % 3 == 0) for i in range(60)]
+    cfg = AskConfig(min_score=0.5, refusal_weights=[0.1] * 9, refusal_scope="en")
+    learned = tune_refusal((answerable, unanswerable), None, cfg, max_false_refusal=0.05)
+    assert learned["learn"] and learned["learned"]
+    named = learned["learned_weights"]
+    assert list(named) == ["bias", *FEATURES] and [named[k] for k in named] == learned["best"]["refusal_weights"]
+    assert named["answer_terms"] > 0
+    out = io.StringIO()
+    TuneRefusalReport(learned).print_tables(Console(file=out, width=200))
+    text = out.getvalue()
+    assert "learned refusal" in text and "answer_terms" in text and f"{named['answer_terms']:.4g}" in text
+    rules = tune_refusal((answerable, unanswerable), None, cfg, max_false_refusal=0.05, learn=False)
+    assert not rules["learn"] and not rules["learned"] and rules["learned_weights"] is None
+    assert rules["best"]["refusal_weights"] == []  # the rules alone: the learned refusal is switched off
+    assert rules["train"]["tuned"]["refusal_unanswerable"] < learned["train"]["tuned"]["refusal_unanswerable"]
+    out = io.StringIO()
+    TuneRefusalReport(rules).print_tables(Console(file=out, width=200))
+    assert "learned refusal" not in out.getvalue()
 
 
 def test_refusal_weights_are_checked(tmp_path):

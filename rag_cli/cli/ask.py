@@ -55,8 +55,9 @@ def ask(question: QuestionArg = None, queries: QueriesOpt = None, stream: Stream
     a number or date when the question asks for one (\[answers.md](answers.md)), each with
     its citation. The answer is as short as the question needs: one sentence
     (a second only when the question asks two things and it adds them), and for
-    a question asking for a date, number, person, place or thing, the phrase or
-    clause of it that holds the fact, quoted verbatim with its citation (`--json`
+    a question asking for a date, number, person, place or thing, the phrase of
+    it that holds the fact when the answerer is sure of it, else the sentence cut
+    to 20 words around that phrase, quoted verbatim with its citation (`--json`
     keeps the full sentence as `support`); Markdown marks are removed. It needs no
     LLM and cannot say what the sources do not; it can quote a true but not quite
     responsive sentence. `--reader DIR` (`model.reader`, any ONNX

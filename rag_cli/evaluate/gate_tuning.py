@@ -211,6 +211,13 @@ def fit_learned(train: tuple[Sequence[Mapping], Sequence[Mapping]], cfg, max_fal
     return {"refusal_weights": [float(v) for v in raw], "refusal_scope": scope}
 
 
+def learned_weights(weights: Sequence[float]) -> dict[str, float]:
+    """`ask.refusal_weights` ([bias, w per `FEATURES`]) named: {"bias": b, feature: w, ...}."""
+    from rag_cli.generate.gate import FEATURES
+
+    return {"bias": float(weights[0]), **{f: float(w) for f, w in zip(FEATURES, weights[1:])}}
+
+
 def tune_refusal(train: tuple[Sequence[Mapping], Sequence[Mapping]],
                  test: tuple[Sequence[Mapping], Sequence[Mapping]] | None, cfg, *,
                  max_false_refusal: float = 0.05, learn: bool = True) -> dict:
@@ -219,8 +226,12 @@ def tune_refusal(train: tuple[Sequence[Mapping], Sequence[Mapping]],
     the current and the chosen setting on train and on `test` (same shape,
     or None). Returns {"tuned_for": "refusal", "max_false_refusal", "target_met",
     "current": {threshold: value}, "best": {threshold: value}, "n_settings",
-    "grid": {threshold: [values]}, "train": {"current": rates, "tuned": rates},
-    "test": {...} or None}."""
+    "grid": {threshold: [values]}, "learn": whether the learned refusal was fitted,
+    "learned": whether it was kept, "learned_weights": the fitted weights
+    named (`learned_weights`; kept or not, None when not fitted),
+    "train": {"current": rates, "tuned": rates}, "test": {...} or None}.
+    With `learn` false only the rules are searched (the learned refusal of
+    `cfg` is switched off in the tuned setting)."""
     cfg = replace(cfg, gate="on")
     original = cfg
     cfg = replace(cfg, refusal_weights=[])  # the rules are searched alone; the learned refusal is fitted after
@@ -245,6 +256,7 @@ def tune_refusal(train: tuple[Sequence[Mapping], Sequence[Mapping]],
             best_key, best_setting = key, setting
     tuned = replace(cfg, **best_setting)
     learned = fit_learned(train, tuned, max_false_refusal) if learn else None
+    fitted = learned_weights(learned["refusal_weights"]) if learned is not None else None
     rules_only = rates(*train, tuned)
     if learned is not None:
         with_learned = rates(*train, replace(tuned, **learned))
@@ -258,6 +270,7 @@ def tune_refusal(train: tuple[Sequence[Mapping], Sequence[Mapping]],
     current = {**current, "refusal_weights": list(original.refusal_weights), "refusal_scope": original.refusal_scope}
     out = {"tuned_for": "refusal", "max_false_refusal": max_false_refusal, "target_met": bool(best_key[0]),
            "current": current, "best": best_setting, "n_settings": n, "grid": grid, "learned": learned is not None,
+           "learn": learn, "learned_weights": fitted,
            "train": {"current": rates(*train, original), "tuned": rates(*train, tuned)}, "test": None}
     if test is not None:
         out["test"] = {"current": rates(*test, original), "tuned": rates(*test, tuned)}

@@ -36,9 +36,11 @@ The answer is as short as the question needs (`ExtractiveGenerator.choose`):
   second part of the question ("... and what is its usual default?"), not
   a neighbour that shares the same words;
 * for a one-sentence answer to a question that asks for a date, a number,
-  a person, a place or a thing, the phrase or clause of the sentence that
-  holds it (`rag_cli.generate.spans.answer_span`), quoted verbatim with the
-  sentence's citation; `Answer.support` keeps the full sentence.
+  a person, a place or a thing, the smallest unit of the sentence that the
+  span answerer is sure of (`rag_cli.generate.spans.answer_unit`): the
+  phrase that holds it when its evidence is strong, else the sentence cut
+  to 20 words around it; quoted verbatim with the sentence's citation;
+  `Answer.support` keeps the full sentence.
 
 Markdown marks of the document (`**k1**`, `` `ef` ``) are removed from the
 quoted text (`spans.strip_marks`).
@@ -54,7 +56,7 @@ import numpy as np
 
 from rag_cli.generate.base import Answer, Evidence, language
 from rag_cli.generate.gate import QUESTION_WORDS, holds_term
-from rag_cli.generate.spans import answer_span, question_subject, strip_marks
+from rag_cli.generate.spans import answer_unit, question_subject, strip_marks
 from rag_cli.loaders.normalize import CJK, normalize_text
 
 # Blocks: paragraphs, and lines that start a list item, heading or table row.
@@ -358,8 +360,8 @@ class ExtractiveGenerator:
         parts, citations, support = [], [], []
         for i in chosen:
             sentence, ev = ranked.sentences[i], ranked.evidence[i]
-            span = answer_span(question, sentence, self.analyze) if self.spans and len(chosen) == 1 else None
-            parts.append(f"{span or sentence} [{ev.number}]")
+            unit = answer_unit(question, sentence, self.analyze) if self.spans and len(chosen) == 1 else sentence
+            parts.append(f"{unit} [{ev.number}]")
             support.append(f"{sentence} [{ev.number}]")
             if ev.chunk_id not in citations:
                 citations.append(ev.chunk_id)

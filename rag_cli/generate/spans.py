@@ -36,9 +36,27 @@ English:
   questions, and a penalty per word past four; the best run is returned.
   A sentence without question words gives None.
 
+* cues (`_cue_span`, person / place / entity): "... known as / called
+  what?", "what is the term / name for X" -> the words after "known as" /
+  "called" in the sentence; "what paper / book / song ..." -> the quoted
+  title; "an example of X" -> the words after "for example", "such as",
+  "including";
+  "what / which NOUN ...", "the name of the NOUN" -> the NOUN of the sentence
+  with the modifiers the question lacks ("the so-called speed-up theorem")
+  or the name right after it ("manufacturer Thomson").
+
+`answer_unit(question, sentence, terms)` is what the extractive generator
+quotes: the phrase when its evidence is strong (a date or number matched
+by type, "what type of X", a cue) or when the piece the phrase picker chose
+beats the next best by `min_margin`; otherwise the sentence cut to 20
+words around that phrase (a phrase picked among close rivals misses the
+gold answer most of the time; the sentence around it rarely does). Measured
+on SQuAD 2.0's tune articles: docs/answers.md.
+
 Chinese: for date / number questions only, the clause (split at ，；：、
 and brackets) that holds the number or date asked for, only when it is
-shorter than the sentence. Other Chinese questions get the sentence: on
+shorter than the sentence; `answer_unit` quotes it only from a sentence
+longer than `ZH_CLAUSE_CHARS` (40) characters. Other Chinese questions get the sentence: on
 CMRC 2018 the gold answer of a 什么 / 谁 / 哪里 question is often a whole
 clause or sentence, and clause spans lowered "answer contains gold" from
 77% to 42% of the answered questions (docs/answers.md).
@@ -78,7 +96,9 @@ _EN_KINDS = [
                         r"day|month|century|decade)|how long ago|since when)\b", re.I)),
     ("number", re.compile(r"\b(how (many|much|long|old|far|tall|high|large|big|wide|deep|often|fast|heavy)|"
                           r"what (percentage|percent|number|amount|proportion|share|fraction|size|population)|"
-                          r"at what (age|rate|speed|cost|price))\b", re.I)),
+                          r"at what (age|rate|speed|cost|price)|"
+                          r"what (is|was|are|were) the (total |overall |approximate |estimated )?(number|amount|"
+                          r"percentage|population|cost|price) of)\b", re.I)),
     ("person", re.compile(r"\b(who|whom|whose)\b", re.I)),
     ("place", re.compile(r"\b(where|what (city|country|state|place|region|county|area|town|continent)|"
                          r"which (city|country|state|place|region|county|area|town|continent))\b", re.I)),
@@ -202,6 +222,8 @@ def _typed_span(question: str, sentence: str, kind: str, words, q_pos) -> str | 
             continue
         if kind == "number" and re.fullmatch(r"(?:1[0-9]|20)\d\d", text) and not re.search(r"how (old|long)", question, re.I):
             continue  # a bare year answers when, not how many
+        if kind == "number" and any(d.start() <= m.start() < d.end() for d in _DATE_EN.finditer(sentence)):
+            continue  # the day of a date ("31 March 2012") is no count
         i = next((k for k, s in enumerate(starts) if s >= m.start()), len(words) - 1)
         j = next((k for k, s in enumerate(starts) if s >= m.end()), len(words))
         score = _nearness(i, max(j, i + 1), q_pos) + (0.01 if kind == "date" and re.search("[A-Za-z]", text) else 0)
@@ -293,11 +315,15 @@ _NAMED = re.compile(r"\b(?:what|which)\s+(?:\w+\s+)?(?:company|companies|corpora
                     r"award|prize|language|religion|state|province|nation|name|title)\b", re.I)
 
 
-def _entity_span(question: str, sentence: str, kind: str, words, q_pos, q_mask) -> str | None:
+def _entity_span(question: str, sentence: str, kind: str, words, q_pos, q_mask, scores: list | None = None) \
+        -> str | None:
+    """The piece of `sentence` (`_pieces`) that holds words the question lacks, next to the words it shares,
+    on the other side of a linking verb from them, and short (for who / where, its capitalised run); None when
+    the sentence has no question words. `scores`, when given, gets the best piece's score and the next best."""
     if not q_pos:
         return None
     starts = [w[0] for w in words]
-    best, best_score = None, -1e9
+    best, best_score, second = None, -1e9, -1e9
     pieces = _pieces(sentence)
     asked_in = {}  # clause -> pieces holding question words
     for a, b, c in pieces:
@@ -323,9 +349,13 @@ def _entity_span(question: str, sentence: str, kind: str, words, q_pos, q_mask) 
         if asked_in[c] - held > 0:  # "X is Y" with the question's words on the other side of the verb
             score += 0.5
         if score > best_score:
-            best, best_score = (idx[0], idx[-1]), score
+            best, best_score, second = (idx[0], idx[-1]), score, best_score
+        elif score > second:
+            second = score
     if best is None:
         return None
+    if scores is not None:
+        scores.extend([best_score, second])
     i, j = best
     if kind in ("person", "place") or (kind == "entity" and j - i >= 4 and _NAMED.search(question)):
         run = _proper_run(words, list(range(i, j + 1)), q_mask, q_pos)
@@ -361,6 +391,110 @@ def _type_of_span(question: str, sentence: str, words, q_mask, terms: Terms) -> 
         while j + 1 < len(words) and j - k < len(head) - 1 and any(t in head for t in terms(words[j + 1][2].lower())):
             j += 1
         return sentence[words[i][0]:words[j][1]]
+    return None
+
+
+_AS_Q = re.compile(r"\b(known as|called|named|referred to as|termed|described as|defined as|considered)\b", re.I)
+_EXAMPLE_Q = re.compile(r"\bexamples?\b", re.I)
+_EXAMPLE_S = re.compile(r"\b(?:for example|for instance|such as|e\.g\.,?|including)\s+", re.I)
+_HEAD_Q = re.compile(r"\b(?:what|which)\s+(?:is|was|are|were)\s+the\s+name\s+of\s+(?:the\s+|a\s+|an\s+)?([\w-]+(?:\s+[\w-]+){0,3})"
+                     r"|\b(?:what|which)\s+((?:[\w-]+\s+){0,2}[\w-]+)", re.I)
+_TERM_Q = re.compile(r"\b(?:term|name|word|phrase)\b", re.I)
+_AS_S = re.compile(r"\b(?:is|are|was|were) (?:called|known as|termed|named|referred to as)\s+", re.I)
+_TITLE_Q = re.compile(r"\b(?:what|which)\s+(?:[\w-]+\s+)?(?:paper|book|song|album|film|movie|title|article|novel|poem|"
+                      r"show|series|play|report|essay|slogan|motto)\b", re.I)
+_QUOTED = re.compile(r"[\"“]([^\"“”]{3,120})[\"”]")
+#: nouns after what / which that name no kind of thing ("what is", "which one", "what other ...")
+_NO_HEAD = _FUNCTION | frozenset("type types kind kinds sort form forms class name names example examples part parts "
+                                 "way ways thing things something other else".split())
+
+
+def _after(sentence: str, words, at: int, q_mask, max_words: int = 6) -> tuple[int, int] | None:
+    """[i, j] word indices of the words from character `at` of `sentence` up to the clause's end (punctuation),
+    at most `max_words`, without function words at the edges; None when none is left or all are the question's."""
+    idx = [k for k, w in enumerate(words) if w[0] >= at]
+    out = []
+    for k in idx:
+        if out and re.search(r"[,;:()\[\]\"“”—–]|\s-\s", sentence[words[out[-1]][1]:words[k][0]]):
+            break
+        out.append(k)
+        if len(out) == max_words:
+            break
+    while out and words[out[-1]][2].lower() in _EDGE:
+        out.pop()
+    while out and words[out[0]][2].lower() in _EDGE:
+        out.pop(0)
+    if not out or all(q_mask[k] for k in out):
+        return None
+    return out[0], out[-1]
+
+
+def _head_noun(question: str, terms: Terms) -> list[str]:
+    """The terms of the noun that a "what / which NOUN ..." question asks for ("What theorem was ..." ->
+    [theorem]; "What is the name of the set top box manufacturer" -> [manufactur]); [] when none."""
+    m = _HEAD_Q.search(question)
+    if not m:
+        return []
+    group = (m.group(1) or m.group(2)).split()
+    head = []
+    for w in group:  # up to the first function word: "What branch of ..." -> branch
+        if w.lower() in _FUNCTION and head:
+            break
+        if w.lower() not in _FUNCTION:
+            head.append(w)
+    if not head or head[-1].lower() in _NO_HEAD or head[0].lower() in _NO_HEAD:
+        return []
+    return [t for t in terms(head[-1].lower()) if t]
+
+
+def _cue_span(question: str, sentence: str, words, q_mask, terms: Terms) -> tuple[str, str] | None:
+    """A phrase that the question's own wording points at, and the cue: "as" (X is known as / called what
+    -> the words after known as, called, ... in the sentence), "example" (what is an example of X -> the
+    words after such as, for example, including ...), "head" (what NOUN ... -> the NOUN of the sentence with
+    its modifiers the question lacks, or the name next to it: "speed-up theorem", "manufacturer Thomson")."""
+    q_words = {w[2].lower() for w in _words(question)}
+    literal = [w[2].lower() in q_words for w in words]  # "randomized" is new even when "random" is asked about
+    m = _AS_Q.search(question)
+    if m:
+        cue = re.search(r"\b" + re.escape(m.group(1)).replace("\\ ", "\\s+") + r"\s+", sentence, re.I)
+        if cue:
+            got = _after(sentence, words, cue.end(), literal)
+            if got:
+                return sentence[words[got[0]][0]:words[got[1]][1]], "as"
+    if _TERM_Q.search(question):  # "what is the term / name for X" -> "X is called / known as Y"
+        cue = _AS_S.search(sentence)
+        if cue:
+            got = _after(sentence, words, cue.end(), literal)
+            if got:
+                return sentence[words[got[0]][0]:words[got[1]][1]], "as"
+    if _TITLE_Q.search(question):  # "what paper / book / song ..." -> the quoted title
+        for m in _QUOTED.finditer(sentence):
+            inner = [k for k, w in enumerate(words) if m.start(1) <= w[0] < m.end(1)]
+            if inner and not all(q_mask[k] for k in inner):
+                return m.group(1), "title"
+    if _EXAMPLE_Q.search(question):
+        for cue in _EXAMPLE_S.finditer(sentence):
+            got = _after(sentence, words, cue.end(), q_mask)
+            if got:
+                return sentence[words[got[0]][0]:words[got[1]][1]], "example"
+    head = _head_noun(question, terms)
+    if not head:
+        return None
+    for k, w in enumerate(words):
+        if head[0] not in terms(w[2].lower()):
+            continue
+        i = k  # modifiers before the noun that the question lacks
+        while i > 0 and k - i < 3 and not q_mask[i - 1] and words[i - 1][2].lower() not in _EDGE \
+                and not re.search(r"[,;:()]", sentence[words[i - 1][1]:words[i][0]]):
+            i -= 1
+        if i < k:
+            return sentence[words[i][0]:w[1]], "head"
+        j = k  # a name right after the noun: "manufacturer Thomson"
+        while j + 1 < len(words) and j - k < 4 and words[j + 1][2][:1].isupper() and not q_mask[j + 1] \
+                and not re.search(r"[,;:()]", sentence[words[j][1]:words[j + 1][0]]):
+            j += 1
+        if j > k:
+            return sentence[words[k + 1][0]:words[j][1]], "head"
     return None
 
 
@@ -435,3 +569,138 @@ def answer_span(question: str, sentence: str, terms: Terms) -> str | None:
     if not span or len(span) >= len(sentence.rstrip("。.!?！？")):
         return None
     return span
+
+
+# ----------------------------------------------------------------------------- the unit of an answer
+_CLAUSE_CUT = re.compile(r"[,;:()\[\]\"“”—–]|\s-\s|\s(?=(?:which|that|who|whom|whose|where|whereas|while|because|"
+                         r"although|though|but|so that|and then)\s)", re.I)
+
+
+def _clauses(sentence: str) -> list[tuple[int, int]]:
+    """(start, end) of the clauses of an English sentence: cut at punctuation and before relative words."""
+    bounds = [0] + [m.start() for m in _CLAUSE_CUT.finditer(sentence)] + [len(sentence)]
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        while a < b and not sentence[a].isalnum():
+            a += 1
+        while b > a and not sentence[b - 1].isalnum() and sentence[b - 1] not in "%)’'":
+            b -= 1
+        if b > a:
+            out.append((a, b))
+    return out
+
+
+def _window(words, q_pos, around: tuple[int, int] | None, max_words: int) -> tuple[int, int]:
+    """[i, j) of at most `max_words` words: around the words [around) when given, else where the question
+    words are densest (ties: the earliest)."""
+    n = len(words)
+    if n <= max_words:
+        return 0, n
+    if around is not None:
+        i, j = around
+        pad = max(0, max_words - (j - i))
+        i = max(0, min(i - pad // 2, n - max_words))
+        return i, i + max_words
+    hits = set(q_pos)
+    best, best_i = -1, 0
+    for i in range(0, n - max_words + 1):
+        c = sum(1 for k in range(i, i + max_words) if k in hits)
+        if c > best:
+            best, best_i = c, i
+    return best_i, best_i + max_words
+
+
+#: Chinese: the clause of a date or number is quoted only from a sentence longer than this (characters); a
+#: shorter one is quoted whole (chosen on CMRC 2018's tune half: docs/answers.md)
+ZH_CLAUSE_CHARS = 40
+
+#: the phrase is quoted alone when its evidence is strong: a date or number matched by type, "what type of X",
+#: "known as what", "an example of", "what NOUN" (`_cue_span`)
+STRONG = ("date", "number", "type", "as", "example", "head", "title")
+
+
+def answer_unit(question: str, sentence: str, terms: Terms, *, mode: str = "auto", max_words: int = 20,
+                min_margin: float = 0.4, weak: str = "window") -> str:
+    """The text to quote from `sentence` for `question`, verbatim: the smallest unit the answerer is sure of.
+
+    English questions that ask for a date, a number, a person, a place or a thing (`question_kind`):
+
+    * mode "phrase": the span answerer's phrase (`answer_span`, with the cues of `_cue_span`), else the
+      sentence;
+    * "window": the sentence cut to `max_words` words around that phrase (or, without one, where the
+      question's words are densest); a sentence of at most `max_words` words whole;
+    * "clause": the clause (the sentence cut at punctuation and relative words) that holds the phrase,
+      joined with a neighbour holding the question's words when it has none, cut to `max_words`;
+    * "auto" (the default): the phrase when its evidence is strong (`STRONG`), or when the piece the
+      phrase picker chose beats the next best by at least `min_margin`; else the `weak` unit.
+
+    Chosen on SQuAD 2.0's tune articles (docs/answers.md, `bench/answer_units.py`). Questions that ask for
+    no kind of fact (why, how, what does X do, claims) get the whole sentence; Chinese questions the
+    clause of a date or number (`answer_span`) of a sentence longer than `ZH_CLAUSE_CHARS` characters, else
+    the sentence (on CMRC 2018 a short sentence is often the whole gold answer, and its date clause lost it).
+    """
+    kind = question_kind(question)
+    if has_cjk(question):  # a short sentence is often the whole gold answer (CMRC): the clause only in a long one
+        return (answer_span(question, sentence, terms) if len(sentence) > ZH_CLAUSE_CHARS else None) or sentence
+    if kind is None:
+        return sentence
+    words = _words(sentence)
+    if not words:
+        return sentence
+    q_lower = {w[2].lower() for w in _words(question)} - _FUNCTION
+    q_terms = set(terms(question.lower()))
+    q_mask = [_is_question_word(w[2], q_terms, q_lower, terms) and w[2].lower() not in _FUNCTION for w in words]
+    q_pos = [i for i, hit in enumerate(q_mask) if hit]
+    phrase, why, margin = None, None, None
+    if kind in ("date", "number"):
+        phrase, why = _typed_span(question, sentence, kind, words, q_pos), kind
+    elif kind == "entity":
+        phrase, why = _type_of_span(question, sentence, words, q_mask, terms), "type"
+    if not phrase and kind not in ("date", "number"):
+        phrase, why = _cue_span(question, sentence, words, q_mask, terms) or (None, None)
+    if not phrase:
+        got: list = []
+        phrase, why = _entity_span(question, sentence, kind, words, q_pos, q_mask, got), kind
+        margin = got[0] - got[1] if len(got) == 2 else None
+    if phrase and len(phrase) >= len(sentence.rstrip(".!?")):
+        phrase = None
+    if phrase and (mode == "phrase" or (mode == "auto" and (why in STRONG or margin is None or margin >= min_margin))):
+        return phrase
+    if mode == "phrase":
+        return sentence
+    if mode == "auto":
+        mode = weak
+    starts = [w[0] for w in words]
+    around = None
+    if phrase:
+        at = sentence.find(phrase)
+        i = next((k for k, s in enumerate(starts) if s >= at), len(words) - 1)
+        j = next((k for k, s in enumerate(starts) if s >= at + len(phrase)), len(words))
+        around = (i, max(j, i + 1))
+    if mode == "window":
+        i, j = _window(words, q_pos, around, max_words)
+        return sentence[words[i][0]:words[j - 1][1]] if j - i < len(words) else sentence
+    clauses = [c for c in ([k for k, s in enumerate(starts) if a <= s < b] for a, b in _clauses(sentence)) if c]
+    if around is not None:
+        at = next((n for n, c in enumerate(clauses) if around[0] in c), 0)
+    else:  # the clause with question words and words the question lacks, the most question words
+        at = max(range(len(clauses)), key=lambda n: (any(q_mask[k] for k in clauses[n]),
+                                                      any(not q_mask[k] and words[k][2].lower() not in _EDGE
+                                                          for k in clauses[n]),
+                                                      sum(q_mask[k] for k in clauses[n])))
+    lo = hi = at
+
+    def size(a: int, b: int) -> int:
+        return sum(len(clauses[n]) for n in range(a, b + 1))
+
+    if not any(q_mask[k] for k in clauses[at]):  # the answer sits next to the question's words: join them
+        if at > 0 and any(q_mask[k] for k in clauses[at - 1]) and size(at - 1, at) <= max_words:
+            lo = at - 1
+        elif at + 1 < len(clauses) and any(q_mask[k] for k in clauses[at + 1]) and size(at, at + 1) <= max_words:
+            hi = at + 1
+    i, j = clauses[lo][0], clauses[hi][-1] + 1
+    if j - i > max_words:
+        a, b = _window(words[i:j], [p - i for p in q_pos if i <= p < j],
+                       None if around is None else (around[0] - i, around[1] - i), max_words)
+        i, j = i + a, i + b
+    return sentence[words[i][0]:words[j - 1][1]]

@@ -96,3 +96,13 @@ class TuneRefusalReport(Report):
                               *("n/a" if row[m] is None else f"{row[m]:.4f}"
                                 for m in ("refusal_unanswerable", "false_answer_rate", "false_refusal_rate")))
         console.print(table)
+        fitted = r.get("learned_weights")
+        if fitted:
+            kept = "kept: written to ask.refusal_weights" if r.get("learned") else \
+                "not kept: it refused no more train unanswerable questions within the target than the rules"
+            weights = Table(title=f"learned refusal (log-odds of answerable, refused below 0; {kept})")
+            weights.add_column("feature")
+            weights.add_column("weight", justify="right")
+            for feature, w in fitted.items():
+                weights.add_row(feature, f"{w:.4g}")
+            console.print(weights)

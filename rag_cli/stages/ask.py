@@ -141,6 +141,13 @@ class AskResult:
     def refused(self) -> bool:
         return self.answer.refused
 
+    def to_dict(self) -> dict:
+        """The result as `rag ask --json` prints it (`rag_cli.json_shapes.ask_json`: one JSON shape for
+        the CLI, `rag serve` and Python), like the other results' `to_dict()` (`rag_cli.results`)."""
+        from rag_cli.json_shapes import ask_json
+
+        return ask_json(self)
+
 
 _PICKERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 

@@ -47,6 +47,9 @@ TestAnswersOpt = Annotated[Optional[Path], typer.Option(
 TestCutOpt = Annotated[Optional[Path], typer.Option(
     "--test-unanswerable", help="The test split's made-unanswerable answers")]
 
+NoLearnOpt = Annotated[bool, typer.Option(
+    "--no-learn", help="Grid-search the rules only: fit no learned refusal (ask.refusal_weights is set to [])")]
+
 NArg = Annotated[int, typer.Argument(help="How many questions to make unanswerable (at least)")]
 CorpusOpt = Annotated[Path, typer.Option("--corpus", help="The corpus, BEIR JSONL (.gz too)")]
 FolderOpt = Annotated[Path, typer.Option(
@@ -122,8 +125,8 @@ def answers(answers: AnswersOpt = None, gold: GoldOpt = None, unanswerable: CutO
 @tune_app.command("refusal")
 @options(REPORT, PROJECT, OUTPUT)
 def tune_refusal(answers: TrainAnswersOpt, unanswerable: TrainCutOpt, max_false_refusal: MaxFalseRefusalOpt = None,
-                 test_answers: TestAnswersOpt = None, test_unanswerable: TestCutOpt = None, *, name, output, md,
-                 project, json_out, quiet):
+                 test_answers: TestAnswersOpt = None, test_unanswerable: TestCutOpt = None,
+                 no_learn: NoLearnOpt = False, *, name, output, md, project, json_out, quiet):
     r"""Grid-search the refusal gate's thresholds on answers recorded with the gate off; write them to rag.toml.
 
     `rag eval tune refusal --answers A.parquet --unanswerable U.parquet
@@ -136,14 +139,18 @@ def tune_refusal(answers: TrainAnswersOpt, unanswerable: TrainCutOpt, max_false_
     made-unanswerable questions with at most that false-refusal rate (ties: the
     one closest to the current setting), writes it to `rag.toml` `\[ask]`, and
     reports the current and tuned rates on train and test;
-    `eval/tune-refusal-A.json`.
+    `eval/tune-refusal-A.json`. Then it fits the learned refusal (a logistic
+    regression over the per-sentence signals) on top and keeps it
+    (`ask.refusal_weights`) only when it refuses more train unanswerable
+    questions within the target; the report shows its weights, kept or not.
+    `--no-learn` searches the rules only.
     """
     from rag_cli import lab
     from rag_cli.project import Project
 
     report = lab.tune_refusal.run(Project.open(project), answers, unanswerable, test_answers=test_answers,
                                   test_unanswerable=test_unanswerable, name=name, output=output, md=md,
-                                  **given(dict(max_false_refusal=max_false_refusal)))
+                                  learn=not no_learn, **given(dict(max_false_refusal=max_false_refusal)))
     show(report, json_out=json_out, quiet=quiet, md=md)
 
 
