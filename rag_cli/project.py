@@ -182,6 +182,8 @@ class Project:
         _check_ray(ray)
         with self.folder.writing("embed", wait), self.engines.on_ray(encoder, config, ray) as encoder:
             summary = embed_chunks(self.folder, encoder, progress, on_truncate=config.model.on_truncate)
+            if ray is not None:
+                summary["ray"] = encoder.report()
             self.folder.save(*opts.items())
         return EmbedSummary.from_dict({**summary, "model": encoder.folder.name})
 
@@ -256,6 +258,8 @@ class Project:
             with _chunks_written("update"):
                 with self.engines.on_ray(self.engines.embedder(config), config, ray) as encoder:
                     e = embed_chunks(f, encoder, progress)
+                    if ray is not None:
+                        e["ray"] = encoder.report()
                 i = update_index(f, config.index, threads=config.model.threads, keep=config.index.keep,
                                  progress=progress)
             f.record("update", chunk={k: v for k, v in c.items() if k not in ("skipped", "seconds")},

@@ -51,6 +51,8 @@ from rag_cli.models.ray_cluster import ActorPlan, cluster_plan
 
 #: Planned batches an actor gets per call, per thread of the actor.
 CALL_BATCHES_PER_THREAD = 2
+#: How many times a job that lost actors (a dead node) is planned again on the nodes left.
+RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -147,8 +149,22 @@ class RayEncoder(BiEncoder):
         super().__init__(folder, threads, providers)
         self.ray = ray
         self.actor_threads = int(threads or 0)
-        #: the plan of the last `iter_encode_groups` (None before)
+        #: the actors of the last job sent (None before)
         self.plan: ActorPlan | None = None
+        #: how many times a job that lost actors was planned again
+        self.retries = 0
+
+    def report(self) -> dict:
+        """What ran where, for the summary of `rag embed --ray`: `address`
+        (the cluster's GCS address), `nodes` (alive now), `actors` and
+        `threads` (per actor) of the last job sent (0 when nothing was sent:
+        every text was cached), `retries` (jobs planned again after lost actors)."""
+        ray = self.ray
+        address = ray.get_runtime_context().gcs_address
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        plan = self.plan
+        return {"address": address, "nodes": nodes, "actors": plan.actors if plan else 0,
+                "threads": plan.threads if plan else 0, "retries": self.retries}
 
     def iter_encode_groups(
         self,
@@ -156,41 +172,86 @@ class RayEncoder(BiEncoder):
         prefix: str = "",
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
     ) -> Iterator[tuple[list[str], np.ndarray]]:
-        """As `BiEncoder.iter_encode_groups`, on the cluster: the same batches,
-        each group (window) one block; results come back in order, one
-        actor call (`CALL_BATCHES_PER_THREAD` x threads planned batches) at a
-        time: yields (keys, vectors (b, d) float32).
+        """As `BiEncoder.iter_encode_groups`, on the cluster: the same
+        batches, yielded in the same order, each (keys, vectors (b, d)
+        float32) as the local path yields it.
+
+        When actors are lost (a node died, an actor process was killed), the
+        job is planned again on the nodes left (`cluster_plan`) and sent
+        again from the first batch not yet yielded, up to `RETRIES` times.
 
         Raises:
             BadInput: see `actor_plan`.
-            WorkFailed: the Ray job failed (naming Ray's error).
+            WorkFailed: the Ray job failed (naming Ray's error), or lost
+                actors more than `RETRIES` times.
         """
+        windows: list[tuple[Any, list[int]]] = []  # (ref of the window's block, its planned batches' sizes)
+        for keys, texts in groups:
+            windows.append(self._put_window(keys, texts, prefix, batch_tokens))
+        w = j = 0  # the next batch to yield: batch j of window w
+        for attempt in range(RETRIES + 1):
+            try:
+                for keys, vectors in self._run(self._from(windows, w, j)):
+                    off = 0
+                    while off < len(keys):
+                        n = windows[w][1][j]
+                        yield keys[off : off + n], vectors[off : off + n]
+                        off += n
+                        j += 1
+                        if j == len(windows[w][1]):
+                            w, j = w + 1, 0
+                return
+            except LostActors as exc:
+                if attempt == RETRIES:
+                    raise WorkFailed(f"--ray: the Ray cluster lost the embedding actors {RETRIES + 1} times "
+                                     f"(last: {exc}); the vectors embedded so far are cached, run again") from None
+                self.retries += 1
+
+    def _put_window(self, keys: Sequence[str], texts: Sequence[str], prefix: str, batch_tokens: int
+                    ) -> tuple[Any, list[int]]:
+        """Plan one window's batches as the local path does (`plan_batches`)
+        and put them into the object store as one block (a row per planned
+        batch: `keys`, `texts`). Returns (its ObjectRef, the batch sizes)."""
         import pyarrow as pa
 
+        tok = self.tokenizer.tokenize(texts, prefix)
+        plan = plan_batches(tok.lengths, batch_tokens)
+        table = pa.Table.from_arrays(
+            [pa.array([[keys[i] for i in idx] for idx in plan], pa.list_(pa.string())),
+             pa.array([[texts[i] for i in idx] for idx in plan], pa.list_(pa.string()))], names=["keys", "texts"])
+        return self.ray.put(table), [len(idx) for idx in plan]
+
+    def _from(self, windows: list[tuple[Any, list[int]]], w: int, j: int) -> list[Any]:
+        """The blocks that hold batch j of window w and every batch after it."""
+        if w >= len(windows):
+            return []
+        refs = [ref for ref, _ in windows[w:]]
+        if j:
+            refs[0] = self.ray.put(self.ray.get(refs[0]).slice(j))
+        return refs
+
+    def _run(self, refs: list[Any]) -> Iterator[tuple[list[str], np.ndarray]]:
+        """Embed the blocks `refs` on the cluster as it is now: yields (keys,
+        vectors) per actor call, in order.
+
+        Raises:
+            LostActors: an actor or node died.
+            WorkFailed: any other failure of the job.
+        """
+        if not refs:
+            return
         from rag_cli.store.embeddings import to_matrix
 
         ray = self.ray
-        refs = []
-        for keys, texts in groups:
-            tok = self.tokenizer.tokenize(texts, prefix)
-            plan = plan_batches(tok.lengths, batch_tokens)
-            rows_keys = [[keys[i] for i in idx] for idx in plan]
-            rows_texts = [[texts[i] for i in idx] for idx in plan]
-            refs.append(ray.put(pa.Table.from_arrays(
-                [pa.array(rows_keys, pa.list_(pa.string())), pa.array(rows_texts, pa.list_(pa.string()))],
-                names=["keys", "texts"])))
-        if not refs:
-            return
         on_gpu = any(p != "CPUExecutionProvider" for p in self.providers)
         self.plan = plan = cluster_plan(ray, self.actor_threads, on_gpu)
-        ctx = ray.data.DataContext.get_current()
-        ctx.execution_options.preserve_order = True
+        ray.data.DataContext.get_current().execution_options.preserve_order = True
         resources = {"num_cpus": plan.num_cpus, **({"num_gpus": plan.num_gpus} if plan.num_gpus else {})}
         ds = ray.data.from_arrow_refs(refs).map_batches(
             _EmbedActor, batch_format="pyarrow", batch_size=CALL_BATCHES_PER_THREAD * plan.threads,
             fn_constructor_kwargs={"shipped": ship_model(ray, self.folder), "threads": plan.threads,
                                    "providers": list(self.providers)},
-            concurrency=plan.actors, **resources)
+            concurrency=plan.actors, max_restarts=0, max_task_retries=0, **resources)
         dim = self.dim
         try:
             for block in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
@@ -199,6 +260,26 @@ class RayEncoder(BiEncoder):
         except (BadInput, WorkFailed, KeyboardInterrupt, GeneratorExit):
             raise
         except Exception as exc:  # Ray wraps the actors' errors in its own types
-            raise WorkFailed(f"--ray: the embedding job failed on the Ray cluster: "
-                             f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-                             ) from exc
+            message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            if _lost_actors(exc):
+                raise LostActors(message) from exc
+            raise WorkFailed(f"--ray: the embedding job failed on the Ray cluster: {message}") from exc
+
+
+class LostActors(Exception):
+    """The Ray job lost an actor or a node (`RayEncoder` plans it again on the nodes left)."""
+
+
+def _lost_actors(exc: BaseException) -> bool:
+    """Whether `exc` (or an exception it was raised from or wraps) says that
+    an actor, a worker process or a node died, rather than that the code
+    failed."""
+    lost = ("ActorDiedError", "RayActorError", "ActorUnavailableError", "NodeDiedError", "WorkerCrashedError",
+            "ObjectLostError", "OwnerDiedError", "ObjectReconstructionFailedError")
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if any(name in {c.__name__ for c in type(exc).__mro__} for name in lost):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

@@ -1,0 +1,229 @@
+"""`rag embed --ray`: embedding on a local two-node Ray cluster equals the
+local path (rag_cli/models/ray_encoder.py), survives a worker node killed
+mid-run, and a killed driver leaves the previous files intact and its
+finished part cached.
+
+The cluster (`ray.util.cluster_utils.Cluster`: a head and a worker node on
+127.0.0.1, one CPU each, 300 MB object stores, no dashboard) is started once
+for the module and always shut down. The corpus is a few hundred chunks of
+real SciFact abstracts, embedded with the default model (int8 e5-small).
+Without the ray extra these tests are skipped (under `CI`, they fail).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from conftest import require_module
+from typer.testing import CliRunner
+
+from rag_cli.cli import app
+from rag_cli.project import Project
+from rag_cli.store.embeddings import read_embeddings
+
+pytestmark = pytest.mark.slow
+
+#: SciFact documents chunked (64-token chunks: about 3 per abstract, a few hundred in all).
+N_DOCS = 120
+#: Of those, the documents of the earlier state whose embeddings.parquet a killed driver must leave intact.
+N_EARLIER = 30
+OBJECT_STORE = 300 * 1024 * 1024
+MIN_COSINE = 0.9999
+
+
+def rag_json(*args) -> dict:
+    res = CliRunner().invoke(app, [str(a) for a in args] + ["--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+@pytest.fixture(scope="module")
+def ray():
+    return require_module("ray", "ray[data] (the ray extra: pip install 'rag-cli[ray]')")
+
+
+@pytest.fixture(scope="module")
+def cluster(ray):
+    """A head and a worker node on 127.0.0.1 (one CPU each); shut down at the end, whatever happens."""
+    from ray.util.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "object_store_memory": OBJECT_STORE, "include_dashboard": False,
+        "node_ip_address": "127.0.0.1"})
+    try:
+        c.add_node(num_cpus=1, object_store_memory=OBJECT_STORE, node_ip_address="127.0.0.1")
+        c.wait_for_nodes()
+        yield c
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture
+def two_nodes(cluster):
+    """The cluster with its worker node (added again after a test removed it)."""
+    if not cluster.worker_nodes:
+        cluster.add_node(num_cpus=1, object_store_memory=OBJECT_STORE, node_ip_address="127.0.0.1")
+        cluster.wait_for_nodes()
+    return cluster
+
+
+def _write_corpus(path: Path, docs: list[dict]) -> Path:
+    with open(path, "w", encoding="utf-8") as f:
+        for d in docs:
+            f.write(json.dumps(d, ensure_ascii=False) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, scifact_dir) -> list[dict]:
+    docs = []
+    with gzip.open(scifact_dir / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
+        for line in f:
+            docs.append(json.loads(line))
+            if len(docs) == N_DOCS:
+                break
+    return docs
+
+
+def _chunk(p: Path, docs: list[dict], model: Path) -> None:
+    src = _write_corpus(p.parent / f"{p.name}-corpus.jsonl", docs)
+    rag_json("chunk", src, "--format", "beir", "--size", 64, "--overlap", 0, "--model", model, "-p", p)
+
+
+@pytest.fixture(scope="module")
+def chunked(tmp_path_factory, corpus, default_model) -> Path:
+    p = tmp_path_factory.mktemp("ray") / "chunked"
+    _chunk(p, corpus, default_model)
+    return p
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory, chunked):
+    """The local path's embeddings of `chunked` (the reference)."""
+    p = tmp_path_factory.mktemp("ray-local") / "proj"
+    shutil.copytree(chunked, p)
+    summary = rag_json("embed", "-p", p)
+    return read_embeddings(p / "embeddings.parquet"), summary, p / "embeddings.parquet"
+
+
+def _copy(chunked: Path, tmp_path: Path) -> Path:
+    shutil.copytree(chunked, tmp_path / "proj")
+    return tmp_path / "proj"
+
+
+def assert_same(got, want) -> None:
+    """Same rows in the same order, same fingerprint, cosine >= MIN_COSINE per row."""
+    assert got.chunk_ids == want.chunk_ids
+    assert got.text_sha256 == want.text_sha256
+    assert (got.fingerprint, got.passage_fingerprint, got.dim) == (want.fingerprint, want.passage_fingerprint,
+                                                                   want.dim)
+    cos = np.sum(got.vectors * want.vectors, axis=1) / (
+        np.linalg.norm(got.vectors, axis=1) * np.linalg.norm(want.vectors, axis=1))
+    assert cos.min() >= MIN_COSINE, (cos.min(), got.chunk_ids[int(cos.argmin())])
+
+
+def test_ray_on_two_nodes_equals_the_local_path(two_nodes, chunked, local, tmp_path):
+    want, local_summary, local_file = local
+    p = _copy(chunked, tmp_path)
+    summary = rag_json("embed", "--ray", two_nodes.address, "-p", p)
+    assert summary["n_embedded"] == summary["n_chunks"] == local_summary["n_chunks"] > 200
+    assert summary["ray"]["actors"] == 2 and summary["ray"]["threads"] == 1 and summary["ray"]["retries"] == 0
+    assert summary["fingerprint"] == local_summary["fingerprint"]
+    got = read_embeddings(p / "embeddings.parquet")
+    assert_same(got, want)
+    assert pq.read_schema(p / "embeddings.parquet").metadata == pq.read_schema(local_file).metadata
+    # the same vector cache: a rerun embeds nothing, locally or on the cluster
+    assert rag_json("embed", "-p", p)["n_embedded"] == 0
+    assert rag_json("embed", "--ray", two_nodes.address, "-p", p)["n_embedded"] == 0
+
+
+def test_a_worker_node_killed_mid_run_gives_the_same_result(ray, two_nodes, chunked, local, tmp_path):
+    want = local[0]
+    p = Project(_copy(chunked, tmp_path))
+    started = threading.Event()
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result["summary"] = p.embed(ray=two_nodes.address,
+                                        progress=lambda task, done, total: started.set()).to_dict()
+        except BaseException as exc:  # noqa: BLE001 (the test thread reports it)
+            result["error"] = exc
+        finally:
+            started.set()
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert started.wait(300)
+    assert "error" not in result and "summary" not in result, "the run ended before the worker was killed"
+    (worker,) = two_nodes.worker_nodes
+    two_nodes.remove_node(worker)  # its actor dies with a batch in flight; the job goes on on the head node
+    t.join(300)
+    assert not t.is_alive()
+    assert "error" not in result, result.get("error")
+    summary = result["summary"]
+    assert summary["ray"]["retries"] >= 1 and summary["ray"]["actors"] == 1
+    assert summary["n_embedded"] == summary["n_chunks"]
+    assert_same(read_embeddings(p.embeddings_path), want)
+
+
+def test_a_killed_driver_leaves_the_previous_files_and_its_finished_part(two_nodes, corpus, default_model, local,
+                                                                          tmp_path):
+    want = local[0]
+    p = tmp_path / "proj"
+    _chunk(p, corpus[:N_EARLIER], default_model)
+    rag_json("embed", "-p", p)  # the earlier state: its embeddings.parquet must survive the kill
+    before = (p / "embeddings.parquet").read_bytes()
+    _chunk(p, corpus, default_model)
+    cache = next((p / "cache" / "vectors").iterdir())
+    parts_before = set(cache.glob("part-*.parquet"))
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "rag_cli", "embed", "--ray", two_nodes.address, "-p", str(p),
+                             "-q"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while not set(cache.glob("part-*.parquet")) - parts_before:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (p / "embeddings.parquet").read_bytes() == before
+    new_parts = set(cache.glob("part-*.parquet")) - parts_before
+    finished = sum(pq.read_metadata(f).num_rows for f in new_parts)
+    assert finished > 0
+
+    summary = rag_json("embed", "--ray", two_nodes.address, "-p", p)
+    assert summary["n_embedded"] < summary["n_chunks"]
+    assert summary["n_chunks"] - summary["n_embedded"] >= finished  # the finished part was reused
+    assert_same(read_embeddings(p / "embeddings.parquet"), want)
+
+
+def test_bad_addresses_and_a_missing_extra_exit_2(chunked, tmp_path, monkeypatch):
+    p = _copy(chunked, tmp_path)
+    res = CliRunner().invoke(app, ["embed", "--ray", "not an address", "-p", str(p)])
+    assert res.exit_code == 2 and "--ray" in res.output
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    res = CliRunner().invoke(app, ["embed", "--ray", "-p", str(p)])
+    assert res.exit_code == 2 and "pip install 'rag-cli[ray]'" in res.output
+    assert not (p / "embeddings.parquet").exists()
