@@ -48,13 +48,14 @@ class Engines:
         """`encoder` (the configured `BiEncoder`) for `rag embed`: itself when
         `address` is None, else a `RayEncoder` on the Ray cluster at `address`
         (`--ray`: "local" starts a local instance), connected for the block
-        and shut down after (`rag_cli.models.ray_encoder.ray_cluster`). Raises
+        and shut down after (`rag_cli.models.ray_cluster.ray_cluster`). Raises
         BadInput for a bad address or a missing ray extra, WorkFailed when no
         cluster answers."""
         if address is None:
             yield encoder
             return
-        from rag_cli.models.ray_encoder import RayEncoder, ray_cluster
+        from rag_cli.models.ray_cluster import ray_cluster
+        from rag_cli.models.ray_encoder import RayEncoder
 
         with ray_cluster(address) as ray:
             yield RayEncoder(encoder.folder, ray, threads=config.model.threads or None, providers=encoder.providers)

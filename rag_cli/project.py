@@ -65,7 +65,7 @@ def _chunks_written(command: str) -> Iterator[None]:
 def _check_ray(address: str | None) -> None:
     """BadInput for a bad `ray` address (`--ray`) or a missing ray extra, before any work; nothing for None."""
     if address is not None:
-        from rag_cli.models.ray_encoder import check_address, import_ray
+        from rag_cli.models.ray_cluster import check_address, import_ray
 
         check_address(address)
         import_ray()

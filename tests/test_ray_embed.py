@@ -7,7 +7,9 @@ The cluster (`ray.util.cluster_utils.Cluster`: a head and a worker node on
 127.0.0.1, one CPU each, 300 MB object stores, no dashboard) is started once
 for the module and always shut down. The corpus is a few hundred chunks of
 real SciFact abstracts, embedded with the default model (int8 e5-small).
-Without the ray extra these tests are skipped (under `CI`, they fail).
+Without the ray extra these tests are skipped (under `CI`, they fail); they
+are marked `slow`. The checks of `--ray` values, the actor sizing and a
+missing extra need no cluster and run in `make test-fast`.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from rag_cli.cli import app
 from rag_cli.project import Project
 from rag_cli.store.embeddings import read_embeddings
 
-pytestmark = pytest.mark.slow
+SAMPLE_DOCS = Path(__file__).resolve().parents[1] / "sample_corpus" / "docs"
 
 #: SciFact documents chunked (64-token chunks: about 3 per abstract, a few hundred in all).
 N_DOCS = 120
@@ -136,6 +138,7 @@ def assert_same(got, want) -> None:
     assert cos.min() >= MIN_COSINE, (cos.min(), got.chunk_ids[int(cos.argmin())])
 
 
+@pytest.mark.slow
 def test_ray_on_two_nodes_equals_the_local_path(two_nodes, chunked, local, tmp_path):
     want, local_summary, local_file = local
     p = _copy(chunked, tmp_path)
@@ -151,6 +154,7 @@ def test_ray_on_two_nodes_equals_the_local_path(two_nodes, chunked, local, tmp_p
     assert rag_json("embed", "--ray", two_nodes.address, "-p", p)["n_embedded"] == 0
 
 
+@pytest.mark.slow
 def test_a_worker_node_killed_mid_run_gives_the_same_result(ray, two_nodes, chunked, local, tmp_path):
     want = local[0]
     p = Project(_copy(chunked, tmp_path))
@@ -181,6 +185,7 @@ def test_a_worker_node_killed_mid_run_gives_the_same_result(ray, two_nodes, chun
     assert_same(read_embeddings(p.embeddings_path), want)
 
 
+@pytest.mark.slow
 def test_a_killed_driver_leaves_the_previous_files_and_its_finished_part(two_nodes, corpus, default_model, local,
                                                                           tmp_path):
     want = local[0]
@@ -219,11 +224,50 @@ def test_a_killed_driver_leaves_the_previous_files_and_its_finished_part(two_nod
     assert_same(read_embeddings(p / "embeddings.parquet"), want)
 
 
-def test_bad_addresses_and_a_missing_extra_exit_2(chunked, tmp_path, monkeypatch):
-    p = _copy(chunked, tmp_path)
-    res = CliRunner().invoke(app, ["embed", "--ray", "not an address", "-p", str(p)])
-    assert res.exit_code == 2 and "--ray" in res.output
+@pytest.mark.parametrize("argv, want", [
+    (["embed", "--ray"], ("local", [])),
+    (["embed", "--ray", "--json"], ("local", [])),
+    (["embed", "--ray", "auto"], ("auto", [])),
+    (["update", "--ray", "ray://head:10001"], ("ray://head:10001", [])),
+    (["build", "--ray", "docs/"], ("local", ["docs/"])),
+    (["build", "--ray", "10.0.0.5:6379", "docs/"], ("10.0.0.5:6379", ["docs/"])),
+    (["build", "docs/"], (None, ["docs/"])),
+])
+def test_ray_takes_an_optional_address(argv, want, monkeypatch, tmp_path):
+    got = {}
+
+    def fake(self, *args, ray=None, **kwargs):
+        got["call"] = (ray, [str(a) for a in (args[0] if args else [])])
+        raise SystemExit(0)
+
+    for method in ("embed", "build", "update"):
+        monkeypatch.setattr(Project, method, fake)
+    res = CliRunner().invoke(app, argv + ["-p", str(tmp_path / "p")])
+    assert res.exit_code == 0, res.output
+    assert got["call"] == want
+
+
+def test_bad_addresses_and_a_missing_extra_exit_2(make_sample_project, tmp_path, monkeypatch):
+    p = make_sample_project(tmp_path / "p").root
+    before = (p / "embeddings.parquet").read_bytes()
+    res = CliRunner().invoke(app, ["embed", "--ray", "not-an-address", "-p", str(p)])
+    assert res.exit_code == 2 and "--ray 'not-an-address'" in res.output and "HOST:PORT" in res.output
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
-    res = CliRunner().invoke(app, ["embed", "--ray", "-p", str(p)])
-    assert res.exit_code == 2 and "pip install 'rag-cli[ray]'" in res.output
-    assert not (p / "embeddings.parquet").exists()
+    for argv in (["embed", "--ray"], ["build", "--ray", str(SAMPLE_DOCS)], ["update", "--ray", "auto"]):
+        res = CliRunner().invoke(app, argv + ["-p", str(p)])
+        assert res.exit_code == 2 and "pip install 'rag-cli[ray]'" in res.output, (argv, res.output)
+    assert (p / "embeddings.parquet").read_bytes() == before
+
+
+def test_actors_are_sized_from_the_nodes():
+    from rag_cli.errors import BadInput
+    from rag_cli.models.ray_cluster import ActorPlan, actor_plan
+
+    assert actor_plan([1, 1]) == ActorPlan(2, 1, 1, 0)  # the test cluster: one single-thread actor per node
+    assert actor_plan([8, 4]) == ActorPlan(3, 4, 4, 0)  # threads from the smallest node: 2 + 1 actors
+    assert actor_plan([8, 4], threads=8) == ActorPlan(1, 8, 8, 0)
+    assert actor_plan([16, 16], gpus=2, on_gpu=True) == ActorPlan(2, 1, 1, 1)  # one actor per GPU
+    with pytest.raises(BadInput, match="--threads 32"):
+        actor_plan([8, 4], threads=32)
+    with pytest.raises(BadInput, match="no GPU"):
+        actor_plan([8], on_gpu=True)

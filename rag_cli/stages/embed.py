@@ -19,6 +19,14 @@ Streaming, resumable, incremental:
   killed run left undone is a suffix of that plan, cut the same way again. So
   the float32 vectors of a resumed run are bit-identical to those of one
   uninterrupted run (int8 ones too: same batches, same activation scales).
+- Where the batches run is the encoder's business: the texts to embed go
+  to `encoder.iter_encode_groups` one window at a time, and what comes back
+  (sha256s and vectors, batch by batch) is cached and written here. A
+  `BiEncoder` runs them in this process; a `RayEncoder`
+  (`rag_cli.models.ray_encoder`, `rag embed --ray`) runs the same batches
+  in actors on a Ray cluster, so both paths write the same files. With Ray
+  the driver holds no more than the local path, but the texts to embed
+  wait in Ray's object store (spilled to disk when it is full).
 
 The model fingerprint, name and dimension are in the file's schema metadata.
 
