@@ -8,7 +8,7 @@ cache, in this order:
 
 1. `local`: `rag embed` in this process, all usable cores (model.threads 0);
 2. `ray-1-node`: `rag embed --ray ADDRESS` on a Ray cluster of one node with
-   every usable core (`ray.util.cluster_utils.Cluster`, 127.0.0.1);
+   every usable core (`ray.cluster_utils.Cluster`, 127.0.0.1);
 3. `ray-2-nodes`: the same with two nodes of half the cores each;
 4. `local` again, to see how much the machine's load moved during the runs.
 
@@ -62,7 +62,7 @@ def write_corpus(path: Path, n: int) -> Path:
 
 def start_cluster(cpus: list[int]):
     """A Ray cluster on 127.0.0.1: a head node with cpus[0] CPUs and one worker node per further entry."""
-    from ray.util.cluster_utils import Cluster
+    from ray.cluster_utils import Cluster
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": cpus[0], "object_store_memory": OBJECT_STORE,
                                                       "include_dashboard": False, "node_ip_address": "127.0.0.1"})

@@ -86,6 +86,7 @@ def ray_cluster(address: str = LOCAL, *, num_cpus: int | None = None) -> Iterato
             ray.shutdown()
         where = "start a local Ray instance" if address == LOCAL else f"connect to the Ray cluster at {address}"
         raise WorkFailed(f"--ray {address}: cannot {where} ({str(exc).strip().splitlines()[0]})") from None
+    logging.getLogger("ray.data").setLevel(logging.WARNING)  # Ray Data sets its own level at init
     try:
         yield ray
     finally:

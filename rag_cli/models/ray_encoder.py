@@ -185,21 +185,23 @@ class RayEncoder(BiEncoder):
             WorkFailed: the Ray job failed (naming Ray's error), or lost
                 actors more than `RETRIES` times.
         """
-        windows: list[tuple[Any, list[int]]] = []  # (ref of the window's block, its planned batches' sizes)
+        on_gpu = any(p != "CPUExecutionProvider" for p in self.providers)
+        call = CALL_BATCHES_PER_THREAD * cluster_plan(self.ray, self.actor_threads, on_gpu).threads
+        blocks: list[tuple[Any, list[int]]] = []  # (ref of a block, the sizes of its planned batches)
         for keys, texts in groups:
-            windows.append(self._put_window(keys, texts, prefix, batch_tokens))
-        w = j = 0  # the next batch to yield: batch j of window w
+            blocks += self._put_blocks(keys, texts, prefix, batch_tokens, call)
+        b = j = 0  # the next batch to yield: batch j of block b
         for attempt in range(RETRIES + 1):
             try:
-                for keys, vectors in self._run(self._from(windows, w, j)):
+                for keys, vectors in self._run(*self._from(blocks, b, j), on_gpu):
                     off = 0
                     while off < len(keys):
-                        n = windows[w][1][j]
+                        n = blocks[b][1][j]
                         yield keys[off : off + n], vectors[off : off + n]
                         off += n
                         j += 1
-                        if j == len(windows[w][1]):
-                            w, j = w + 1, 0
+                        if j == len(blocks[b][1]):
+                            b, j = b + 1, 0
                 return
             except LostActors as exc:
                 if attempt == RETRIES:
@@ -207,32 +209,36 @@ class RayEncoder(BiEncoder):
                                      f"(last: {exc}); the vectors embedded so far are cached, run again") from None
                 self.retries += 1
 
-    def _put_window(self, keys: Sequence[str], texts: Sequence[str], prefix: str, batch_tokens: int
-                    ) -> tuple[Any, list[int]]:
+    def _put_blocks(self, keys: Sequence[str], texts: Sequence[str], prefix: str, batch_tokens: int, call: int
+                    ) -> list[tuple[Any, list[int]]]:
         """Plan one window's batches as the local path does (`plan_batches`)
-        and put them into the object store as one block (a row per planned
-        batch: `keys`, `texts`). Returns (its ObjectRef, the batch sizes)."""
+        and put them into the object store, `call` planned batches per block
+        (a row per planned batch: `keys`, `texts`): one block is one actor
+        call, so the blocks spread over the actors. Returns (ObjectRef, the
+        sizes of its batches) per block, in plan order."""
         import pyarrow as pa
 
         tok = self.tokenizer.tokenize(texts, prefix)
         plan = plan_batches(tok.lengths, batch_tokens)
-        table = pa.Table.from_arrays(
-            [pa.array([[keys[i] for i in idx] for idx in plan], pa.list_(pa.string())),
-             pa.array([[texts[i] for i in idx] for idx in plan], pa.list_(pa.string()))], names=["keys", "texts"])
-        return self.ray.put(table), [len(idx) for idx in plan]
+        out = []
+        for start in range(0, len(plan), call):
+            part = plan[start : start + call]
+            table = pa.Table.from_arrays(
+                [pa.array([[keys[i] for i in idx] for idx in part], pa.list_(pa.string())),
+                 pa.array([[texts[i] for i in idx] for idx in part], pa.list_(pa.string()))], names=["keys", "texts"])
+            out.append((self.ray.put(table), [len(idx) for idx in part]))
+        return out
 
-    def _from(self, windows: list[tuple[Any, list[int]]], w: int, j: int) -> list[Any]:
-        """The blocks that hold batch j of window w and every batch after it."""
-        if w >= len(windows):
-            return []
-        refs = [ref for ref, _ in windows[w:]]
-        if j:
+    def _from(self, blocks: list[tuple[Any, list[int]]], b: int, j: int) -> tuple[list[Any]]:
+        """The blocks from batch j of block b on (block b cut to start there)."""
+        refs = [ref for ref, _ in blocks[b:]]
+        if j and refs:
             refs[0] = self.ray.put(self.ray.get(refs[0]).slice(j))
-        return refs
+        return (refs,)
 
-    def _run(self, refs: list[Any]) -> Iterator[tuple[list[str], np.ndarray]]:
-        """Embed the blocks `refs` on the cluster as it is now: yields (keys,
-        vectors) per actor call, in order.
+    def _run(self, refs: list[Any], on_gpu: bool) -> Iterator[tuple[list[str], np.ndarray]]:
+        """Embed the blocks `refs` on the cluster as it is now, one actor call
+        per block: yields (keys, vectors) per block, in order.
 
         Raises:
             LostActors: an actor or node died.
@@ -243,15 +249,15 @@ class RayEncoder(BiEncoder):
         from rag_cli.store.embeddings import to_matrix
 
         ray = self.ray
-        on_gpu = any(p != "CPUExecutionProvider" for p in self.providers)
-        self.plan = plan = cluster_plan(ray, self.actor_threads, on_gpu)
+        plan = cluster_plan(ray, self.actor_threads, on_gpu)
+        self.plan = plan = replace(plan, actors=min(plan.actors, len(refs)))  # no idle actors
         ray.data.DataContext.get_current().execution_options.preserve_order = True
         resources = {"num_cpus": plan.num_cpus, **({"num_gpus": plan.num_gpus} if plan.num_gpus else {})}
         ds = ray.data.from_arrow_refs(refs).map_batches(
-            _EmbedActor, batch_format="pyarrow", batch_size=CALL_BATCHES_PER_THREAD * plan.threads,
+            _EmbedActor, batch_format="pyarrow", batch_size=None,
             fn_constructor_kwargs={"shipped": ship_model(ray, self.folder), "threads": plan.threads,
                                    "providers": list(self.providers)},
-            concurrency=plan.actors, max_restarts=0, max_task_retries=0, **resources)
+            compute=ray.data.ActorPoolStrategy(size=plan.actors), **resources)
         dim = self.dim
         try:
             for block in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
