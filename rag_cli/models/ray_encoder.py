@@ -104,14 +104,16 @@ def unpack_model(ray, shipped: ShippedModel, root: Path | None = None) -> ModelF
 
 
 class _EmbedActor:
-    """A Ray Data actor: loads the shipped model once, then embeds blocks of
-    planned batches (rows `keys`, `texts`: lists of strings) into rows `key`
-    (string), `vector` (fixed_size_list<float32>[d])."""
+    """A Ray Data actor: loads the shipped model once (`threads` batches at
+    once), then embeds blocks of planned batches (rows `keys`, `texts`: lists
+    of strings; `prefix` put before each text) into rows `key` (string),
+    `vector` (fixed_size_list<float32>[d]), each batch run as planned."""
 
-    def __init__(self, shipped: ShippedModel, threads: int, providers: list[str]):
+    def __init__(self, shipped: ShippedModel, threads: int, providers: list[str], prefix: str):
         import ray
 
         self.encoder = BiEncoder(unpack_model(ray, shipped), threads=threads, providers=providers)
+        self.prefix = prefix
         self.encoder.session  # noqa: B018  (load the graph now, not in the first call)
 
     def __call__(self, block):
@@ -126,7 +128,7 @@ class _EmbedActor:
             texts += batch_texts
         out_keys: list[str] = []
         out_vectors: list[np.ndarray] = []
-        for idx, vectors in self.encoder.iter_encode(texts, self.encoder.folder.passage_prefix, batches=batches):
+        for idx, vectors in self.encoder.iter_encode(texts, self.prefix, batches=batches):
             out_keys += [keys[i] for i in idx]
             out_vectors.append(vectors)
         matrix = np.concatenate(out_vectors) if out_vectors else np.zeros((0, self.encoder.dim), np.float32)
@@ -193,7 +195,7 @@ class RayEncoder(BiEncoder):
         b = j = 0  # the next batch to yield: batch j of block b
         for attempt in range(RETRIES + 1):
             try:
-                for keys, vectors in self._run(*self._from(blocks, b, j), on_gpu):
+                for keys, vectors in self._run(*self._from(blocks, b, j), prefix, on_gpu):
                     off = 0
                     while off < len(keys):
                         n = blocks[b][1][j]
@@ -236,9 +238,10 @@ class RayEncoder(BiEncoder):
             refs[0] = self.ray.put(self.ray.get(refs[0]).slice(j))
         return (refs,)
 
-    def _run(self, refs: list[Any], on_gpu: bool) -> Iterator[tuple[list[str], np.ndarray]]:
-        """Embed the blocks `refs` on the cluster as it is now, one actor call
-        per block: yields (keys, vectors) per block, in order.
+    def _run(self, refs: list[Any], prefix: str, on_gpu: bool) -> Iterator[tuple[list[str], np.ndarray]]:
+        """Embed the blocks `refs` (`prefix` before each text) on the cluster
+        as it is now, one actor call per block: yields (keys, vectors) per
+        block, in order.
 
         Raises:
             LostActors: an actor or node died.
@@ -256,7 +259,7 @@ class RayEncoder(BiEncoder):
         ds = ray.data.from_arrow_refs(refs).map_batches(
             _EmbedActor, batch_format="pyarrow", batch_size=None,
             fn_constructor_kwargs={"shipped": ship_model(ray, self.folder), "threads": plan.threads,
-                                   "providers": list(self.providers)},
+                                   "providers": list(self.providers), "prefix": prefix},
             compute=ray.data.ActorPoolStrategy(size=plan.actors), **resources)
         dim = self.dim
         try:
