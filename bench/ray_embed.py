@@ -104,6 +104,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=256, help="chunk size in tokens")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "ray-embed.json")
     args = ap.parse_args()
+    # keep the nodes on 127.0.0.1: Ray otherwise replaces a loopback address by the machine's own
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
     cores = len(os.sched_getaffinity(0))

@@ -6,20 +6,24 @@ chunks.parquet at a time) runs on Ray Data instead of this process:
 
 1. The driver (this process) plans the batches exactly as the local path
    does (`plan_batches` over each window's token lengths: length-sorted,
-   cut by the token budget) and puts each window into Ray's object store as
-   one Arrow block: one row per planned batch (`keys`: the texts' sha256,
-   `texts`), so a batch is never split or merged and its vectors are those
-   of the local path (the int8 graph's activation scales are per batch).
-2. `map_batches` runs `_EmbedActor`, an actor class: each actor loads the
-   model once (one onnxruntime session, `threads` batches at once) and
-   returns (key, vector) rows. Actors are sized from the cluster's CPUs
-   (`actor_plan`), or one per GPU with `--provider cuda`.
+   cut by the token budget) and puts them into Ray's object store as Arrow
+   blocks of `CALL_BATCHES_PER_THREAD` x threads planned batches (one row
+   per planned batch: `keys`, the texts' sha256, and `texts`), so a batch is
+   never split or merged and its vectors are those of the local path (the
+   int8 graph's activation scales are per batch).
+2. `map_batches` runs `_EmbedActor`, an actor class, one call per block:
+   each actor loads the model once (one onnxruntime session, `threads`
+   batches at once) and returns (key, vector) rows. Actors are sized from
+   the cluster's CPUs (`actor_plan`), or one per GPU with `--provider cuda`.
 3. The driver iterates the results in order (`iter_batches`, order
-   preserved) and `rag embed` caches them as they come, so a killed driver
-   keeps every finished block and the next run embeds only the rest; the
-   results are written by the same code as the local path's
-   (`rag_cli.stages.embed`): same embeddings.parquet, vector cache and
-   fingerprint.
+   preserved) and yields them batch by batch as the local path does;
+   `rag embed` caches them as they come, so a killed driver keeps every
+   finished batch and the next run embeds only the rest; the results are
+   written by the same code as the local path's (`rag_cli.stages.embed`):
+   same embeddings.parquet, vector cache and fingerprint.
+4. A node that dies mid-run: Ray Data restarts its actors and retries their
+   blocks; when Ray reports the actors dead instead, the job is planned
+   again on the nodes left from the first batch not yet yielded (`RETRIES`).
 
 The model reaches the workers through the object store: the graph (and its
 external-data files) and tokenizer.json are put once, and each actor writes
