@@ -308,7 +308,9 @@ def test_lost_actors_resume_from_the_first_batch_not_yet_yielded(tiny_bi_encoder
 
     folder = ModelFolder.load(tiny_bi_encoder)
     texts = [f"passage {i} " + "word " * (i % 23) for i in range(300)]
-    groups = [([f"k{i}" for i in range(0, 200)], texts[:200]), ([f"k{i}" for i in range(200, 300)], texts[200:])]
+    lengths = np.minimum(BiEncoder(folder).count_tokens(texts, "p: "), folder.max_length)
+    groups = [([f"k{i}" for i in range(0, 200)], texts[:200], lengths[:200]),
+              ([f"k{i}" for i in range(200, 300)], texts[200:], lengths[200:])]
     local = list(BiEncoder(folder, threads=1).iter_encode_groups(groups, "p: ", batch_tokens=256))
     assert len(local) > 10
 

@@ -307,7 +307,7 @@ class BiEncoder(OnnxTextModel):
 
     def iter_encode_groups(
         self,
-        groups: Iterable[tuple[Sequence[str], Sequence[str]]],
+        groups: Iterable[tuple[Sequence[str], Sequence[str], np.ndarray]],
         prefix: str = "",
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
     ) -> Iterator[tuple[list[str], np.ndarray]]:
@@ -318,14 +318,17 @@ class BiEncoder(OnnxTextModel):
         a Ray cluster.
 
         Args:
-            groups: (keys, texts) pairs: n keys (any strings, e.g. the
-                sha256 of each text) and the n texts.
+            groups: (keys, texts, lengths) triples: n keys (any strings,
+                e.g. the sha256 of each text), the n texts, and (n,) int
+                their tokens as this model sees them (`prefix` and special
+                tokens included, at most max_length), which `RayEncoder`
+                plans the batches with (here the texts are tokenized anyway).
             prefix, batch_tokens: as for `iter_encode`.
 
         Yields:
             `(keys, vectors)` per batch: the keys of its texts, and (b, d)
             float32 vectors (as `iter_encode` yields them), groups in order.
         """
-        for keys, texts in groups:
+        for keys, texts, _ in groups:
             for idx, vectors in self.iter_encode(texts, prefix, batch_tokens):
                 yield [keys[i] for i in idx], vectors

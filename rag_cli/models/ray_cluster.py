@@ -54,12 +54,14 @@ def check_address(address: str) -> str:
 
 
 @contextlib.contextmanager
-def ray_cluster(address: str = LOCAL, *, num_cpus: int | None = None) -> Iterator[Any]:
+def ray_cluster(address: str = LOCAL) -> Iterator[Any]:
     """Connect to the Ray cluster at `address` (`check_address`), or start a
-    local instance for `local` (`num_cpus`: its CPUs, default all), for the
-    time of the block; yields the `ray` module. A Ray already initialised in
-    this process (a caller's `ray.init`) is used as it is and left running.
-    Ray's own progress bars and log lines are kept off stdout and stderr.
+    new local instance for `local` (all cores; never a cluster that
+    `RAY_ADDRESS` or an earlier `ray start` names), for the time of the
+    block, and shut it down (or disconnect) after; yields the `ray` module. A
+    Ray already initialised in this process (a caller's `ray.init`) is used
+    as it is and left running. Ray Data's progress bars and Ray's Python log
+    lines below WARNING are kept off stderr.
 
     Raises:
         BadInput: a bad address, or the ray extra is missing.
@@ -78,7 +80,7 @@ def ray_cluster(address: str = LOCAL, *, num_cpus: int | None = None) -> Iterato
     opts: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": True}
     try:
         if address == LOCAL:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, **opts)
+            ray.init(address="local", include_dashboard=False, **opts)
         else:
             ray.init(address=address, **opts)
     except (ConnectionError, RuntimeError, TimeoutError, ValueError) as exc:
@@ -87,6 +89,7 @@ def ray_cluster(address: str = LOCAL, *, num_cpus: int | None = None) -> Iterato
         where = "start a local Ray instance" if address == LOCAL else f"connect to the Ray cluster at {address}"
         raise WorkFailed(f"--ray {address}: cannot {where} ({str(exc).strip().splitlines()[0]})") from None
     logging.getLogger("ray.data").setLevel(logging.WARNING)  # Ray Data sets its own level at init
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # "progress bars disabled": we did
     try:
         yield ray
     finally:

@@ -194,8 +194,8 @@ class RayEncoder(BiEncoder):
         on_gpu = any(p != "CPUExecutionProvider" for p in self.providers)
         call = CALL_BATCHES_PER_THREAD * cluster_plan(self.ray, self.actor_threads, on_gpu).threads
         blocks: list[tuple[Any, list[int]]] = []  # (ref of a block, the sizes of its planned batches)
-        for keys, texts in groups:
-            blocks += self._put_blocks(keys, texts, prefix, batch_tokens, call)
+        for keys, texts, lengths in groups:
+            blocks += self._put_blocks(keys, texts, lengths, batch_tokens, call)
         b = j = 0  # the next batch to yield: batch j of block b
         for attempt in range(RETRIES + 1):
             try:
@@ -215,17 +215,18 @@ class RayEncoder(BiEncoder):
                                      f"(last: {exc}); the vectors embedded so far are cached, run again") from None
                 self.retries += 1
 
-    def _put_blocks(self, keys: Sequence[str], texts: Sequence[str], prefix: str, batch_tokens: int, call: int
-                    ) -> list[tuple[Any, list[int]]]:
-        """Plan one window's batches as the local path does (`plan_batches`)
-        and put them into the object store, `call` planned batches per block
-        (a row per planned batch: `keys`, `texts`): one block is one actor
-        call, so the blocks spread over the actors. Returns (ObjectRef, the
-        sizes of its batches) per block, in plan order."""
+    def _put_blocks(self, keys: Sequence[str], texts: Sequence[str], lengths: np.ndarray, batch_tokens: int,
+                    call: int) -> list[tuple[Any, list[int]]]:
+        """Plan one window's batches as the local path does (`plan_batches`
+        over the texts' token `lengths`, which `rag embed` counted already:
+        the driver tokenizes nothing again) and put them into the object
+        store, `call` planned batches per block (a row per planned batch:
+        `keys`, `texts`): one block is one actor call, so the blocks spread
+        over the actors. Returns (ObjectRef, the sizes of its batches) per
+        block, in plan order."""
         import pyarrow as pa
 
-        tok = self.tokenizer.tokenize(texts, prefix)
-        plan = plan_batches(tok.lengths, batch_tokens)
+        plan = plan_batches(np.asarray(lengths), batch_tokens)
         out = []
         for start in range(0, len(plan), call):
             part = plan[start : start + call]

@@ -160,7 +160,7 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
                 got_vec.clear()
             n_batches = 0
 
-        groups = _texts_to_embed(chunks_path, col, window, shas, new)
+        groups = _texts_to_embed(chunks_path, col, window, shas, new, np.minimum(n_tokens, max_length))
         for keys, vectors in encoder.iter_encode_groups(groups, folder.passage_prefix, **kwargs):
             bad = bad_vector_rows(vectors)
             if bad.size:
@@ -250,24 +250,25 @@ def _embed_again(encoder, cache: VectorCache, todo: dict[str, str], kwargs: dict
         cache.write_part([shas[i] for i in idx], vectors)
 
 
-def _texts_to_embed(chunks_path, col: str, window: int, shas: list[str], new: set[str]
-                    ) -> Iterator[tuple[list[str], list[str]]]:
+def _texts_to_embed(chunks_path, col: str, window: int, shas: list[str], new: set[str], lengths: np.ndarray
+                    ) -> Iterator[tuple[list[str], list[str], np.ndarray]]:
     """The texts to embed, one window of chunks.parquet at a time: (sha256s,
-    texts) of the texts of the window whose sha256 is in `new`, each text
-    once, in the window where it first appears (in row order). `shas` holds
-    every row's sha256 (in row order); `new` is not changed."""
+    texts, their token lengths as the model sees them (m,) int) of the texts
+    of the window whose sha256 is in `new`, each text once, in the window
+    where it first appears (in row order). `shas` and `lengths` hold every
+    row's sha256 and length (in row order); `new` is not changed."""
     pending = set(new)
     row = 0
     for batch in iter_chunk_batches(chunks_path, [col], window):
         texts = batch.column(0).to_pylist()
-        todo: dict[str, str] = {}
-        for sha, text in zip(shas[row : row + len(texts)], texts):
+        todo: dict[str, tuple[str, int]] = {}
+        for i, (sha, text) in enumerate(zip(shas[row : row + len(texts)], texts)):
             if sha in pending:
                 pending.discard(sha)
-                todo[sha] = text
+                todo[sha] = (text, int(lengths[row + i]))
         row += len(texts)
         if todo:
-            yield list(todo), list(todo.values())
+            yield list(todo), [t for t, _ in todo.values()], np.array([n for _, n in todo.values()], np.int64)
 
 
 def _chunks_of(chunks_path, shas: list[str], bad: dict[str, int]) -> tuple[list[str], list[int]]:
