@@ -135,7 +135,7 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    out = {"command": "python bench/ray_embed.py " + " ".join(sys.argv[1:]), "docs": args.docs, "size": args.size,
+    out = {"command": " ".join(["python bench/ray_embed.py", *sys.argv[1:]]), "docs": args.docs, "size": args.size,
            "machine": machine(), "commit": commit(), "ray": ray.__version__, "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
