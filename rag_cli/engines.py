@@ -9,9 +9,10 @@ and the evaluation lab (`rag_cli.lab`) use it; it runs no stage.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from rag_cli.config import AskConfig, Config, SearchConfig
 from rag_cli.errors import BadInput
@@ -40,6 +41,24 @@ class Engines:
         from rag_cli.models.loading import load_embedder
 
         return load_embedder(asdict(config.model))
+
+    @staticmethod
+    @contextlib.contextmanager
+    def on_ray(encoder, config: Config, address: str | None) -> Iterator[Any]:
+        """`encoder` (the configured `BiEncoder`) for `rag embed`: itself when
+        `address` is None, else a `RayEncoder` on the Ray cluster at `address`
+        (`--ray`: "local" starts a local instance), connected for the block
+        and shut down after (`rag_cli.models.ray_cluster.ray_cluster`). Raises
+        BadInput for a bad address or a missing ray extra, WorkFailed when no
+        cluster answers."""
+        if address is None:
+            yield encoder
+            return
+        from rag_cli.models.ray_cluster import ray_cluster
+        from rag_cli.models.ray_encoder import RayEncoder
+
+        with ray_cluster(address) as ray:
+            yield RayEncoder(encoder.folder, ray, threads=config.model.threads or None, providers=encoder.providers)
 
     @staticmethod
     def cross_encoder(config: Config):

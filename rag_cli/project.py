@@ -62,6 +62,15 @@ def _chunks_written(command: str) -> Iterator[None]:
                           "finishes the work (texts already embedded are not embedded again)") from None
 
 
+def _check_ray(address: str | None) -> None:
+    """BadInput for a bad `ray` address (`--ray`) or a missing ray extra, before any work; nothing for None."""
+    if address is not None:
+        from rag_cli.models.ray_cluster import check_address, import_ray
+
+        check_address(address)
+        import_ray()
+
+
 def _options(options: dict[str, Any], *sections: str) -> dict[str, dict[str, Any]]:
     """{section: {key: value}} of keyword options (`split_options`), a model folder kept absolute."""
     out = split_options(options, sections, _RENAMED)
@@ -152,22 +161,29 @@ class Project:
             self.folder.save(*opts.items())
         return ChunkSummary.from_dict(summary)
 
-    def embed(self, *, wait: float | None = None, progress: Progress | None = None,
+    def embed(self, *, ray: str | None = None, wait: float | None = None, progress: Progress | None = None,
               **options: Any) -> EmbedSummary:
         """Embed chunks.parquet with the bi-encoder: embeddings.parquet, only
         new or changed texts computed (see `rag_cli.stages.embed.embed_chunks`).
         `options`: [model] keys (`model`, precision, threads, provider,
         on_truncate: what a chunk longer than the model's max_length does).
+        `ray`: embed on a Ray cluster (the `ray` extra; `rag_cli.models.ray_encoder`):
+        "local" starts a local Ray instance, "auto", "ray://HOST:PORT" or
+        "HOST:PORT" connects to a running cluster; the same files are written.
         Raises BadInput for bad options, a missing model or chunks.parquet,
-        or a truncated chunk with on_truncate="error"."""
+        a bad `ray` address or a missing ray extra, or a truncated chunk with
+        on_truncate="error"; WorkFailed when the Ray cluster cannot be reached."""
         from rag_cli.stages.embed import embed_chunks
 
         self.require(self.chunks_path, "chunk")
         opts = _options(options, "model")
         config = self.folder.with_options("model", opts.get("model"))
         encoder = self.engines.embedder(config)  # checks every option before rag.toml records it
-        with self.folder.writing("embed", wait):
+        _check_ray(ray)
+        with self.folder.writing("embed", wait), self.engines.on_ray(encoder, config, ray) as encoder:
             summary = embed_chunks(self.folder, encoder, progress, on_truncate=config.model.on_truncate)
+            if ray is not None:
+                summary["ray"] = encoder.report()
             self.folder.save(*opts.items())
         return EmbedSummary.from_dict({**summary, "model": encoder.folder.name})
 
@@ -189,27 +205,31 @@ class Project:
         return IndexSummary.from_dict(summary)
 
     # -- build, update, rollback, status ---------------------------------------
-    def build(self, sources: Sequence[str | os.PathLike], *, format: str = "auto", wait: float | None = None,
-              progress: Progress | None = None, **options: Any) -> BuildSummary:
+    def build(self, sources: Sequence[str | os.PathLike], *, format: str = "auto", ray: str | None = None,
+              wait: float | None = None, progress: Progress | None = None, **options: Any) -> BuildSummary:
         """`chunk`, `embed` and `index` under one lock, with the same options
-        (keys of [chunk], [model] and [index]); the sources (as absolute
-        paths) and `format` are remembered in rag.toml `[sources]` for `update`."""
+        (keys of [chunk], [model] and [index]); `ray` as for `embed`. The
+        sources (as absolute paths) and `format` are remembered in rag.toml
+        `[sources]` for `update`."""
         split = split_options(options, ("chunk", "model", "index"), _RENAMED)  # unknown options fail first
+        _check_ray(ray)
         model = {("model" if k == "embedder" else k): v for k, v in split.get("model", {}).items()}
         sources = [os.path.abspath(os.fspath(s)) for s in sources]
         with self.folder.writing("build", wait):
             c = self.chunk(sources, format=format, progress=progress, **split.get("chunk", {}),
                            **{k: v for k, v in model.items() if k in ("model", "precision")})
             with _chunks_written("build SRC..."):
-                e = self.embed(progress=progress, **{k: v for k, v in model.items() if k not in ("model", "precision")})
+                e = self.embed(ray=ray, progress=progress,
+                               **{k: v for k, v in model.items() if k not in ("model", "precision")})
                 i = self.index(progress=progress, **split.get("index", {}))
             self.folder.save(("sources", {"paths": sources, "format": format}))
         return BuildSummary(c, e, i)
 
-    def update(self, *, keep: int | None = None, wait: float | None = None,
+    def update(self, *, keep: int | None = None, ray: str | None = None, wait: float | None = None,
                progress: Progress | None = None) -> UpdateSummary:
         """Rescan the sources remembered by `build`, rechunk new and changed
-        documents, embed only new texts and write a new index generation
+        documents, embed only new texts (on a Ray cluster with `ray`, as for
+        `embed`) and write a new index generation
         updated in place (see `rag_cli.stages.update`). A change of the chunk
         settings rechunks everything; another embedder or HNSW M /
         ef_construction rebuilds the index (`index.full` says why).
@@ -221,6 +241,7 @@ class Project:
 
         f = self.folder
         config = f.with_options("index", {"keep": keep})
+        _check_ray(ray)
         src = config.sources
         if not src.paths:
             raise BadInput(f"{f.config_path} remembers no sources ([sources] paths): run "
@@ -235,7 +256,10 @@ class Project:
                               full=rechunk is not None, progress=progress)
             c = add_pending(c, pending)
             with _chunks_written("update"):
-                e = embed_chunks(f, self.engines.embedder(config), progress)
+                with self.engines.on_ray(self.engines.embedder(config), config, ray) as encoder:
+                    e = embed_chunks(f, encoder, progress)
+                    if ray is not None:
+                        e["ray"] = encoder.report()
                 i = update_index(f, config.index, threads=config.model.threads, keep=config.index.keep,
                                  progress=progress)
             f.record("update", chunk={k: v for k, v in c.items() if k not in ("skipped", "seconds")},

@@ -111,6 +111,7 @@ class EmbedSummary(Result):
     model_warnings: list
     model: str | None = optional()
     cache_repaired: list | None = optional()  # damaged vector cache parts set aside (their texts embedded again)
+    ray: dict | None = optional()  # with --ray: the cluster's address, actors, threads per actor, retries
 
 
 @dataclass(eq=False)

@@ -192,3 +192,17 @@ def test_each_setting_is_spelled_in_at_most_three_places():
             and (s.section, s.key) not in SAME_NAME and len(places := setting_places(s.key)) > 3}
     assert not over, over
     assert len(setting_places("hnsw_ef_construction")) == 1  # config.py only
+
+
+def test_nothing_of_ray_is_imported_without_ray():
+    """`import rag_cli.cli` (and the pipeline, and embedding) imports neither Ray nor the modules that use it:
+    they load when `--ray` is used (#24)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, rag_cli.cli, rag_cli.project, rag_cli.stages.embed, rag_cli.models.encoder; "
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith(('ray.', 'rag_cli.models.ray'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=PKG.parent).stdout
+    assert out.strip() == "[]"
+

@@ -11,8 +11,8 @@ import typer
 
 from rag_cli.cli.common import as_dict, emit_json, given, line, progress
 from rag_cli.cli import render
-from rag_cli.cli.options import (CHUNK, INDEX, LOCK, MODEL, OUTPUT, PROJECT, FormatOpt, Settings, options,
-                                 output)
+from rag_cli.cli.options import (CHUNK, INDEX, LOCK, MODEL, OUTPUT, PROJECT, RAY, FormatOpt, RayCommand, Settings,
+                                 options, output)
 from rag_cli.cli.root import app
 
 DirArg = Annotated[Optional[Path], typer.Argument(metavar="DIR",
@@ -171,9 +171,9 @@ def chunk(sources: SourcesArg, fmt: FormatOpt = "auto", encoding: EncodingOpt = 
                        p.chunks_path, p.parents_path)
 
 
-@app.command()
-@options(MODEL, LOCK, PROJECT, OUTPUT)
-def embed(*, opts, project, json_out, quiet):
+@app.command(cls=RayCommand)
+@options(MODEL, RAY, LOCK, PROJECT, OUTPUT)
+def embed(*, opts, ray, project, json_out, quiet):
     """Embed chunks.parquet with an ONNX bi-encoder: embeddings.parquet (only new or changed chunks).
 
     Writes `embeddings.parquet` (`vector`: fixed-size list
@@ -219,7 +219,7 @@ def embed(*, opts, project, json_out, quiet):
 
     p = Project.open(project)
     with progress(quiet or json_out) as bar:
-        summary = as_dict(p.embed(progress=bar, **given(opts)))
+        summary = as_dict(p.embed(ray=ray, progress=bar, **given(opts)))
     if json_out:
         return emit_json(render.without_model(summary))
     if not quiet:
@@ -257,9 +257,9 @@ def index(rollback_: RollbackOpt = False, *, opts, project, json_out, quiet):
         render.indexed(summary, p.index_dir)
 
 
-@app.command()
-@options(CHUNK, MODEL, INDEX, LOCK, PROJECT, OUTPUT)
-def build(sources: BuildSourcesArg, fmt: FormatOpt = "auto", *, opts, project, json_out, quiet):
+@app.command(cls=RayCommand)
+@options(CHUNK, MODEL, INDEX, RAY, LOCK, PROJECT, OUTPUT)
+def build(sources: BuildSourcesArg, fmt: FormatOpt = "auto", *, opts, ray, project, json_out, quiet):
     """chunk + embed + index in one command under one lock; the sources are remembered for `rag update`.
 
     Takes the flags of `rag chunk`, `rag embed` and `rag index`. Keep an index
@@ -273,7 +273,7 @@ def build(sources: BuildSourcesArg, fmt: FormatOpt = "auto", *, opts, project, j
 
     p = Project.open(project)
     with progress(quiet or json_out) as bar:
-        out = as_dict(p.build(sources, format=fmt, progress=bar, **given(opts)))
+        out = as_dict(p.build(sources, format=fmt, ray=ray, progress=bar, **given(opts)))
     if json_out:
         return emit_json({stage: render.without_model(as_dict(s)) for stage, s in out.items()})
     if not quiet:

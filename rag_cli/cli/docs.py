@@ -47,9 +47,12 @@ _TYPE_NAMES = {int: "INTEGER", float: "FLOAT", str: "TEXT", Path: "PATH"}
 
 
 def _value_name(param: Any) -> str:
-    """INTEGER, FLOAT, TEXT or PATH: what an option takes ("" for a flag)."""
+    """INTEGER, FLOAT, TEXT or PATH: what an option takes ("" for a flag); its metavar when it has one
+    (`--ray [ADDRESS]`)."""
     if getattr(param, "is_flag", False):
         return ""
+    if getattr(param, "metavar", None):
+        return param.metavar
     click_type = getattr(param, "type", None)  # click's parameters (typer < 0.29)
     if getattr(click_type, "name", None):
         return click_type.name.upper()

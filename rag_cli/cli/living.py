@@ -11,7 +11,8 @@ import typer
 
 from rag_cli.cli import render
 from rag_cli.cli.common import as_dict, emit_json, error, given, line, note, progress
-from rag_cli.cli.options import CHUNK, LOCK, MODEL, OUTPUT, PROJECT, FormatOpt, Settings, options, output
+from rag_cli.cli.options import (CHUNK, LOCK, MODEL, OUTPUT, PROJECT, RAY, FormatOpt, RayCommand, Settings, options,
+                                 output)
 from rag_cli.cli.root import app
 from rag_cli.safe_text import one_line
 
@@ -27,9 +28,9 @@ VerifyOpt = Annotated[bool, typer.Option(
                      "and the sha256 of the current generation's files up to 64 MiB); exit 2 if one is damaged")]
 
 
-@app.command()
-@options(KEEP, LOCK, PROJECT, OUTPUT)
-def update(*, opts, project, json_out, quiet):
+@app.command(cls=RayCommand)
+@options(KEEP, RAY, LOCK, PROJECT, OUTPUT)
+def update(*, opts, ray, project, json_out, quiet):
     r"""Rescan the sources of `rag build`: rechunk new and changed documents, embed new texts, update the index.
 
     A change of the chunk settings rechunks everything; another embedder or
@@ -40,7 +41,7 @@ def update(*, opts, project, json_out, quiet):
 
     p = Project.open(project)
     with progress(quiet or json_out) as bar:
-        out = as_dict(p.update(progress=bar, **given(opts)))
+        out = as_dict(p.update(ray=ray, progress=bar, **given(opts)))
     if json_out:
         return emit_json(out)
     if not quiet:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from rag_cli.config import SettingInfo, all_settings
 
@@ -151,6 +152,37 @@ def output(quiet: str | None = QUIET_HELP, json: bool = True) -> Plain:
 
 
 OUTPUT = output()
+
+# --------------------------------------------------------------------------- --ray [ADDRESS]
+RAY = Plain((_param("ray", Annotated[Optional[str], typer.Option(
+    "--ray", metavar="[ADDRESS]",
+    help="Embed on a Ray cluster (the ray extra): --ray alone starts a local Ray instance and stops it after; "
+         "--ray auto | ray://HOST:PORT | HOST:PORT uses a running cluster (docs/scale-out.md)")], None),))
+
+
+class RayCommand(TyperCommand):
+    """A command whose `--ray` takes an optional value: the word after
+    `--ray` is its ADDRESS when it is one (`local`, `auto`, `ray://HOST:PORT`,
+    `HOST:PORT`), or, for a command without arguments, when it is not a
+    flag (then checked, exit 2 naming --ray); else `--ray` means `--ray local`
+    (so `rag build --ray docs/` reads docs/ as a source)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        from rag_cli.models.ray_cluster import LOCAL, is_address
+
+        takes_arguments = any(p.param_type_name == "argument" for p in self.params)
+        out: list[str] = []
+        for i, arg in enumerate(args):
+            out.append(arg)
+            if arg == "--":
+                out += args[i + 1:]
+                break
+            if arg == "--ray":
+                nxt = args[i + 1] if i + 1 < len(args) else None
+                if nxt is None or not (is_address(nxt) or (not takes_arguments and not nxt.startswith("-"))):
+                    out.append(LOCAL)
+        return super().parse_args(ctx, out)
+
 
 # --------------------------------------------------------------------------- options shared by a few commands
 FormatOpt = Annotated[str, typer.Option(

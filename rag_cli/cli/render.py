@@ -17,9 +17,14 @@ def size(n: int) -> str:
 
 
 def embedded(summary: dict) -> str:
-    """`N chunks embedded`, with the distinct texts (what the progress bar counts) when fewer."""
+    """`N chunks embedded`, with the distinct texts (what the progress bar counts) when fewer, and where
+    (`on Ray at ADDRESS: 2 actors x 1 thread`) with --ray."""
     n, texts = summary["n_embedded"], summary.get("n_texts_embedded", summary["n_embedded"])
-    return f"{count(n, 'chunk')} embedded" + (f" ({count(texts, 'distinct text')})" if texts != n else "")
+    ray = summary.get("ray")
+    where = (f" on Ray at {ray['address']} ({count(ray['actors'], 'actor')} x {count(ray['threads'], 'thread')}"
+             + (f", planned again {ray['retries']}x after lost actors" if ray["retries"] else "") + ")"
+             if ray and ray["actors"] else "")
+    return f"{count(n, 'chunk')} embedded" + (f" ({count(texts, 'distinct text')})" if texts != n else "") + where
 
 
 def update_line(out: dict) -> str:

@@ -9,7 +9,7 @@ embedders), so a dot product is the cosine similarity.
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -262,13 +262,15 @@ class BiEncoder(OnnxTextModel):
         prefix: str = "",
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         length_sorted: bool = True,
+        batches: Sequence[np.ndarray] | None = None,
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Encode `prefix + text` batch by batch, for callers that store
         vectors as they come (`rag embed`).
 
         The texts are tokenized first (setting `truncated` / `n_truncated` as
         `encode` does), then run in length-sorted token-budget batches
-        (in input order if not `length_sorted`; see `plan_batches`).
+        (in input order if not `length_sorted`; see `plan_batches`), or in
+        `batches` (index arrays into `texts`) when given.
 
         Yields:
             `(idx, vectors)`: idx (b,) int64 positions in `texts`, vectors
@@ -295,10 +297,38 @@ class BiEncoder(OnnxTextModel):
                 vectors[near_zero] = 0.0
             return vectors
 
-        for idx, part in self.iter_batched(tok, self.output, reduce, batch_tokens, length_sorted):
+        for idx, part in self.iter_batched(tok, self.output, reduce, batch_tokens, length_sorted, batches):
             if part.ndim != 2:
                 raise BadInput(
                     f"{self.folder.onnx_path}: output {self.output!r} gives {part.ndim}-d results per text; "
                     "a bi-encoder needs (batch, tokens, d) token vectors or (batch, d) sentence vectors"
                 )
             yield idx, (l2_normalize(part) if self.folder.normalize else part)
+
+    def iter_encode_groups(
+        self,
+        groups: Iterable[tuple[Sequence[str], Sequence[str], np.ndarray]],
+        prefix: str = "",
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    ) -> Iterator[tuple[list[str], np.ndarray]]:
+        """Encode groups of texts, each as `iter_encode` does (its own
+        length-sorted token-budget batches), for `rag embed`, which hands
+        over the texts to embed one window of chunks.parquet at a time.
+        `RayEncoder` (`rag_cli.models.ray_encoder`) runs the same batches on
+        a Ray cluster.
+
+        Args:
+            groups: (keys, texts, lengths) triples: n keys (any strings,
+                e.g. the sha256 of each text), the n texts, and (n,) int
+                their tokens as this model sees them (`prefix` and special
+                tokens included, at most max_length), which `RayEncoder`
+                plans the batches with (here the texts are tokenized anyway).
+            prefix, batch_tokens: as for `iter_encode`.
+
+        Yields:
+            `(keys, vectors)` per batch: the keys of its texts, and (b, d)
+            float32 vectors (as `iter_encode` yields them), groups in order.
+        """
+        for keys, texts, _ in groups:
+            for idx, vectors in self.iter_encode(texts, prefix, batch_tokens):
+                yield [keys[i] for i in idx], vectors

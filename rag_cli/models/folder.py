@@ -426,6 +426,11 @@ def _pad_token_id(config: dict, tokenizer_path: Path) -> int:
     return 0
 
 
+def graph_files(onnx_path: str | os.PathLike) -> list[Path]:
+    """The files of an ONNX graph: `onnx_path`, then the external-data files beside it (large exports)."""
+    return [Path(onnx_path), *_external_data_files(Path(onnx_path))]
+
+
 def _external_data_files(onnx_path: Path) -> list[Path]:
     """Files that large exports keep their weights in beside the graph."""
     names = (onnx_path.name + "_data", onnx_path.name + ".data", onnx_path.stem + ".onnx_data")

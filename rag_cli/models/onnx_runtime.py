@@ -346,6 +346,7 @@ class OnnxTextModel:
         reduce: Callable[[np.ndarray, np.ndarray], np.ndarray],
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         length_sorted: bool = True,
+        batches: Sequence[np.ndarray] | None = None,
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Run the graph over token-budget batches (`plan_batches`), one at a time.
 
@@ -356,6 +357,10 @@ class OnnxTextModel:
                 -> (b, ...) float32 per-input results.
             batch_tokens: padded tokens per batch.
             length_sorted: False batches in input order (see `plan_batches`).
+            batches: the batches to run, index arrays (int64) into `tok`,
+                instead of planning them (a Ray actor runs the batches the
+                driver planned: `rag_cli.models.ray_encoder`); then
+                `batch_tokens` and `length_sorted` are not used.
 
         Yields:
             `(idx, results)`: idx (b,) int64 positions in `tok`, results
@@ -369,7 +374,7 @@ class OnnxTextModel:
             mask = arrays["attention_mask"].astype(np.float32)
             return idx, np.asarray(reduce(np.asarray(out, dtype=np.float32), mask), dtype=np.float32)
 
-        plan = plan_batches(tok.lengths, batch_tokens, length_sorted)
+        plan = plan_batches(tok.lengths, batch_tokens, length_sorted) if batches is None else list(batches)
         if self.workers == 1 or len(plan) == 1:
             for idx in plan:
                 yield run(idx)

@@ -19,6 +19,14 @@ Streaming, resumable, incremental:
   killed run left undone is a suffix of that plan, cut the same way again. So
   the float32 vectors of a resumed run are bit-identical to those of one
   uninterrupted run (int8 ones too: same batches, same activation scales).
+- Where the batches run is the encoder's business: the texts to embed go
+  to `encoder.iter_encode_groups` one window at a time, and what comes back
+  (sha256s and vectors, batch by batch) is cached and written here. A
+  `BiEncoder` runs them in this process; a `RayEncoder`
+  (`rag_cli.models.ray_encoder`, `rag embed --ray`) runs the same batches
+  in actors on a Ray cluster, so both paths write the same files. With Ray
+  the driver holds no more than the local path, but the texts to embed
+  wait in Ray's object store (spilled to disk when it is full).
 
 The model fingerprint, name and dimension are in the file's schema metadata.
 
@@ -33,7 +41,7 @@ fails the run before anything is embedded or written.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 
@@ -50,7 +58,7 @@ if TYPE_CHECKING:
 
 #: Chunk rows read, tokenized, embedded and written at a time.
 WINDOW = 4096
-#: A cache part is written after this many onnxruntime batches (and at the end of each window).
+#: A cache part is written after this many onnxruntime batches (Ray: result blocks), and at the end.
 PART_BATCHES = 16
 
 
@@ -140,51 +148,40 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
     kwargs = {} if batch_tokens is None else {"batch_tokens": batch_tokens}
 
     if new:
-        row = 0
-        for batch in iter_chunk_batches(chunks_path, [col, "chunk_id"], window):
-            texts = batch.column(col).to_pylist()
-            window_ids = batch.column("chunk_id").to_pylist()
-            window_shas = shas[row : row + len(texts)]
-            todo: dict[str, str] = {}
-            for sha, text in zip(shas[row : row + len(texts)], texts):
-                if sha not in cache and sha not in todo:
-                    todo[sha] = text
-            row += len(texts)
-            if not todo:
-                continue
-            todo_shas, todo_texts = list(todo), list(todo.values())
-            got_idx: list[np.ndarray] = []
-            got_vec: list[np.ndarray] = []
+        got_shas: list[str] = []
+        got_vec: list[np.ndarray] = []
+        n_batches = 0
 
-            def flush() -> None:
-                if got_idx:
-                    idx = np.concatenate(got_idx)
-                    cache.write_part([todo_shas[i] for i in idx], np.concatenate(got_vec))
-                    got_idx.clear()
-                    got_vec.clear()
+        def flush() -> None:
+            nonlocal n_batches
+            if got_shas:
+                cache.write_part(list(got_shas), np.concatenate(got_vec))
+                got_shas.clear()
+                got_vec.clear()
+            n_batches = 0
 
-            for idx, vectors in encoder.iter_encode(todo_texts, folder.passage_prefix, **kwargs):
-                bad = bad_vector_rows(vectors)
-                if bad.size:
-                    flush()
-                    bad_shas = {todo_shas[idx[i]]: i for i in bad}
-                    ids = [cid for cid, sha in zip(window_ids, window_shas) if sha in bad_shas]
-                    rows = [bad_shas[sha] for sha in window_shas if sha in bad_shas]
-                    raise WorkFailed(f"{folder.onnx_path} gave vectors that cosine search cannot use for "
-                                     f"{describe_bad_vectors(ids, vectors[rows])}; they were not cached and "
-                                     f"{project.embeddings_path.name} was not written. The model's graph gives "
-                                     "NaN/inf or zero outputs for these texts, or token vectors whose mean is "
-                                     "near-zero (rounding noise, taken as zero: rag_cli.models.encoder."
-                                     "near_zero_rows) (an fp16 export that overflows, or a broken graph): use "
-                                     "another export of the model")
-                got_idx.append(idx)
-                got_vec.append(vectors)
-                done += len(idx)
-                if len(got_idx) >= part_batches:
-                    flush()
-                if progress is not None:
-                    progress("embedding", done, total)
-            flush()
+        groups = _texts_to_embed(chunks_path, col, window, shas, new, np.minimum(n_tokens, max_length))
+        for keys, vectors in encoder.iter_encode_groups(groups, folder.passage_prefix, **kwargs):
+            bad = bad_vector_rows(vectors)
+            if bad.size:
+                flush()
+                ids, rows = _chunks_of(chunks_path, shas, {keys[i]: i for i in bad})
+                raise WorkFailed(f"{folder.onnx_path} gave vectors that cosine search cannot use for "
+                                 f"{describe_bad_vectors(ids, vectors[rows])}; they were not cached and "
+                                 f"{project.embeddings_path.name} was not written. The model's graph gives "
+                                 "NaN/inf or zero outputs for these texts, or token vectors whose mean is "
+                                 "near-zero (rounding noise, taken as zero: rag_cli.models.encoder."
+                                 "near_zero_rows) (an fp16 export that overflows, or a broken graph): use "
+                                 "another export of the model")
+            got_shas.extend(keys)
+            got_vec.append(vectors)
+            done += len(keys)
+            n_batches += 1
+            if n_batches >= part_batches:
+                flush()
+            if progress is not None:
+                progress("embedding", done, total)
+        flush()
 
     repaired: list[str] = []
 
@@ -251,3 +248,40 @@ def _embed_again(encoder, cache: VectorCache, todo: dict[str, str], kwargs: dict
                              f"{len(bad)} text(s) embedded again after a damaged vector cache part; "
                              f"{project.embeddings_path.name} was not written; use another export of the model")
         cache.write_part([shas[i] for i in idx], vectors)
+
+
+def _texts_to_embed(chunks_path, col: str, window: int, shas: list[str], new: set[str], lengths: np.ndarray
+                    ) -> Iterator[tuple[list[str], list[str], np.ndarray]]:
+    """The texts to embed, one window of chunks.parquet at a time: (sha256s,
+    texts, their token lengths as the model sees them (m,) int) of the texts
+    of the window whose sha256 is in `new`, each text once, in the window
+    where it first appears (in row order). `shas` and `lengths` hold every
+    row's sha256 and length (in row order); `new` is not changed."""
+    pending = set(new)
+    row = 0
+    for batch in iter_chunk_batches(chunks_path, [col], window):
+        texts = batch.column(0).to_pylist()
+        todo: dict[str, tuple[str, int]] = {}
+        for i, (sha, text) in enumerate(zip(shas[row : row + len(texts)], texts)):
+            if sha in pending:
+                pending.discard(sha)
+                todo[sha] = (text, int(lengths[row + i]))
+        row += len(texts)
+        if todo:
+            yield list(todo), [t for t, _ in todo.values()], np.array([n for _, n in todo.values()], np.int64)
+
+
+def _chunks_of(chunks_path, shas: list[str], bad: dict[str, int]) -> tuple[list[str], list[int]]:
+    """(chunk ids, positions in the batch) of the chunks whose text sha256 is
+    a key of `bad` ({sha256: its row in the batch of vectors}), in the order
+    of chunks.parquet (`shas`: every row's sha256, in that order)."""
+    ids: list[str] = []
+    rows: list[int] = []
+    row = 0
+    for batch in iter_chunk_batches(chunks_path, ["chunk_id"], WINDOW):
+        for cid, sha in zip(batch.column(0).to_pylist(), shas[row : row + batch.num_rows]):
+            if sha in bad:
+                ids.append(cid)
+                rows.append(bad[sha])
+        row += batch.num_rows
+    return ids, rows

@@ -1,0 +1,145 @@
+"""Connecting to a Ray cluster for `--ray [ADDRESS]`, and sizing the
+embedding actors on it (`rag_cli.models.ray_encoder` runs them).
+
+A light module: the CLI checks `--ray` values with it, and Ray itself is
+imported only by `import_ray`, when `--ray` is used (a missing extra exits 2
+naming `pip install 'rag-cli[ray]'`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from rag_cli.errors import BadInput, WorkFailed
+
+#: `--ray` given without an address: start a local Ray instance (and stop it afterwards).
+LOCAL = "local"
+RAY_MISSING = "--ray needs the ray extra: pip install 'rag-cli[ray]'"
+#: What `--ray ADDRESS` takes besides `local`: `auto` (the cluster this
+#: machine belongs to, as `ray start` left it), `ray://HOST:PORT` (Ray Client)
+#: or `HOST:PORT` (the head node's GCS address).
+ADDRESS = re.compile(r"auto|(ray://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}")
+
+
+def is_address(value: str) -> bool:
+    """Whether `value` is a `--ray` address (`local`, `auto`, `ray://HOST:PORT`, `HOST:PORT`), not a path or a flag."""
+    return value == LOCAL or ADDRESS.fullmatch(value) is not None
+
+
+def import_ray():
+    """The `ray` module with Ray Data, or BadInput (exit 2) naming the extra."""
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError as exc:
+        raise BadInput(f"{RAY_MISSING} ({exc})") from None
+    return ray
+
+
+def check_address(address: str) -> str:
+    """`address` as `ray.init` takes it: "" or `local` -> `local`; `auto`,
+    `ray://HOST:PORT` or `HOST:PORT` as given.
+
+    Raises:
+        BadInput: anything else (naming --ray and what it takes).
+    """
+    address = (address or LOCAL).strip()
+    if is_address(address):
+        return address
+    raise BadInput(f"--ray {address!r}: give no address (a local Ray instance), auto (the cluster of this "
+                   "machine), ray://HOST:PORT (Ray Client) or HOST:PORT (the head node's address)")
+
+
+@contextlib.contextmanager
+def ray_cluster(address: str = LOCAL) -> Iterator[Any]:
+    """Connect to the Ray cluster at `address` (`check_address`), or start a
+    new local instance for `local` (all cores; never a cluster that
+    `RAY_ADDRESS` or an earlier `ray start` names), for the time of the
+    block, and shut it down (or disconnect) after; yields the `ray` module. A
+    Ray already initialised in this process (a caller's `ray.init`) is used
+    as it is and left running. Ray Data's progress bars and Ray's Python log
+    lines below WARNING are kept off stderr.
+
+    Raises:
+        BadInput: a bad address, or the ray extra is missing.
+        WorkFailed: no cluster answers at `address`.
+    """
+    address = check_address(address)
+    ray = import_ray()
+    if ray.is_initialized():
+        yield ray
+        return
+    import logging
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    logging.getLogger("ray").setLevel(logging.WARNING)
+    opts: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": True}
+    try:
+        if address == LOCAL:
+            ray.init(address="local", include_dashboard=False, **opts)
+        else:
+            ray.init(address=address, **opts)
+    except (ConnectionError, RuntimeError, TimeoutError, ValueError) as exc:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        where = "start a local Ray instance" if address == LOCAL else f"connect to the Ray cluster at {address}"
+        raise WorkFailed(f"--ray {address}: cannot {where} ({str(exc).strip().splitlines()[0]})") from None
+    logging.getLogger("ray.data").setLevel(logging.WARNING)  # Ray Data sets its own level at init
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # "progress bars disabled": we did
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@dataclass(frozen=True)
+class ActorPlan:
+    """How many embedding actors run, and what each holds: `threads`
+    (onnxruntime batches at once), `num_cpus` and `num_gpus` (the Ray
+    resources it asks for)."""
+
+    actors: int
+    threads: int
+    num_cpus: float
+    num_gpus: float
+
+
+def actor_plan(node_cpus: Sequence[float], threads: int = 0, gpus: float = 0, on_gpu: bool = False) -> ActorPlan:
+    """Size the actors from the cluster: on the CPU, `threads` per actor (0:
+    the CPUs of the smallest node) and as many actors as fit on each node;
+    `on_gpu`, one actor per GPU (one CPU each).
+
+    Args:
+        node_cpus: the CPUs of each alive node (Ray's `CPU` resource).
+        threads: config model.threads (`--threads`): batches at once per actor; 0 = by the nodes.
+        gpus: the cluster's GPUs (Ray's `GPU` resource).
+        on_gpu: the model runs on a GPU provider (`--provider cuda`).
+
+    Raises:
+        BadInput: no node has `threads` CPUs, or `on_gpu` and the cluster has no GPU.
+    """
+    cpus = [int(c) for c in node_cpus if c >= 1]
+    if on_gpu:
+        if gpus < 1:
+            raise BadInput("--provider cuda with --ray: the Ray cluster has no GPU (Ray's GPU resource is 0); "
+                           "use --provider cpu")
+        return ActorPlan(int(gpus), 1, 1, 1)
+    if not cpus:
+        raise BadInput("--ray: the Ray cluster has no node with a CPU to run the model on")
+    per = int(threads) if threads else min(cpus)
+    actors = sum(c // per for c in cpus)
+    if actors == 0:
+        raise BadInput(f"--threads {threads} with --ray: no node of the Ray cluster has {threads} CPUs (the largest "
+                       f"has {max(cpus)}); use --threads {max(cpus)} or less, or 0 (by the nodes)")
+    return ActorPlan(actors, per, per, 0)
+
+
+def cluster_plan(ray, threads: int = 0, on_gpu: bool = False) -> ActorPlan:
+    """`actor_plan` for the cluster `ray` is connected to (its alive nodes)."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    gpus = sum(n.get("Resources", {}).get("GPU", 0) for n in nodes)
+    return actor_plan([n.get("Resources", {}).get("CPU", 0) for n in nodes], threads, gpus, on_gpu)
