@@ -62,14 +62,22 @@ def test_sparse_vectors_reproduce_bm25s_scores():
     assert wrapper.idf(["appl"]) == idx.idf(["appl"])  # the rest is the local index's
 
 
-def test_row_filter_is_the_shorter_list():
+def test_row_filter_allows_exactly_the_masked_rows():
+    """The expression (Milvus's syntax here is also Python's) is true for exactly the rows of the mask:
+    runs as ranges, the rest as a list, the excluded rows negated when that is shorter."""
     from rag_cli.index.milvus import row_filter
 
-    assert row_filter(None) == ""
-    assert row_filter(np.ones(5, bool)) == ""
+    assert row_filter(None) == "" and row_filter(np.ones(5, bool)) == ""
     assert row_filter(np.zeros(5, bool)) is None
     assert row_filter(np.array([1, 0, 0, 1, 0], bool)) == "row in [0,3]"
-    assert row_filter(np.array([1, 1, 0, 1, 1], bool)) == "row not in [2]"
+    assert row_filter(np.array([0, 1, 1, 1, 1, 0, 0, 0, 0], bool)) == "(row >= 1 and row < 5)"
+    assert row_filter(np.array([1] * 20 + [0] + [1] * 20, bool)) == "not (row in [20])"
+    rng = np.random.default_rng(0)
+    for density in (0.05, 0.5, 0.95):
+        mask = rng.random(300) < density
+        mask[100:160] = density > 0.5  # a document's worth of consecutive rows
+        expr = row_filter(mask)
+        assert [bool(eval(expr, {}, {"row": r})) for r in range(300)] == mask.tolist()  # noqa: S307
 
 
 def test_settings_and_uris(tmp_path):
