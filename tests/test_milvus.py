@@ -123,7 +123,6 @@ def test_bm25_variants_with_a_constant_are_refused(tmp_path):
     from rag_cli.errors import BadInput
     from rag_cli.index.backends import check_backend
 
-    require_module("pymilvus", "pymilvus")
     with pytest.raises(BadInput, match="--bm25-method bm25l"):
         check_backend(IndexConfig(backend="milvus", bm25_method="bm25l"))
 
@@ -249,7 +248,7 @@ def test_generation_switch_and_rollback_move_the_alias(sf):
     rag("rollback", "-p", sf.milvus)
     assert alias_target(sf.uri, "sf") == first
     back = rag_json("search", q, "--mode", "dense", "-p", sf.milvus)
-    assert [h["chunk_id"] for h in back["hits"]] == [h["chunk_id"] for h in flat["hits"]]
+    assert [h["chunk_id"] for h in back["results"]] == [h["chunk_id"] for h in flat["results"]]
     # a write with --keep 0 prunes every other generation, and its collection with it
     rag("index", "--keep", 0, "-p", sf.milvus)
     third = alias_target(sf.uri, "sf")
@@ -283,10 +282,34 @@ def test_update_publishes_changed_removed_and_added_documents(sf):
         assert out["chunk"]["docs_changed"] == 1
     queries = [removed["title"], added["title"], "zymurgy lager yeast"]
     for q in queries:
-        want = rag_json("search", q, "--mode", "sparse", "-p", sf.exact)["hits"]
-        got = rag_json("search", q, "--mode", "sparse", "-p", sf.milvus)["hits"]
+        want = rag_json("search", q, "--mode", "sparse", "-p", sf.exact)["results"]
+        got = rag_json("search", q, "--mode", "sparse", "-p", sf.milvus)["results"]
         same_up_to_ties(got, want)
         assert removed["_id"] not in {h["doc_id"] for h in got}
-    assert rag_json("search", added["title"], "--mode", "dense", "-p", sf.milvus)["hits"][0]["doc_id"] == added["_id"]
-    assert rag_json("search", "zymurgy lager yeast", "--mode", "sparse", "-p", sf.milvus)["hits"][0]["doc_id"] == \
+    assert rag_json("search", added["title"], "--mode", "dense", "-p", sf.milvus)["results"][0]["doc_id"] == added["_id"]
+    assert rag_json("search", "zymurgy lager yeast", "--mode", "sparse", "-p", sf.milvus)["results"][0]["doc_id"] == \
         changed["_id"]
+
+
+@pytest.mark.slow
+def test_serve_answers_from_milvus(sf):
+    """`rag serve` on the milvus project answers /search and /ask as the CLI does (the CLI's Milvus Lite is
+    closed first: a Lite file serves one process)."""
+    require_module("fastapi", "fastapi")
+    from rag_cli.index.milvus import close_clients
+    from test_cli_e2e import rag_json
+    from test_serve import serving, without_timings
+
+    queries = [q["text"] for q in sf.data.query_rows[:3]]
+    want = {q: rag_json("search", q, "-k", 5, "-p", sf.milvus) for q in queries}
+    answer = rag_json("ask", queries[0], "-p", sf.milvus)
+    close_clients()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    with serving(sf.milvus, env=env) as server:
+        for q in queries:
+            r = server.post("/search", {"query": q, "k": 5})
+            assert r.status_code == 200, r.text
+            assert [h["chunk_id"] for h in r.json()["results"]] == [h["chunk_id"] for h in want[q]["results"]]
+        r = server.post("/ask", {"question": queries[0]})
+        assert r.status_code == 200, r.text
+        assert without_timings(r.json()) == without_timings(answer)

@@ -50,8 +50,9 @@ switch atomic and `rag rollback` possible.
 URIs: `http://` / `https://` (a server or cluster; the token, if any, from
 $MILVUS_TOKEN) are used unchanged; anything else is a local file path run by
 Milvus Lite in this process (relative paths are relative to the project
-folder). Milvus Lite serves one process at a time, and builds FLAT (exact)
-whatever index type is asked; the index type applies on a server.
+folder; it must end in .db). Milvus Lite serves one process at a time (a
+lock in the .db folder) and builds HNSW, IVF_SQ8 and FLAT (with faiss) but
+not IVF_PQ, which needs a server.
 
 pymilvus is imported only here, and only when the backend is used; a missing
 package is BadInput (exit 2) naming `pip install 'rag-cli[milvus]'`.
@@ -163,11 +164,16 @@ def client(uri: str):
 
 
 def close_clients() -> None:
-    """Close every Milvus client of this process (and so stop the Milvus Lite servers it started)."""
+    """Close every Milvus client of this process and stop the Milvus Lite servers it started (which
+    releases each .db file's lock, so another process can open it)."""
     with _lock:
-        for c in _clients.values():
+        for uri, c in _clients.items():
             try:
                 c.close()
+                if not is_server(uri):
+                    from milvus_lite.server_manager import server_manager_instance
+
+                    server_manager_instance.release_server(uri)
             except Exception:  # noqa: BLE001 - closing at exit: nothing left to tell
                 pass
         _clients.clear()
@@ -195,10 +201,10 @@ atexit.register(close_clients)
 def check_settings(settings) -> None:
     """BadInput unless the milvus backend can run with `settings` ([index]): pymilvus importable, a BM25
     variant that is a sparse inner product (`SPARSE_METHODS`)."""
-    import_pymilvus()
     if settings.bm25_method not in SPARSE_METHODS:
         raise BadInput(f"--bm25-method {settings.bm25_method} adds a score for absent terms, which a Milvus sparse "
                        f"vector cannot hold; with --backend milvus use one of {', '.join(SPARSE_METHODS)}")
+    import_pymilvus()
 
 
 def concrete(settings, root: Path):
@@ -206,8 +212,11 @@ def concrete(settings, root: Path):
     (`resolve_uri`, `default_alias`)."""
     from dataclasses import replace
 
-    return replace(settings, uri=resolve_uri(settings.uri, root),
-                   collection=settings.collection or default_alias(root))
+    uri = resolve_uri(settings.uri, root)
+    if settings.milvus_index == "ivf-pq" and not is_server(uri):
+        raise BadInput("--milvus-index ivf-pq: Milvus Lite (a local file --uri) does not build IVF_PQ; use a Milvus "
+                       "server (--uri http://host:19530) or --milvus-index hnsw, ivf-sq8 or flat")
+    return replace(settings, uri=uri, collection=settings.collection or default_alias(root))
 
 
 def _index_params(settings, n: int, dim: int) -> dict:
