@@ -13,6 +13,7 @@ it, and switches the alias `ALIAS` (`index.collection`) to it with
 | `label` | INT64 | the chunk's dense label (the generation's `label` column) |
 | `chunk_id`, `doc_id` | VARCHAR | the chunk's ids |
 | `path`, `title` | VARCHAR | its document's (docs.parquet; "" when unknown) |
+| `n_chars` | INT64 | its document's length (-1 when unknown) |
 | `metadata` | JSON | its document's front-matter / BEIR metadata |
 | `vector` | FLOAT_VECTOR(d) | the unit vector; metric IP (= cosine) |
 | `sparse` | SPARSE_FLOAT_VECTOR | the chunk's BM25 weight per term id, as bm25s stores it |
@@ -458,14 +459,15 @@ def _schema(pymilvus, c, dim: int, max_ids: int):
     schema.add_field("doc_id", dt.VARCHAR, max_length=max_ids)
     schema.add_field("path", dt.VARCHAR, max_length=65535)
     schema.add_field("title", dt.VARCHAR, max_length=65535)
+    schema.add_field("n_chars", dt.INT64)
     schema.add_field("metadata", dt.JSON)
     schema.add_field("vector", dt.FLOAT_VECTOR, dim=dim)
     schema.add_field("sparse", dt.SPARSE_FLOAT_VECTOR)
     return schema
 
 
-def _doc_fields(gen: Path) -> dict[str, tuple[str, str, dict]]:
-    """{doc_id: (path, title, metadata dict)} of a generation's docs.parquet ({} without one)."""
+def _doc_fields(gen: Path) -> dict[str, tuple[str, str, int, dict]]:
+    """{doc_id: (path, title, n_chars, metadata dict)} of a generation's docs.parquet ({} without one)."""
     import pyarrow.parquet as pq
 
     if not (gen / "docs.parquet").exists():
@@ -476,7 +478,9 @@ def _doc_fields(gen: Path) -> dict[str, tuple[str, str, dict]]:
             meta = json.loads(r.get("metadata") or "{}")
         except ValueError:
             meta = {}
-        out[r["doc_id"]] = (r.get("path") or "", r.get("title") or "", meta if isinstance(meta, dict) else {})
+        n_chars = r.get("n_chars")
+        out[r["doc_id"]] = (r.get("path") or "", r.get("title") or "", -1 if n_chars is None else int(n_chars),
+                            meta if isinstance(meta, dict) else {})
     return out
 
 
@@ -513,9 +517,10 @@ def publish_generation(gen: Path, params: dict) -> float:
             block = np.asarray(vecs[start:start + INSERT_BATCH], dtype=np.float32)
             for i in range(start, min(start + INSERT_BATCH, n)):
                 lo, hi = indptr[i], indptr[i + 1]
-                path, title, meta = docs.get(doc_ids[i], ("", "", {}))
+                path, title, n_chars, meta = docs.get(doc_ids[i], ("", "", -1, {}))
                 rows.append({"row": i, "label": int(labels[i]), "chunk_id": chunk_ids[i], "doc_id": doc_ids[i],
-                             "path": path, "title": title, "metadata": meta, "vector": block[i - start].tolist(),
+                             "path": path, "title": title, "n_chars": n_chars, "metadata": meta,
+                             "vector": block[i - start].tolist(),
                              "sparse": dict(zip(indices[lo:hi].tolist(), data[lo:hi].tolist())) or {NO_TERMS: 1.0}})
             c.insert(name, rows)
         index = c.prepare_index_params()
