@@ -211,7 +211,8 @@ _STRUCTURE = {"hnswlib": ("hnsw_m", "hnsw_ef_construction"), "exact": (),
 _RECORDED = {"hnsw_m": "M", "hnsw_ef_construction": "ef_construction", "hnsw_ef": "ef", "index_type": "index_type",
              "nlist": "nlist_setting", "pq_m": "pq_m_setting", "nprobe": "nprobe", "rerank": "rerank",
              "uri": "uri", "collection": "alias", "milvus_index": "milvus_index"}
-#: [index] keys read at search time, per backend.
+#: [index] keys read at search time, per backend (milvus: those of its index, whose change republishes the
+#: generation; `rag update` then writes a new one even when no chunk changed).
 _SEARCH = {"hnswlib": ("hnsw_ef",), "exact": (),
            "faiss": ("hnsw_ef", "nprobe", "rerank"),
            "milvus": ("milvus_index", "hnsw_m", "hnsw_ef_construction", "hnsw_ef", "nlist", "pq_m", "nprobe")}
