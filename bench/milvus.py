@@ -92,6 +92,7 @@ def main() -> None:
 
     from rag_cli import Project
     from rag_cli.index import milvus
+    from rag_cli.evaluate.datasets import read_queries
     from rag_cli.lab.score import score_run
 
     load_before = os.getloadavg()
@@ -144,7 +145,7 @@ def main() -> None:
     report["hybrid"] = {"ndcg@10_local": ndcg["local-hybrid"], "ndcg@10_milvus": ndcg["milvus-hybrid"],
                         "difference": round(ndcg["milvus-hybrid"] - ndcg["local-hybrid"], 4)}
     report["run_seconds"] = {f"{n}-{m}": round(s, 2) for (n, m), (_, s) in runs.items()}
-    queries = [json.loads(line)["text"] for line in open(args.queries, encoding="utf-8") if line.strip()]
+    queries = [text for _, text in read_queries(args.queries)]
     report["latency"] = {f"{name}-{mode}": latency(p, queries, mode) for name, p in (("local", local), ("milvus", served))
                          for mode in ("sparse", "dense", "hybrid")}
     milvus.close_clients()
