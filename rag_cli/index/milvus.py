@@ -523,6 +523,7 @@ def publish_generation(gen: Path, params: dict) -> float:
                              "vector": block[i - start].tolist(),
                              "sparse": dict(zip(indices[lo:hi].tolist(), data[lo:hi].tolist())) or {NO_TERMS: 1.0}})
             c.insert(name, rows)
+        c.flush(name)  # sealed segments: a server builds the index over them rather than over growing ones
         index = c.prepare_index_params()
         index.add_index(field_name="vector", index_type=params["index_type"], metric_type="IP",
                         params=params["index_params"])
