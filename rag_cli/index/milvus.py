@@ -154,8 +154,12 @@ def client(uri: str):
                 raise BadInput(f"--uri {uri} is a local file, which needs Milvus Lite: {MILVUS_MISSING} "
                                f"({exc}); or give a server URI like http://127.0.0.1:19530") from None
             Path(uri).parent.mkdir(parents=True, exist_ok=True)
+        # Milvus Lite's in-process gRPC server answers pymilvus's 10 s keep-alive pings with GOAWAY
+        # ("too_many_pings", logged to stderr): on a loopback channel they serve nothing, so they are off
+        lite = {} if is_server(uri) else {"grpc_options": {"grpc.keepalive_time_ms": 3_600_000,
+                                                           "grpc.keepalive_permit_without_calls": 0}}
         try:
-            c = pymilvus.MilvusClient(uri=uri, token=os.environ.get("MILVUS_TOKEN", ""))
+            c = pymilvus.MilvusClient(uri=uri, token=os.environ.get("MILVUS_TOKEN", ""), **lite)
         except Exception as exc:  # noqa: BLE001 - pymilvus raises its own MilvusException, or OSError
             raise BadInput(f"cannot connect to Milvus at --uri {uri} ({type(exc).__name__}: {exc}); check the "
                            "server is up (or, for a file, that no other process has it open: Milvus Lite "
