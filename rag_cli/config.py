@@ -51,6 +51,16 @@ def url_problem(value: str) -> str | None:
     return None if ok else "must be an http:// or https:// URL with a host, like 'http://127.0.0.1:8080/v1'"
 
 
+def collection_problem(value: str) -> str | None:
+    """What is wrong with a Milvus collection alias (`index.collection`): "" (derived from the project
+    folder) or a letter or `_` then letters, digits and `_`, at most 200 characters (Milvus allows 255;
+    `_gen_NNNNNN` is appended); None if it is such a name."""
+    import re
+
+    return None if value == "" or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,199}", value) else \
+        "must start with a letter or _ and hold only letters, digits and _ (at most 200 characters)"
+
+
 def weights_problem(value: list) -> str | None:
     """What is wrong with `ask.refusal_weights`: it must be empty or a list of
     finite numbers, the bias and one weight per feature
@@ -110,26 +120,36 @@ class ChunkConfig:
 
 @dataclass(frozen=True)
 class IndexConfig:
-    """`[index]`: the dense backend (`rag_cli.index.backends`: hnswlib, faiss or exact) and its
+    """`[index]`: the dense backend (`rag_cli.index.backends`: hnswlib, faiss, exact or milvus) and its
     parameters (HNSW M, ef_construction, ef; faiss index type, IVF cells, PQ bytes, probes,
-    re-ranking), and BM25 (k1, b, variant)."""
+    re-ranking; Milvus URI, collection alias and index type), and BM25 (k1, b, variant)."""
 
     backend: str = setting("hnswlib", "Dense index: hnswlib (HNSW over float32, in RAM) | faiss (the faiss "
                            "extra; see --index-type) | exact (brute force over memory-mapped vectors: small "
-                           "corpora, the ground truth of recall)", limits=("hnswlib", "faiss", "exact"))
+                           "corpora, the ground truth of recall) | milvus (the milvus extra: dense and BM25 "
+                           "served from Milvus at --uri; see --milvus-index)",
+                           limits=("hnswlib", "faiss", "exact", "milvus"))
     index_type: str = setting("hnsw-sq8", "faiss: hnsw-sq8 (HNSW over 8-bit codes) | sq8 (8-bit codes scanned "
                               "flat) | ivf-pq (IVF cells of product-quantised codes)",
                               limits=("hnsw-sq8", "sq8", "ivf-pq"))
-    hnsw_m: int = setting(32, "HNSW graph degree M (hnswlib, faiss hnsw-sq8)", limits=(2, None))
+    hnsw_m: int = setting(32, "HNSW graph degree M (hnswlib, faiss hnsw-sq8, milvus hnsw)", limits=(2, None))
     hnsw_ef_construction: int = setting(200, "HNSW build beam", limits=(1, None), flag="--ef-construction")
     hnsw_ef: int = setting(128, "HNSW query beam (raised to k)", limits=(1, None), flag="--ef")
-    nlist: int = setting(0, "faiss ivf-pq: IVF cells (k-means); 0 = the power of two nearest 4·√n",
+    nlist: int = setting(0, "faiss ivf-pq, milvus ivf-*: IVF cells (k-means); 0 = the power of two nearest 4·√n",
                          limits=(0, None))
-    pq_m: int = setting(0, "faiss ivf-pq: bytes per vector (PQ sub-vectors), must divide the dimension; "
+    pq_m: int = setting(0, "faiss and milvus ivf-pq: bytes per vector (PQ sub-vectors), must divide the dimension; "
                         "0 = its largest divisor up to dimension / 6 (64 for 384)", limits=(0, None))
-    nprobe: int = setting(64, "faiss ivf-pq: cells searched per query", limits=(1, None))
+    nprobe: int = setting(64, "faiss ivf-pq, milvus ivf-*: cells searched per query", limits=(1, None))
     rerank: int = setting(100, "faiss: candidates re-scored with the exact (memory-mapped) vectors before the "
                           "best k are kept; 0 = the codes' approximate scores", limits=(0, None))
+    uri: str = setting("", "milvus: a local file path (Milvus Lite, embedded; relative to the project folder) or "
+                       "http://host:19530 (a Milvus server or cluster); empty = milvus.db in the project folder")
+    collection: str = setting("", "milvus: the alias of the current generation (each generation is the "
+                              "collection ALIAS_gen_NNNNNN); empty = rag_ and 12 hex digits of the project "
+                              "folder's path", check=collection_problem)
+    milvus_index: str = setting("hnsw", "milvus: dense index type: hnsw (--hnsw-m, --ef-construction, --ef) | "
+                                "ivf-sq8 (--nlist, --nprobe) | ivf-pq (--nlist, --pq-m, --nprobe) | flat (exact)",
+                                limits=("hnsw", "ivf-sq8", "ivf-pq", "flat"))
     bm25_k1: float = setting(1.2, "BM25 k1: term-frequency saturation", limits=(0, None), flag="--k1")
     bm25_b: float = setting(0.75, "BM25 b: length normalisation, 0-1", limits=(0, 1), flag="--b")
     bm25_method: str = setting("lucene", "BM25 variant: lucene (Lucene's and Anserini's scoring) | robertson | "

@@ -307,13 +307,16 @@ class Project:
 
     def rollback(self, *, wait: float | None = None) -> Rollback:
         """Make the previous index generation current again (the chunk and
-        embedding files are not changed: `status` shows them as newer).
+        embedding files are not changed: `status` shows them as newer); a
+        Milvus alias is switched back with it (`rag_cli.index.milvus.sync`).
         Raises BadInput when there is no older generation."""
+        from rag_cli.index.backends import sync_serving
         from rag_cli.store.index_folder import rollback
 
         self.folder.require_exists()
         with self.folder.writing("rollback", wait):
             old, new = rollback(self.index_dir)
+            sync_serving(self.index_dir)
         return Rollback(old, new)
 
     def status(self, *, verify: bool = False) -> Status:

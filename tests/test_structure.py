@@ -206,3 +206,15 @@ def test_nothing_of_ray_is_imported_without_ray():
                          cwd=PKG.parent).stdout
     assert out.strip() == "[]"
 
+
+def test_the_cli_imports_no_optional_engine():
+    """`import rag_cli.cli` (every command declared) imports neither pymilvus nor ray nor faiss: an
+    optional extra is imported only when its backend is used (`rag_cli.index.milvus`)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, rag_cli.cli, rag_cli.project, rag_cli.index.backends, rag_cli.index.generation; "
+            "print(sorted(m for m in ('pymilvus', 'milvus_lite', 'ray', 'faiss') if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PKG.parent)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"

@@ -241,6 +241,13 @@ def index(rollback_: RollbackOpt = False, *, opts, project, json_out, quiet):
     zero vectors, or vectors of different sizes, are refused (exit 2, naming the
     chunk ids and sizes; no index is written). Opening an index checks that its
     dense space is cosine.
+
+    `--backend milvus --uri URI` (the milvus extra) also publishes the
+    generation to its own Milvus collection (dense vectors and rag-cli's BM25
+    weights as sparse vectors) before it becomes current, then points the
+    alias `--collection` at it; search, ask, serve and eval then query Milvus,
+    with the same results as the local backends. A local file URI (`*.db`)
+    runs Milvus Lite in-process: \[scale-out.md](scale-out.md#serving-from-milvus).
     """
     from rag_cli.project import Project
 

@@ -17,6 +17,12 @@
 * `exact`: brute force over the float32 vectors, memory-mapped from
   `dense/vectors.npy` (`rag_cli.index.exact.ExactIndex`): exact results,
   for small corpora and as the ground truth of recall (`rag eval --funnel`).
+* `milvus` (the optional `milvus` extra, `pip install 'rag-cli[milvus]'`):
+  the generation is written as for `exact` and published to a Milvus
+  collection (dense vectors under `index.milvus_index`, and rag-cli's own
+  BM25 weights as sparse vectors), which then serves dense and sparse
+  search (`rag_cli.index.milvus`); `publish`, `serve_sparse` and `sync`
+  are the hooks the stages call.
 
 Every backend is a `VectorIndex`: `build(vectors, settings)`, `search`
 (cosines, best first, a `mask` applied inside the search: hnswlib's filter
@@ -44,7 +50,7 @@ import numpy as np
 from rag_cli.index.dense_common import (EXACT_MAX_ROWS, FAISS_MISSING, Result, import_faiss,  # noqa: F401
                                         unit, top_k_blocks)  # the interface's names, for callers
 
-BACKENDS = ("hnswlib", "faiss", "exact")
+BACKENDS = ("hnswlib", "faiss", "exact", "milvus")
 FAISS_TYPES = ("hnsw-sq8", "sq8", "ivf-pq")
 
 
@@ -78,13 +84,61 @@ def backend_of(params: dict) -> str:
 def describe(params: dict) -> str:
     """`hnswlib`, `exact` or `faiss ivf-pq`: the backend (and faiss index type) of a generation."""
     b = backend_of(params)
+    if b == "milvus":
+        return f"milvus {params.get('milvus_index')}"
     return f"faiss {params.get('index_type')}" if b == "faiss" else b
 
 
 def check_backend(settings) -> None:
-    """BadInput unless `settings.backend` can be used here: faiss must import."""
+    """BadInput unless `settings.backend` can be used here: faiss (pymilvus) must import; milvus needs a BM25
+    variant that is a sparse inner product."""
     if settings.backend == "faiss":
         import_faiss()
+    elif settings.backend == "milvus":
+        from rag_cli.index.milvus import check_settings
+
+        check_settings(settings)
+
+
+def concrete_settings(settings, root: Path):
+    """`settings` ([index]) as a build at the project folder `root` uses them: for milvus the URI and the
+    collection alias made concrete (`rag_cli.index.milvus.concrete`); others unchanged."""
+    if getattr(settings, "backend", "hnswlib") != "milvus":
+        return settings
+    from rag_cli.index.milvus import concrete
+
+    return concrete(settings, root)
+
+
+def publisher(dense: VectorIndex):
+    """What publishes a complete generation folder before it becomes current (`write_index_folder`'s
+    `publish`): `MilvusIndex.publish` for milvus, None for the local backends."""
+    return getattr(dense, "publish", None)
+
+
+def serving_targets(index_dir: Path) -> set:
+    """The external serving places (milvus: {(uri, alias)}) of the generations in `index_dir`; read before a
+    write, given to `sync_serving` after it. Empty (and nothing imported) when there are none."""
+    if not any(Path(index_dir).glob("gen-*/dense/rag_dense.json")):
+        return set()
+    from rag_cli.index.milvus import targets
+
+    return targets(index_dir)
+
+
+def sync_serving(index_dir: Path, known: set = frozenset()) -> dict | None:
+    """After a write or a rollback of `index_dir`: point each Milvus alias at the current generation's
+    collection and drop the collections of generations that are gone (`rag_cli.index.milvus.sync`),
+    for the milvus generations there and the places in `known` (`serving_targets` before the write).
+    None (nothing imported) when no generation was ever a milvus one."""
+    from rag_cli.store.index_folder import current_generation
+
+    places = set(known) | serving_targets(index_dir)
+    if not places:
+        return None
+    from rag_cli.index.milvus import sync
+
+    return sync(index_dir, current_generation(index_dir), places)
 
 
 def build_dense(vectors: np.ndarray, settings, threads: int = 0) -> VectorIndex:
@@ -104,6 +158,10 @@ def build_dense(vectors: np.ndarray, settings, threads: int = 0) -> VectorIndex:
         from rag_cli.index.faiss_index import FaissIndex
 
         dense = FaissIndex.build(vectors, settings, threads=threads)
+    elif backend == "milvus":
+        from rag_cli.index.milvus import MilvusIndex
+
+        dense = MilvusIndex.build(vectors, settings)  # settings made concrete (`concrete_settings`)
     else:
         from rag_cli.index.dense import DenseIndex
 
@@ -133,6 +191,11 @@ def load_dense(folder: Path, row_labels: np.ndarray | None = None) -> VectorInde
         from rag_cli.index.faiss_index import FaissIndex
 
         return FaissIndex.load(folder, params, row_labels)
+    if backend == "milvus":
+        from rag_cli.index.milvus import MilvusIndex, import_pymilvus
+
+        import_pymilvus()  # a missing extra is exit 2 on open, not at the first search
+        return MilvusIndex.load(folder, params)
     if backend != "hnswlib":
         raise ValueError(f"{folder / 'rag_dense.json'} names the backend {backend!r}; known: {', '.join(BACKENDS)}")
     from rag_cli.index.dense import DenseIndex
@@ -142,13 +205,17 @@ def load_dense(folder: Path, row_labels: np.ndarray | None = None) -> VectorInde
 
 #: [index] keys whose change needs a new index structure, per backend (the rest are read at search time).
 _STRUCTURE = {"hnswlib": ("hnsw_m", "hnsw_ef_construction"), "exact": (),
-              "faiss": ("index_type", "hnsw_m", "hnsw_ef_construction", "nlist", "pq_m")}
+              "faiss": ("index_type", "hnsw_m", "hnsw_ef_construction", "nlist", "pq_m"),
+              "milvus": ("uri", "collection")}  # milvus republishes every generation whole anyway
 #: [index] key -> the rag_dense.json key that records it.
 _RECORDED = {"hnsw_m": "M", "hnsw_ef_construction": "ef_construction", "hnsw_ef": "ef", "index_type": "index_type",
-             "nlist": "nlist_setting", "pq_m": "pq_m_setting", "nprobe": "nprobe", "rerank": "rerank"}
-#: [index] keys read at search time, per backend.
+             "nlist": "nlist_setting", "pq_m": "pq_m_setting", "nprobe": "nprobe", "rerank": "rerank",
+             "uri": "uri", "collection": "alias", "milvus_index": "milvus_index"}
+#: [index] keys read at search time, per backend (milvus: those of its index, whose change republishes the
+#: generation; `rag update` then writes a new one even when no chunk changed).
 _SEARCH = {"hnswlib": ("hnsw_ef",), "exact": (),
-           "faiss": ("hnsw_ef", "nprobe", "rerank")}
+           "faiss": ("hnsw_ef", "nprobe", "rerank"),
+           "milvus": ("milvus_index", "hnsw_m", "hnsw_ef_construction", "hnsw_ef", "nlist", "pq_m", "nprobe")}
 
 
 def rebuild_reason(params: dict, settings) -> str | None:

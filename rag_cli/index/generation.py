@@ -20,7 +20,7 @@ class IndexFolder:
     """A loaded index generation: `meta` (meta.json), `chunks` (pyarrow.Table
     of INDEX_COLUMNS present, plus `label`, memory-mapped), `dense` (a
     `rag_cli.index.backends.VectorIndex` of the backend meta.json names), `sparse`
-    (`SparseIndex`), each None when not asked for (`open`'s `parts`), `docs`
+    (`SparseIndex`; for a milvus generation a `MilvusSparse` around it), each None when not asked for (`open`'s `parts`), `docs`
     (pyarrow.Table of INDEX_DOC_COLUMNS, None for a generation without
     docs.parquet); `path` is the generation's folder; `key` says which
     generation this is in a way that never repeats: (folder, sha256 of its
@@ -97,6 +97,10 @@ class IndexFolder:
                 from rag_cli.index.sparse import SparseIndex
 
                 sparse = SparseIndex.load(gen / "sparse")
+                if meta.get("dense", {}).get("backend") == "milvus":  # BM25 served from the generation's collection
+                    from rag_cli.index.milvus import serve_sparse
+
+                    sparse = serve_sparse(sparse, meta["dense"], gen)
             docs = pq.ParquetFile(gen / "docs.parquet").read() if (gen / "docs.parquet").exists() else None
         except BadInput:
             raise

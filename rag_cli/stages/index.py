@@ -1,5 +1,6 @@
 """`rag index`: chunks + embeddings -> a new generation of index/ (dense: hnswlib,
-faiss or exact, `rag_cli.index.backends`; sparse: bm25s).
+faiss, exact or milvus, `rag_cli.index.backends`; sparse: bm25s, served from
+the same Milvus collection for milvus).
 
 The index generation (`rag_cli.store.index_folder`) is self-contained:
 besides the two indexes it keeps the chunk columns it was built from and
@@ -13,7 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from rag_cli.config import IndexConfig
-from rag_cli.index.backends import check_backend
+from rag_cli.index.backends import check_backend, concrete_settings, publisher, serving_targets, sync_serving
 from rag_cli.index.build import build_full, index_docs, index_meta, read_inputs, record_index
 from rag_cli.progress import Progress
 from rag_cli.store.index_folder import write_index_folder
@@ -28,13 +29,18 @@ def build_index(project: "ProjectFolder", params: IndexConfig, threads: int = 0,
     `embeddings.parquet` and make it current, keeping `keep` older ones.
 
     Progress: ("indexing", steps done, 3): read, dense (params.backend), sparse (BM25).
-    Raises BadInput when the backend is faiss and faiss is not installed, an input is missing or the embeddings do not cover
+    A milvus generation is published to its collection before it becomes
+    current, and the alias then switched to it (`rag_cli.index.milvus`).
+    Raises BadInput when the backend is faiss (milvus) and faiss (pymilvus) is not installed, or Milvus
+    cannot be reached, an input is missing or the embeddings do not cover
     every chunk (names the first missing chunk and says to run `rag embed`),
     or a vector is non-finite or of norm zero (names the chunks).
     Returns a summary dict (n_chunks, dim, seconds, fingerprint, generation).
     """
     t0 = time.perf_counter()
-    check_backend(params)  # a missing faiss is exit 2 before anything is read
+    check_backend(params)  # a missing faiss (pymilvus) is exit 2 before anything is read
+    params = concrete_settings(params, project.root)
+    known = serving_targets(project.index_dir)
     step = (lambda done: progress("indexing", done, 3)) if progress else (lambda done: None)
     chunks, vectors, emb = read_inputs(project.require(project.chunks_path, "chunk"),
                                        project.require(project.embeddings_path, "embed"))
@@ -43,7 +49,9 @@ def build_index(project: "ProjectFolder", params: IndexConfig, threads: int = 0,
     meta = index_meta(emb, vectors, dense, sparse, chunks.num_rows)
     counts = {"n_chunks": chunks.num_rows}
     gen = write_index_folder(project.index_dir, dense=dense, sparse=sparse, chunks=chunks, meta=meta, keep=keep,
-                             command=command, counts=counts, docs=index_docs(project.docs_path))
+                             command=command, counts=counts, docs=index_docs(project.docs_path),
+                             publish=publisher(dense))
+    sync_serving(project.index_dir, known)  # a Milvus alias follows CURRENT; pruned generations' collections go
     seconds = time.perf_counter() - t0
     record_index(project, params, emb, gen.name, counts, seconds)
     return {"n_chunks": chunks.num_rows, "dim": meta["dim"], "seconds": seconds, "fingerprint": emb.fingerprint,

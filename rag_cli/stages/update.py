@@ -25,7 +25,9 @@ is new):
    other parameters of its structure (HNSW M / ef_construction; faiss index
    type, nlist, pq_m) than the current generation's force a full build;
    each backend's `update` says how it adds and deletes
-   (`rag_cli.index.backends`).
+   (`rag_cli.index.backends`). A milvus generation is published whole to
+   a new collection and the alias switched to it (why not upserts into the
+   served collection: `rag_cli.index.milvus`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ import pyarrow as pa
 from rag_cli.chunking import chunk_with_parents
 from rag_cli.chunking.setup import chunk_options, chunk_settings
 from rag_cli.config import ChunkConfig, IndexConfig, ModelConfig
-from rag_cli.index.backends import check_backend, rebuild_reason, same_search_params
+from rag_cli.index.backends import (check_backend, concrete_settings, publisher, rebuild_reason, same_search_params,
+                                    serving_targets, sync_serving)
 from rag_cli.index.build import build_full, index_docs, index_meta, index_texts, read_inputs, record_index, with_labels
 from rag_cli.index.sparse import SparseIndex
 from rag_cli.loaders import load_sources
@@ -205,6 +208,8 @@ def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int 
     build was done, or None), compacted (bool), generation, seconds."""
     t0 = time.perf_counter()
     check_backend(params)
+    params = concrete_settings(params, project.root)
+    known = serving_targets(project.index_dir)
     step = (lambda done: progress("indexing", done, 3)) if progress else (lambda done: None)
     chunks, vectors, emb = read_inputs(project.require(project.chunks_path, "chunk"),
                                        project.require(project.embeddings_path, "embed"))
@@ -255,6 +260,7 @@ def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int 
                  and (cur.docs is None if docs is None else cur.docs is not None and cur.docs.equals(docs)))
     if unchanged:  # nothing changed: no new generation, but what a killed writer left is removed
         clean_index_dir(project.index_dir, keep)
+        sync_serving(project.index_dir, known)
         counts = {"n_chunks": chunks.num_rows, "vectors_added": 0, "vectors_deleted": 0, "full": None,
                   "compacted": False}
         record_index(project, params, emb, cur.path.name, counts, time.perf_counter() - t0)
@@ -266,7 +272,8 @@ def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int 
     counts = {"n_chunks": chunks.num_rows, "vectors_added": added, "vectors_deleted": deleted,
               "full": full, "compacted": compacted}
     gen = write_index_folder(project.index_dir, dense=dense, sparse=sparse, chunks=chunks, meta=meta, keep=keep,
-                             command="update", counts=counts, docs=docs)
+                             command="update", counts=counts, docs=docs, publish=publisher(dense))
+    sync_serving(project.index_dir, known)
     seconds = time.perf_counter() - t0
     record_index(project, params, emb, gen.name, counts, seconds)
     return {**counts, "unchanged": False, "dim": meta["dim"], "generation": gen.name, "seconds": seconds,

@@ -337,13 +337,17 @@ def _remove(p: Path) -> None:
 
 
 def write_index_folder(path: Path, *, dense, sparse, chunks: pa.Table, meta: dict, keep: int = 2,
-                       command: str = "index", counts: dict | None = None, docs: pa.Table | None = None) -> Path:
+                       command: str = "index", counts: dict | None = None, docs: pa.Table | None = None,
+                       publish=None) -> Path:
     """Write a new generation of the index folder `path` and make it current.
 
     `dense` (DenseIndex), `sparse` (SparseIndex), `chunks` (the INDEX_COLUMNS
     of chunks.parquet plus `label`), `docs` (INDEX_DOC_COLUMNS of docs.parquet,
     or None), `meta` (meta.json; a `generation` entry
-    {id, name, time, command, counts} is added). Then removes unfinished and
+    {id, name, time, command, counts} is added). `publish(folder)`, when
+    given, is called with the complete generation folder before CURRENT
+    moves to it (a serving backend copies it out: Milvus); if it raises,
+    the folder is removed and CURRENT is not moved. Then removes unfinished and
     surplus generations (`clean_index_dir` with `keep`). Call under the
     project lock. On error the current generation is left as it was.
     Returns the new generation's folder.
@@ -391,6 +395,14 @@ def write_index_folder(path: Path, *, dense, sparse, chunks: pa.Table, meta: dic
             raise no_space(writing, exc, generation_bytes(dense, chunks, docs, path),
                            kept="the current index generation is unchanged and still searched") from exc
         raise
+    if publish is not None:
+        try:
+            publish(path / name)
+        except BaseException:
+            trash = path / f".{name}.tmp"  # renamed first, as clean_index_dir removes a generation
+            os.rename(path / name, trash)
+            _remove(trash)
+            raise
     try:
         switch_current(path, name, gen_id)
     except OSError as exc:

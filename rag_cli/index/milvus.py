@@ -1,0 +1,604 @@
+"""The `milvus` backend: a generation's dense vectors and BM25 served from Milvus.
+
+`rag index --backend milvus --uri URI` writes the generation folder as the
+`exact` backend does (`dense/vectors.npy`, `sparse/` of bm25s, the chunk and
+document tables: the folder stays the source of truth), then publishes it to
+the collection `ALIAS_gen_NNNNNN` (`collection_of`) before CURRENT moves to
+it, and switches the alias `ALIAS` (`index.collection`) to it with
+`alter_alias` once it is current. One row per chunk:
+
+| field | type | holds |
+| --- | --- | --- |
+| `row` | INT64, primary key | the chunk's row in the generation (what search returns) |
+| `label` | INT64 | the chunk's dense label (the generation's `label` column) |
+| `chunk_id`, `doc_id` | VARCHAR | the chunk's ids |
+| `path`, `title` | VARCHAR | its document's (docs.parquet; "" when unknown) |
+| `n_chars` | INT64 | its document's length (-1 when unknown) |
+| `metadata` | JSON | its document's front-matter / BEIR metadata |
+| `vector` | FLOAT_VECTOR(d) | the unit vector; metric IP (= cosine) |
+| `sparse` | SPARSE_FLOAT_VECTOR | the chunk's BM25 weight per term id, as bm25s stores it |
+
+BM25 without a second analyzer: bm25s keeps, for every term t and chunk c,
+the score contribution w(t, c) = idf(t) · tf·(k1+1) / (tf + k1·(1−b+b·dl/avgdl))
+(in its CSC matrix `scores`: `indptr` over term ids, `indices` the chunks,
+`data` the weights) and scores a query by summing w(t, c) over the query's
+terms *with repeats* (`BM25.get_scores_from_ids`: one `np.add.at` per query
+token id). So a chunk's sparse vector is its column of that matrix, the
+query's sparse vector is {term id: number of times the term occurs in the
+analyzed query} (terms outside the vocabulary dropped, as bm25s drops them),
+and Milvus's inner product of the two is the local BM25 score (up to float32
+summation order). The query is analyzed by rag-cli (`rag_cli.index.sparse.analyze`:
+jieba, stemming), never by Milvus. Variants with a non-occurrence score
+(bm25l, bm25+) add a constant per query term to every chunk, which a sparse
+inner product cannot express: they are refused.
+
+Searching: the generation's own collection, not the alias, so a search that
+opened generation N reads N's rows while N+1 is published (as local
+generations do). `--filter` is the local mask (`rag_cli.index.filters`, the
+same semantics as every backend) sent as `row in [...]` or `row not in [...]`,
+whichever list is shorter. Hybrid fuses the two Milvus result lists locally
+with `rag_cli.index.fusion` (the Searcher does it, as for local backends).
+
+Generations and collections: a generation's collection lives as long as its
+folder: `sync` (after every write and rollback) points the alias at the
+current generation's collection and drops `ALIAS_gen_*` collections whose
+generation folder is gone. `rag update` publishes the new generation whole
+(not an upsert into the served collection): every chunk's BM25 weights depend
+on the corpus (N, document frequencies, average length), so one changed
+document changes every sparse vector, and a separate collection keeps the
+switch atomic and `rag rollback` possible.
+
+URIs: `http://` / `https://` (a server or cluster; the token, if any, from
+$MILVUS_TOKEN) are used unchanged; anything else is a local file path run by
+Milvus Lite in this process (relative paths are relative to the project
+folder; it must end in .db). Milvus Lite serves one process at a time (a
+lock in the .db folder) and builds HNSW, IVF_SQ8 and FLAT (with faiss) but
+not IVF_PQ, which needs a server.
+
+pymilvus is imported only here, and only when the backend is used; a missing
+package is BadInput (exit 2) naming `pip install 'rag-cli[milvus]'`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from rag_cli.errors import BadInput, WorkFailed
+from rag_cli.index.dense_common import Result, check_queries, empty, load_vectors, save_vectors, unit
+
+#: What a missing pymilvus (or milvus-lite for a file URI) says (exit 2).
+MILVUS_MISSING = ("index.backend 'milvus' needs the milvus extra: pip install 'rag-cli[milvus]' (pymilvus, and "
+                  "milvus-lite for a local file --uri); or choose --backend hnswlib, faiss or exact")
+#: index.milvus_index -> Milvus's index type.
+INDEX_TYPES = {"hnsw": "HNSW", "ivf-sq8": "IVF_SQ8", "ivf-pq": "IVF_PQ", "flat": "FLAT"}
+#: Milvus returns at most this many hits per query (its topk limit).
+MAX_K = 16384
+#: Rows per insert request (384-d float32: 3 MiB of vectors, well under Milvus's 64 MiB per request).
+INSERT_BATCH = 2000
+#: Query vectors per search request.
+SEARCH_BATCH = 256
+#: BM25 variants whose scores are a sparse inner product (no per-term constant for absent terms).
+SPARSE_METHODS = ("lucene", "robertson", "atire")
+#: The term id of a chunk without BM25 terms (Milvus refuses an empty sparse vector): no query holds it
+#: (term ids are below the vocabulary's size), so the chunk is never a sparse hit, as locally.
+NO_TERMS = 2**32 - 2
+_SERVER = re.compile(r"^(https?|tcp|grpc|unix)://", re.I)
+_GEN_COLLECTION = re.compile(r"^(?P<alias>.+)_gen_(?P<id>\d{6,})$")
+
+
+# --------------------------------------------------------------------------- connections
+def import_pymilvus(missing: str = MILVUS_MISSING):
+    """The pymilvus module, or BadInput (exit 2) with `missing` (naming the extra)."""
+    try:
+        import pymilvus
+    except ImportError as exc:
+        raise BadInput(f"{missing} ({exc})") from None
+    return pymilvus
+
+
+def is_server(uri: str) -> bool:
+    """Whether `uri` names a Milvus server (http://, https://, tcp://, grpc://, unix://), not a Lite file."""
+    return bool(_SERVER.match(uri))
+
+
+def resolve_uri(uri: str, root: Path) -> str:
+    """`index.uri` made concrete: a server URI unchanged; "" -> `root`/milvus.db; a relative file path
+    relative to `root` (the project folder), made absolute. Raises BadInput for a file path that does
+    not end in .db (the name Milvus Lite takes)."""
+    if is_server(uri):
+        return uri
+    path = Path(uri or "milvus.db").expanduser()
+    if path.suffix != ".db":
+        raise BadInput(f"--uri {uri}: a Milvus Lite file must end in .db (like {path.with_suffix('.db')}); "
+                       "a server is http://host:19530")
+    return str((path if path.is_absolute() else Path(root) / path).absolute())
+
+
+def default_alias(root: Path) -> str:
+    """`rag_` + the first 12 hex digits of the sha256 of the project folder's absolute path: an alias that
+    two projects on one Milvus do not share."""
+    return "rag_" + hashlib.sha256(str(Path(root).absolute()).encode()).hexdigest()[:12]
+
+
+def collection_of(alias: str, generation: str) -> str:
+    """The collection of generation `generation` (`gen-000007`): `ALIAS_gen_000007`."""
+    return f"{alias}_{generation.replace('-', '_')}"
+
+
+_clients: dict[str, object] = {}
+_loaded: set[tuple[str, str]] = set()
+_lock = threading.Lock()
+
+
+def client(uri: str):
+    """The `pymilvus.MilvusClient` of `uri`, one per URI per process (a Milvus Lite file is opened once: it
+    serves one process), closed at exit (`close_clients`). Raises BadInput when pymilvus (or milvus-lite
+    for a file) is missing, or when it cannot connect (naming the URI)."""
+    with _lock:
+        if uri in _clients:
+            return _clients[uri]
+        pymilvus = import_pymilvus()
+        if not is_server(uri):
+            try:
+                import milvus_lite  # noqa: F401
+            except ImportError as exc:
+                raise BadInput(f"--uri {uri} is a local file, which needs Milvus Lite: {MILVUS_MISSING} "
+                               f"({exc}); or give a server URI like http://127.0.0.1:19530") from None
+            Path(uri).parent.mkdir(parents=True, exist_ok=True)
+        # Milvus Lite's in-process gRPC server answers pymilvus's 10 s keep-alive pings with GOAWAY
+        # ("too_many_pings", logged to stderr): on a loopback channel they serve nothing, so they are off
+        lite = {} if is_server(uri) else {"grpc_options": {"grpc.keepalive_time_ms": 3_600_000,
+                                                           "grpc.keepalive_permit_without_calls": 0}}
+        try:
+            c = pymilvus.MilvusClient(uri=uri, token=os.environ.get("MILVUS_TOKEN", ""), **lite)
+        except Exception as exc:  # noqa: BLE001 - pymilvus raises its own MilvusException, or OSError
+            raise BadInput(f"cannot connect to Milvus at --uri {uri} ({type(exc).__name__}: {exc}); check the "
+                           "server is up (or, for a file, that no other process has it open: Milvus Lite "
+                           "serves one process)") from exc
+        _clients[uri] = c
+        return c
+
+
+def close_clients() -> None:
+    """Close every Milvus client of this process and stop the Milvus Lite servers it started (which
+    releases each .db file's lock, so another process can open it)."""
+    with _lock:
+        for uri, c in _clients.items():
+            try:
+                c.close()
+                if not is_server(uri):
+                    from milvus_lite.server_manager import server_manager_instance
+
+                    server_manager_instance.release_server(uri)
+            except Exception:  # noqa: BLE001 - closing at exit: nothing left to tell
+                pass
+        _clients.clear()
+        _loaded.clear()
+
+
+def loaded(uri: str, collection: str):
+    """The client of `uri` with `collection` loaded (`load_collection` once per process: a collection of
+    a Milvus Lite file opened anew, or released on a server, cannot be searched before)."""
+    c = client(uri)
+    if (uri, collection) not in _loaded:
+        try:
+            c.load_collection(collection)
+        except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
+            raise WorkFailed(f"Milvus at {uri} cannot load the collection {collection} ({type(exc).__name__}: "
+                             f"{exc}); publish the generation again with `rag index`") from exc
+        _loaded.add((uri, collection))
+    return c
+
+
+atexit.register(close_clients)
+
+
+# --------------------------------------------------------------------------- settings
+def check_settings(settings) -> None:
+    """BadInput unless the milvus backend can run with `settings` ([index]): pymilvus importable, a BM25
+    variant that is a sparse inner product (`SPARSE_METHODS`)."""
+    if settings.bm25_method not in SPARSE_METHODS:
+        raise BadInput(f"--bm25-method {settings.bm25_method} adds a score for absent terms, which a Milvus sparse "
+                       f"vector cannot hold; with --backend milvus use one of {', '.join(SPARSE_METHODS)}")
+    import_pymilvus()
+
+
+def concrete(settings, root: Path):
+    """`settings` ([index], `IndexConfig`) with `uri` and `collection` made concrete for the project at `root`
+    (`resolve_uri`, `default_alias`)."""
+    from dataclasses import replace
+
+    uri = resolve_uri(settings.uri, root)
+    if settings.milvus_index == "ivf-pq" and not is_server(uri):
+        raise BadInput("--milvus-index ivf-pq: Milvus Lite (a local file --uri) does not build IVF_PQ; use a Milvus "
+                       "server (--uri http://host:19530) or --milvus-index hnsw, ivf-sq8 or flat")
+    return replace(settings, uri=uri, collection=settings.collection or default_alias(root))
+
+
+def _index_params(settings, n: int, dim: int) -> dict:
+    """{"index_type", "params"} of the dense index Milvus builds, from [index] (`settings`)."""
+    from rag_cli.index.faiss_index import auto_nlist, auto_pq_m
+
+    kind = settings.milvus_index
+    if kind == "hnsw":
+        return {"index_type": "HNSW", "params": {"M": settings.hnsw_m, "efConstruction": settings.hnsw_ef_construction}}
+    if kind == "flat":
+        return {"index_type": "FLAT", "params": {}}
+    params = {"nlist": settings.nlist or auto_nlist(n)}
+    if kind == "ivf-pq":
+        m = settings.pq_m or auto_pq_m(dim)
+        if dim % m:
+            raise BadInput(f"--pq-m {m} does not divide the dimension {dim}; give a divisor of {dim} (or 0)")
+        params.update(m=m, nbits=8)
+    return {"index_type": INDEX_TYPES[kind], "params": params}
+
+
+# --------------------------------------------------------------------------- the filter
+def row_filter(mask: np.ndarray | None) -> str | None:
+    """A Milvus boolean expression over `row` allowing the rows where `mask` ((n,) bool) is True: "" for
+    all (or no mask), None when no row is allowed, else the shorter of the expressions for the allowed
+    and for the excluded rows (`_rows_expr`: runs of 3 or more consecutive rows as ranges, the rest as
+    `row in [...]`; a document's chunks are consecutive rows, so a filter on document fields gives few
+    runs). Milvus parses a long list slowly (about 0.06 ms per id on Milvus Lite)."""
+    if mask is None:
+        return ""
+    mask = np.asarray(mask, dtype=bool)
+    if mask.all():
+        return ""
+    if not mask.any():
+        return None
+    allowed, excluded = _rows_expr(mask), _rows_expr(~mask)
+    return allowed if len(allowed) <= len(excluded) + 6 else f"not ({excluded})"
+
+
+def _rows_expr(mask: np.ndarray) -> str:
+    """An expression true for exactly the rows where `mask` is True (at least one is)."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    starts, ends = edges[::2], edges[1::2]  # runs [start, end)
+    singles = [str(r) for a, b in zip(starts, ends) if b - a < 3 for r in range(a, b)]
+    parts = [f"(row >= {a} and row < {b})" for a, b in zip(starts, ends) if b - a >= 3]
+    if singles:
+        parts.append(f"row in [{','.join(singles)}]")
+    return " or ".join(parts)
+
+
+def _check_k(k: int) -> None:
+    if k > MAX_K:
+        raise BadInput(f"-k/--candidates {k}: Milvus returns at most {MAX_K} hits per query")
+
+
+def _failed(what: str, uri: str, exc: Exception) -> WorkFailed:
+    return WorkFailed(f"Milvus at {uri}: {what} failed ({type(exc).__name__}: {exc})")
+
+
+# --------------------------------------------------------------------------- the dense index
+class MilvusIndex:
+    """The dense side of a milvus generation (a `VectorIndex`): `vecs` ((n, d) float32 unit rows, the
+    generation's `dense/vectors.npy`, memory-mapped once loaded: `vectors`, evidence cosines and the
+    exact ground truth read it locally) and `params` (rag_dense.json: backend, uri, alias, milvus_index,
+    the index's parameters); `collection` is the generation's collection once it is known (load, publish)."""
+
+    row_labels = None  # rows are the vectors' order, as for `exact`
+
+    def __init__(self, vecs: np.ndarray, params: dict, collection: str | None = None):
+        self.vecs = vecs
+        self.params = params
+        self.collection = collection
+
+    @classmethod
+    def build(cls, vectors: np.ndarray, settings) -> "MilvusIndex":
+        """From (n, d) float32 vectors and concrete [index] settings (`concrete`). Nothing is sent yet:
+        `publish` sends the written generation."""
+        n, d = vectors.shape
+        params = {"backend": "milvus", "space": "cosine", "dim": int(d), "n": int(n), "n_deleted": 0,
+                  "next_label": int(n)}
+        params.update(cls._settings(settings, n, d))
+        return cls(unit(vectors), params)
+
+    @staticmethod
+    def _settings(settings, n: int, d: int) -> dict:
+        index = _index_params(settings, n, d)
+        return {"uri": settings.uri, "alias": settings.collection, "milvus_index": settings.milvus_index,
+                "index_type": index["index_type"], "index_params": index["params"],
+                "M": settings.hnsw_m, "ef_construction": settings.hnsw_ef_construction, "ef": settings.hnsw_ef,
+                "nlist_setting": settings.nlist, "pq_m_setting": settings.pq_m, "nprobe": settings.nprobe,
+                "bm25_method": settings.bm25_method}
+
+    def update(self, row_labels: np.ndarray, deleted: list[int], add_vectors: np.ndarray, add_labels: np.ndarray,
+               *, vectors: np.ndarray, settings, threads: int = 0) -> None:
+        """The new generation's vectors, whole (its collection is published whole: see the module doc)."""
+        self.vecs = unit(vectors)
+        self.params.update(n=int(len(vectors)), n_deleted=0,
+                           next_label=int(max(self.params.get("next_label", 0),
+                                              int(add_labels.max()) + 1 if len(add_labels) else 0)))
+        self.params.update(self._settings(settings, len(vectors), self.params["dim"]))
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        save_vectors(folder / "vectors.npy", self.vecs)
+        (folder / "rag_dense.json").write_text(json.dumps(self.params), encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: Path, params: dict) -> "MilvusIndex":
+        """`folder` (a generation's `dense/`): its vectors.npy memory-mapped, its collection named after the
+        generation. Nothing is sent to Milvus until a search. ValueError when the shape is not rag_dense.json's."""
+        vecs = load_vectors(folder / "vectors.npy")
+        if vecs.shape != (params["n"], params["dim"]):
+            raise ValueError(f"{folder / 'vectors.npy'} holds {vecs.shape} vectors where rag_dense.json says "
+                             f"({params['n']}, {params['dim']})")
+        return cls(vecs, params, collection_of(params["alias"], folder.parent.name))
+
+    def vectors(self, rows) -> np.ndarray:
+        rows = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, dtype=np.int64)
+        return np.asarray(self.vecs[rows], dtype=np.float32).reshape(len(rows), self.params["dim"])
+
+    def _search_params(self, k: int) -> dict:
+        kind = self.params["milvus_index"]
+        params = {"ef": max(int(self.params["ef"]), k)} if kind == "hnsw" else \
+            {} if kind == "flat" else {"nprobe": int(self.params["nprobe"])}
+        return {"metric_type": "IP", "params": params}
+
+    def search(self, query_vectors: np.ndarray, k: int, mask: np.ndarray | None = None) -> Result:
+        """Top-`k` rows per query ((q, d) float32) by inner product of unit vectors (= cosine), from Milvus:
+        [(rows (m,) int64, cosines (m,) float32)], best first, ties by lower row; `mask` is sent as a
+        filter on `row` (`row_filter`). Raises BadInput for k > MAX_K, WorkFailed when Milvus fails."""
+        check_queries(query_vectors, self.params["dim"])
+        _check_k(k)
+        expr = row_filter(mask)
+        if expr is None or self.params["n"] == 0 or k < 1:
+            return empty(len(query_vectors))
+        c = loaded(self.params["uri"], self.collection)
+        q = unit(query_vectors)
+        out: Result = []
+        for start in range(0, len(q), SEARCH_BATCH):
+            try:
+                res = c.search(self.collection, data=q[start:start + SEARCH_BATCH].tolist(), anns_field="vector",
+                               limit=k, filter=expr, search_params=self._search_params(k), output_fields=["row"])
+            except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
+                raise _failed(f"dense search of {self.collection}", self.params["uri"], exc) from exc
+            out.extend(_ranked(hits) for hits in res)
+        return out
+
+    def publish(self, gen: Path) -> None:
+        """Send the complete generation folder `gen` to its collection (`collection_of`): create it (a
+        leftover of the same name, from a killed writer, is dropped first), insert every chunk's row
+        (vector, BM25 sparse vector, ids, document fields) in batches, build the dense index
+        (`milvus_index`) and the sparse inverted index (IP), and load it. Called before the generation
+        becomes current. Raises BadInput when Milvus cannot be reached, WorkFailed when a request fails."""
+        publish_generation(gen, self.params)
+        self.collection = collection_of(self.params["alias"], gen.name)
+
+
+def _ranked(hits) -> tuple[np.ndarray, np.ndarray]:
+    """One query's Milvus hits -> (rows int64, scores float32), best first, ties by lower row."""
+    rows = np.fromiter((int(h["id"] if "id" in h else h["row"]) for h in hits), dtype=np.int64, count=len(hits))
+    scores = np.fromiter((float(h["distance"]) for h in hits), dtype=np.float32, count=len(hits))
+    order = np.lexsort((rows, -scores))
+    return rows[order], scores[order]
+
+
+# --------------------------------------------------------------------------- the sparse side
+class MilvusSparse:
+    """A generation's BM25 served from Milvus: `search` sends the query's term counts (analyzed here, with
+    the local `SparseIndex`'s vocabulary) to the generation's collection; everything else (`idf`,
+    `coverage`, `scores`, `params`, `retriever`) is the local `SparseIndex`'s."""
+
+    def __init__(self, local, dense_params: dict, collection: str):
+        self.local = local
+        self.uri = dense_params["uri"]
+        self.collection = collection
+
+    def __getattr__(self, name):
+        return getattr(self.local, name)
+
+    def query_vector(self, query: str) -> dict[int, float]:
+        """{term id: count} of the analyzed `query` over the index's vocabulary (bm25s's weighting of
+        repeated query terms: each occurrence adds the term's weight once more)."""
+        from rag_cli.index.sparse import analyze
+
+        vocab = self.local.retriever.vocab_dict
+        out: dict[int, float] = {}
+        for t in analyze(query):
+            tid = vocab.get(t)
+            if tid is not None:
+                out[int(tid)] = out.get(int(tid), 0.0) + 1.0
+        return out
+
+    def search(self, query: str, k: int, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-`k` rows with a BM25 score > 0: (rows (m,) int64, scores (m,) float32), m <= k, as
+        `SparseIndex.search` gives them, from Milvus; `mask` (n,) bool as a filter on `row`."""
+        _check_k(k)
+        expr = row_filter(mask)
+        vec = self.query_vector(query)
+        if expr is None or not vec or k < 1:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        try:
+            res = loaded(self.uri, self.collection).search(
+                self.collection, data=[vec], anns_field="sparse", limit=k, filter=expr,
+                search_params={"metric_type": "IP", "params": {}}, output_fields=["row"])
+        except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
+            raise _failed(f"sparse search of {self.collection}", self.uri, exc) from exc
+        rows, scores = _ranked(res[0])
+        keep = scores > 0
+        return rows[keep], scores[keep]
+
+
+def serve_sparse(sparse, dense_params: dict, gen: Path):
+    """`sparse` (the generation's local `SparseIndex`) served from Milvus when the generation is a milvus
+    one (`MilvusSparse`), else `sparse` itself."""
+    if dense_params.get("backend") != "milvus":
+        return sparse
+    return MilvusSparse(sparse, dense_params, collection_of(dense_params["alias"], gen.name))
+
+
+# --------------------------------------------------------------------------- publishing
+def sparse_rows(retriever) -> "object":
+    """The BM25 weights of a bm25s index as a (n_chunks, n_terms) float32 `scipy.sparse.csr_matrix`: row c
+    holds chunk c's weight of each of its terms (bm25s's `scores` is the same matrix in CSC, by term)."""
+    import scipy.sparse as sp
+
+    s = retriever.scores
+    n_terms = len(s["indptr"]) - 1
+    csc = sp.csc_matrix((np.asarray(s["data"], np.float32), np.asarray(s["indices"]), np.asarray(s["indptr"])),
+                        shape=(int(s["num_docs"]), n_terms))
+    return csc.tocsr()
+
+
+def _schema(pymilvus, c, dim: int, max_ids: int):
+    schema = c.create_schema(auto_id=False, enable_dynamic_field=False,
+                             description="rag-cli index generation (rag_cli.index.milvus)")
+    dt = pymilvus.DataType
+    schema.add_field("row", dt.INT64, is_primary=True)
+    schema.add_field("label", dt.INT64)
+    schema.add_field("chunk_id", dt.VARCHAR, max_length=max_ids)
+    schema.add_field("doc_id", dt.VARCHAR, max_length=max_ids)
+    schema.add_field("path", dt.VARCHAR, max_length=65535)
+    schema.add_field("title", dt.VARCHAR, max_length=65535)
+    schema.add_field("n_chars", dt.INT64)
+    schema.add_field("metadata", dt.JSON)
+    schema.add_field("vector", dt.FLOAT_VECTOR, dim=dim)
+    schema.add_field("sparse", dt.SPARSE_FLOAT_VECTOR)
+    return schema
+
+
+def _doc_fields(gen: Path) -> dict[str, tuple[str, str, int, dict]]:
+    """{doc_id: (path, title, n_chars, metadata dict)} of a generation's docs.parquet ({} without one)."""
+    import pyarrow.parquet as pq
+
+    if not (gen / "docs.parquet").exists():
+        return {}
+    out = {}
+    for r in pq.read_table(gen / "docs.parquet").to_pylist():
+        try:
+            meta = json.loads(r.get("metadata") or "{}")
+        except ValueError:
+            meta = {}
+        n_chars = r.get("n_chars")
+        out[r["doc_id"]] = (r.get("path") or "", r.get("title") or "", -1 if n_chars is None else int(n_chars),
+                            meta if isinstance(meta, dict) else {})
+    return out
+
+
+def publish_generation(gen: Path, params: dict) -> float:
+    """`MilvusIndex.publish` (see there) of the generation folder `gen` with its rag_dense.json `params`.
+    Returns the seconds it took."""
+    from rag_cli.index.sparse import SparseIndex
+    from rag_cli.store.index_chunks import read_index_chunks
+
+    t0 = time.perf_counter()
+    pymilvus = import_pymilvus()
+    uri, name = params["uri"], collection_of(params["alias"], gen.name)
+    c = client(uri)
+    chunks = read_index_chunks(gen)
+    vecs = load_vectors(gen / "dense" / "vectors.npy")
+    weights = sparse_rows(SparseIndex.load(gen / "sparse").retriever)
+    docs = _doc_fields(gen)
+    chunk_ids = chunks.column("chunk_id").to_pylist()
+    doc_ids = chunks.column("doc_id").to_pylist()
+    labels = (chunks.column("label").to_numpy() if "label" in chunks.column_names
+              else np.arange(len(chunk_ids))).tolist()
+    n, dim = vecs.shape
+    if weights.shape[0] != n or len(chunk_ids) != n:
+        raise WorkFailed(f"{gen} holds {len(chunk_ids)} chunks, {n} vectors and {weights.shape[0]} BM25 rows; "
+                         "rebuild it with `rag index`")
+    max_ids = max(256, max((len(s.encode()) for s in chunk_ids + doc_ids), default=0))
+    try:
+        if c.has_collection(name):
+            c.drop_collection(name)
+        c.create_collection(name, schema=_schema(pymilvus, c, dim, min(max_ids, 65535)))
+        indptr, indices, data = weights.indptr, weights.indices, weights.data
+        for start in range(0, n, INSERT_BATCH):
+            rows = []
+            block = np.asarray(vecs[start:start + INSERT_BATCH], dtype=np.float32)
+            for i in range(start, min(start + INSERT_BATCH, n)):
+                lo, hi = indptr[i], indptr[i + 1]
+                path, title, n_chars, meta = docs.get(doc_ids[i], ("", "", -1, {}))
+                rows.append({"row": i, "label": int(labels[i]), "chunk_id": chunk_ids[i], "doc_id": doc_ids[i],
+                             "path": path, "title": title, "n_chars": n_chars, "metadata": meta,
+                             "vector": block[i - start].tolist(),
+                             "sparse": dict(zip(indices[lo:hi].tolist(), data[lo:hi].tolist())) or {NO_TERMS: 1.0}})
+            c.insert(name, rows)
+        c.flush(name)  # sealed segments: a server builds the index over them rather than over growing ones
+        index = c.prepare_index_params()
+        index.add_index(field_name="vector", index_type=params["index_type"], metric_type="IP",
+                        params=params["index_params"])
+        index.add_index(field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="IP", params={})
+        c.create_index(name, index)
+        c.load_collection(name)
+        _loaded.add((uri, name))
+    except BadInput:
+        raise
+    except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
+        raise _failed(f"publishing {gen.name} to the collection {name}", uri, exc) from exc
+    return time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------- aliases and pruning
+def targets(index_dir: Path) -> set[tuple[str, str]]:
+    """{(uri, alias)} of the milvus generations in `index_dir` (from each gen-*/dense/rag_dense.json)."""
+    out = set()
+    for f in Path(index_dir).glob("gen-*/dense/rag_dense.json"):
+        try:
+            p = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(p, dict) and p.get("backend") == "milvus" and p.get("uri") and p.get("alias"):
+            out.add((p["uri"], p["alias"]))
+    return out
+
+
+def sync(index_dir: Path, current: Path | None, known: set[tuple[str, str]] = frozenset()) -> dict:
+    """Bring Milvus in line with the index folder, for every (uri, alias) of its milvus generations and of
+    `known` (those it had before a write, so that collections of a backend given up are dropped too):
+    the alias points at the collection of the `current` generation when that generation is a milvus one
+    on that (uri, alias) (`alter_alias`, atomic for every client that searches the alias), and is dropped
+    otherwise; collections `ALIAS_gen_N` whose generation folder is gone are dropped. Returns
+    {"alias": {alias: collection or None}, "dropped": [collection names]}. Raises BadInput / WorkFailed
+    as `client` and Milvus do."""
+    index_dir = Path(index_dir)
+    want: dict[tuple[str, str], str | None] = {t: None for t in set(known) | targets(index_dir)}
+    kept: dict[tuple[str, str], set[str]] = {t: set() for t in want}
+    for f in index_dir.glob("gen-*/dense/rag_dense.json"):
+        gen = f.parent.parent
+        try:
+            p = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if p.get("backend") == "milvus" and (gen / "files.json").exists():
+            kept[(p["uri"], p["alias"])].add(collection_of(p["alias"], gen.name))
+            if current is not None and gen.name == Path(current).name:
+                want[(p["uri"], p["alias"])] = collection_of(p["alias"], gen.name)
+    out: dict = {"alias": {}, "dropped": []}
+    for (uri, alias), target in sorted(want.items(), key=lambda kv: kv[0]):
+        c = client(uri)
+        try:
+            existing = _alias_target(c, alias)
+            if target is not None and existing != target:
+                (c.alter_alias if existing is not None else c.create_alias)(target, alias)
+            elif target is None and existing is not None:
+                c.drop_alias(alias)
+            out["alias"][alias] = target
+            for name in c.list_collections():
+                m = _GEN_COLLECTION.match(name)
+                if m and m.group("alias") == alias and name not in kept[(uri, alias)]:
+                    c.drop_collection(name)
+                    out["dropped"].append(name)
+        except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
+            raise _failed(f"switching the alias {alias}", uri, exc) from exc
+    return out
+
+
+def _alias_target(c, alias: str) -> str | None:
+    """The collection `alias` points at, or None when there is no such alias."""
+    if alias not in (c.list_aliases().get("aliases") or []):
+        return None
+    return c.describe_alias(alias)["collection_name"]

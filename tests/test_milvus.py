@@ -1,0 +1,315 @@
+"""The milvus backend (`rag_cli.index.milvus`) against Milvus Lite, on real data.
+
+A SciFact subset (the e2e one of tests/test_cli_e2e.py: every relevant
+document of the first 25 test queries plus distractors, ~120 abstracts, one
+chunk each at --size 500) is built once with the local default backend
+(hnswlib); copies of the project are indexed with `exact` (the ground truth)
+and with `milvus` on a Milvus Lite file in the test's temporary folder. The
+Lite server is always closed (`rag_cli.index.milvus.close_clients`) when the
+module's tests end. Proved here:
+
+- sparse: the top 10 of every query equal local BM25 (equal scores may come in
+  either order);
+- dense: recall@10 against local exact search >= 0.99;
+- hybrid: nDCG@10 within 0.005 of the local backend's;
+- `--filter` gives the local filtered results;
+- a new generation is a new collection and the alias moves to it atomically;
+  `rag rollback` moves it back; pruned generations' collections are dropped;
+- `rag update` with a changed, a removed and an added document.
+
+The unit tests at the top need neither Milvus nor the default model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import require_module
+
+REPO = Path(__file__).resolve().parents[1]
+TOLERANCE = 1e-5  # relative: Milvus sums float32 BM25 weights in its own order
+
+
+# --------------------------------------------------------------------------- without Milvus
+def test_sparse_vectors_reproduce_bm25s_scores():
+    """A chunk's sparse vector (its column of bm25s's score matrix) dotted with the query's term counts
+    is bm25s's score, repeated query terms included, for every chunk."""
+    from rag_cli.index.milvus import MilvusSparse, sparse_rows
+    from rag_cli.index.sparse import SparseIndex
+
+    texts = ["apple banana apple", "banana cherry", "cherry cherry durian apple", "elderberry", "苹果和香蕉",
+             "the quick brown fox jumps over apples"]
+    idx = SparseIndex.build(texts)
+    weights = sparse_rows(idx.retriever)
+    assert weights.shape[0] == len(texts)
+    wrapper = MilvusSparse(idx, {"uri": "unused", "alias": "a"}, "a_gen_000001")
+    for query in ("apple apple cherry", "banana", "香蕉 苹果", "fox apples apple", "unknownword"):
+        vec = wrapper.query_vector(query)
+        q = np.zeros(weights.shape[1], dtype=np.float64)
+        for tid, count in vec.items():
+            q[tid] = count
+        np.testing.assert_allclose(weights @ q, idx.scores(query), rtol=1e-6, atol=1e-7)
+    assert wrapper.query_vector("apple apple cherry")[idx.retriever.vocab_dict["appl"]] == 2.0
+    assert wrapper.idf(["appl"]) == idx.idf(["appl"])  # the rest is the local index's
+
+
+def test_row_filter_allows_exactly_the_masked_rows():
+    """The expression (Milvus's syntax here is also Python's) is true for exactly the rows of the mask:
+    runs as ranges, the rest as a list, the excluded rows negated when that is shorter."""
+    from rag_cli.index.milvus import row_filter
+
+    assert row_filter(None) == "" and row_filter(np.ones(5, bool)) == ""
+    assert row_filter(np.zeros(5, bool)) is None
+    assert row_filter(np.array([1, 0, 0, 1, 0], bool)) == "row in [0,3]"
+    assert row_filter(np.array([0, 1, 1, 1, 1, 0, 0, 0, 0], bool)) == "(row >= 1 and row < 5)"
+    assert row_filter(np.array([1] * 20 + [0] + [1] * 20, bool)) == "not (row in [20])"
+    rng = np.random.default_rng(0)
+    for density in (0.05, 0.5, 0.95):
+        mask = rng.random(300) < density
+        mask[100:160] = density > 0.5  # a document's worth of consecutive rows
+        expr = row_filter(mask)
+        assert [bool(eval(expr, {}, {"row": r})) for r in range(300)] == mask.tolist()  # noqa: S307
+
+
+def test_settings_and_uris(tmp_path):
+    from rag_cli.config import Config, IndexConfig
+    from rag_cli.errors import BadInput
+    from rag_cli.index.milvus import collection_of, concrete, default_alias, resolve_uri
+
+    assert resolve_uri("http://127.0.0.1:19530", tmp_path) == "http://127.0.0.1:19530"
+    assert resolve_uri("", tmp_path) == str(tmp_path / "milvus.db")
+    assert resolve_uri("sub/m.db", tmp_path) == str(tmp_path / "sub" / "m.db")
+    assert resolve_uri("/abs/m.db", tmp_path) == "/abs/m.db"
+    alias = default_alias(tmp_path)
+    assert alias.startswith("rag_") and len(alias) == 16 and alias != default_alias(tmp_path / "other")
+    assert collection_of("docs", "gen-000012") == "docs_gen_000012"
+    c = concrete(IndexConfig(backend="milvus"), tmp_path)
+    assert (c.uri, c.collection) == (str(tmp_path / "milvus.db"), alias)
+    with pytest.raises(BadInput, match="--collection '1bad-name'"):
+        Config().with_options("index", {"collection": "1bad-name"})
+    with pytest.raises(BadInput, match="--milvus-index 'diskann'"):
+        Config().with_options("index", {"milvus_index": "diskann"})
+
+
+def test_missing_pymilvus_is_exit_2_naming_the_extra(tmp_path, tiny_bi_encoder):
+    """Without pymilvus, `rag index --backend milvus` exits 2 before reading anything, naming the extra."""
+    from rag_cli import Project
+
+    p = Project.create(tmp_path / "p", model={"embedder": str(tiny_bi_encoder)})
+    p.chunk([REPO / "sample_corpus" / "docs"])
+    p.embed()
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "pymilvus.py").write_text("raise ImportError('No module named pymilvus (hidden by the test)')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), str(REPO)])}
+    res = subprocess.run([sys.executable, "-m", "rag_cli", "index", "--backend", "milvus", "--uri",
+                          str(tmp_path / "m.db"), "-p", str(p.root)], capture_output=True, text=True, env=env)
+    assert res.returncode == 2, res.stderr
+    assert "pip install 'rag-cli[milvus]'" in " ".join(res.stderr.split())
+    assert not (p.root / "index").exists() and not (tmp_path / "m.db").exists()
+
+
+def test_bm25_variants_with_a_constant_are_refused(tmp_path):
+    from rag_cli.config import IndexConfig
+    from rag_cli.errors import BadInput
+    from rag_cli.index.backends import check_backend
+
+    with pytest.raises(BadInput, match="--bm25-method bm25l"):
+        check_backend(IndexConfig(backend="milvus", bm25_method="bm25l"))
+
+
+# --------------------------------------------------------------------------- on Milvus Lite (slow: the default model)
+
+
+@pytest.fixture(scope="module")
+def milvus_lite():
+    """pymilvus and milvus_lite (the milvus extra); Milvus Lite servers started by the module's tests are
+    closed at its end."""
+    require_module("pymilvus", "pymilvus")
+    require_module("milvus_lite", "milvus-lite")
+    from rag_cli.index.milvus import close_clients
+
+    try:
+        yield
+    finally:
+        close_clients()
+
+
+@pytest.fixture(scope="module")
+def sf(tmp_path_factory, default_model, scifact_dir, milvus_lite):
+    """The SciFact subset built once locally (hnswlib), copied and indexed with exact and with milvus."""
+    from test_cli_e2e import rag, scifact_subset
+
+    root = tmp_path_factory.mktemp("milvus-sf")
+    data = scifact_subset(scifact_dir, root / "data")
+    local = root / "local"
+    rag("build", data.corpus, "--format", "beir", "--size", 500, "--overlap", 50, "-p", local)
+    exact, milvus = root / "exact", root / "milvus"
+    shutil.copytree(local, exact)
+    shutil.copytree(local, milvus)
+    rag("index", "--backend", "exact", "-p", exact)
+    uri = root / "lite" / "milvus.db"
+    rag("index", "--backend", "milvus", "--uri", uri, "--collection", "sf", "-p", milvus)
+    return type("SF", (), dict(root=root, data=data, local=local, exact=exact, milvus=milvus, uri=str(uri),
+                              scifact=scifact_dir))
+
+
+def run(project: Path, data, mode: str, name: str, *extra) -> dict[str, list[dict]]:
+    """`rag search --queries` into runs/NAME.parquet; {query_id: rows best first}."""
+    import pyarrow.parquet as pq
+
+    from test_cli_e2e import rag
+
+    rag("search", "--queries", data.queries, "--mode", mode, "-k", 10, "--name", name, *extra, "-p", project)
+    out: dict[str, list[dict]] = {}
+    for r in pq.read_table(project / "runs" / f"{name}.parquet").to_pylist():
+        out.setdefault(r["query_id"], []).append(r)
+    return {q: sorted(rows, key=lambda r: r["rank"]) for q, rows in out.items()}
+
+
+def same_up_to_ties(got: list[dict], want: list[dict]) -> None:
+    """Equal scores at every rank (relative TOLERANCE), and the same chunks except among equal scores."""
+    gs, ws = [r["score"] for r in got], [r["score"] for r in want]
+    assert len(gs) == len(ws)
+    np.testing.assert_allclose(gs, ws, rtol=TOLERANCE)
+    for g, w in zip(got, want):
+        if g["chunk_id"] != w["chunk_id"]:
+            tied = [r["chunk_id"] for r in want if abs(r["score"] - g["score"]) <= TOLERANCE * abs(g["score"])]
+            assert g["chunk_id"] in tied or abs(g["score"] - ws[-1]) <= TOLERANCE * abs(ws[-1]), (g, w)
+
+
+@pytest.mark.slow
+def test_sparse_top10_equals_local_bm25(sf):
+    want = run(sf.local, sf.data, "sparse", "sp")
+    got = run(sf.milvus, sf.data, "sparse", "sp")
+    assert set(got) == set(want) and len(want) == 25
+    for q in want:
+        same_up_to_ties(got[q], want[q])
+
+
+@pytest.mark.slow
+def test_dense_recall_against_exact_and_hybrid_ndcg(sf):
+    from test_cli_e2e import rag_json
+
+    truth = run(sf.exact, sf.data, "dense", "de")
+    got = run(sf.milvus, sf.data, "dense", "de")
+    recall = np.mean([len({r["chunk_id"] for r in got[q]} & {r["chunk_id"] for r in truth[q]}) / len(truth[q])
+                      for q in truth])
+    assert recall >= 0.99
+    ndcg = {}
+    for project in (sf.local, sf.milvus):
+        run(project, sf.data, "hybrid", "hy")
+        ndcg[project] = rag_json("eval", "--run", project / "runs" / "hy.parquet", "--qrels", sf.data.qrels,
+                                 "--name", "hy", "-p", project)["metrics"]["ndcg@10"]
+    assert abs(ndcg[sf.milvus] - ndcg[sf.local]) <= 0.005, ndcg
+    assert ndcg[sf.milvus] >= 0.88  # the e2e bound of the local backend on this subset
+
+
+@pytest.mark.slow
+def test_filter_gives_the_local_filtered_results(sf):
+    docs = [d["_id"] for d in sf.data.docs[:40]]
+    flt = f"doc_id in [{','.join(docs)}]"
+    for mode in ("sparse", "dense", "hybrid"):
+        want = run(sf.exact, sf.data, mode, f"f-{mode}", "--filter", flt)
+        got = run(sf.milvus, sf.data, mode, f"f-{mode}", "--filter", flt)
+        assert {r["doc_id"] for rows in got.values() for r in rows} <= set(docs)
+        for q in want:
+            same_up_to_ties(got.get(q, []), want[q])
+
+
+def alias_target(uri: str, alias: str) -> str:
+    from rag_cli.index.milvus import client
+
+    return client(uri).describe_alias(alias)["collection_name"]
+
+
+@pytest.mark.slow
+def test_generation_switch_and_rollback_move_the_alias(sf):
+    from rag_cli.index.milvus import client
+    from test_cli_e2e import rag, rag_json
+
+    first = alias_target(sf.uri, "sf")
+    assert first.startswith("sf_gen_")
+    rag("index", "--milvus-index", "flat", "-p", sf.milvus)  # uri and alias from rag.toml
+    second = alias_target(sf.uri, "sf")
+    assert second != first and {first, second} <= set(client(sf.uri).list_collections())
+    q = "ALDH1 expression is associated with poorer prognosis for breast cancer primary tumors."
+    flat = rag_json("search", q, "--mode", "dense", "-p", sf.milvus)
+    rag("rollback", "-p", sf.milvus)
+    assert alias_target(sf.uri, "sf") == first
+    back = rag_json("search", q, "--mode", "dense", "-p", sf.milvus)
+    assert [h["chunk_id"] for h in back["results"]] == [h["chunk_id"] for h in flat["results"]]
+    # a write with --keep 0 prunes every other generation, and its collection with it
+    rag("index", "--keep", 0, "-p", sf.milvus)
+    third = alias_target(sf.uri, "sf")
+    names = set(client(sf.uri).list_collections())
+    assert third in names and first not in names and second not in names
+
+
+@pytest.mark.slow
+def test_update_publishes_changed_removed_and_added_documents(sf):
+    """`rag update` after one document changed, one removed and one added: the new generation's collection
+    gives the local BM25 results again, never the removed document, and finds the added one."""
+    import gzip
+
+    import tomli_w
+
+    from test_cli_e2e import rag, rag_json, read_jsonl, write_jsonl
+
+    docs = read_jsonl(sf.data.corpus)
+    removed, changed = docs[0], docs[1]
+    with gzip.open(sf.scifact / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
+        added = next(d for d in map(json.loads, f) if d["_id"] not in {x["_id"] for x in docs})
+    new_docs = [dict(changed, text=changed["text"] + " Zymurgy of lager yeast.")] + docs[2:] + [added]
+    corpus = write_jsonl(sf.root / "data" / "corpus-updated.jsonl", new_docs)
+    for project in (sf.exact, sf.milvus):
+        cfg = tomllib.loads((project / "rag.toml").read_text())
+        cfg["sources"]["paths"] = [str(corpus)]
+        (project / "rag.toml").write_text(tomli_w.dumps(cfg))
+        out = rag_json("update", "-p", project)
+        assert out["chunk"]["docs_removed"] == 1 and out["chunk"]["docs_added"] == 1
+        assert out["chunk"]["docs_changed"] == 1
+    queries = [removed["title"], added["title"], "zymurgy lager yeast"]
+    for q in queries:
+        want = rag_json("search", q, "--mode", "sparse", "-p", sf.exact)["results"]
+        got = rag_json("search", q, "--mode", "sparse", "-p", sf.milvus)["results"]
+        same_up_to_ties(got, want)
+        assert removed["_id"] not in {h["doc_id"] for h in got}
+    assert rag_json("search", added["title"], "--mode", "dense", "-p", sf.milvus)["results"][0]["doc_id"] == added["_id"]
+    assert rag_json("search", "zymurgy lager yeast", "--mode", "sparse", "-p", sf.milvus)["results"][0]["doc_id"] == \
+        changed["_id"]
+
+
+@pytest.mark.slow
+def test_serve_answers_from_milvus(sf):
+    """`rag serve` on the milvus project answers /search and /ask as the CLI does (the CLI's Milvus Lite is
+    closed first: a Lite file serves one process)."""
+    require_module("fastapi", "fastapi")
+    from rag_cli.index.milvus import close_clients
+    from test_cli_e2e import rag_json
+    from test_serve import serving, without_timings
+
+    queries = [q["text"] for q in sf.data.query_rows[:3]]
+    want = {q: rag_json("search", q, "-k", 5, "-p", sf.milvus) for q in queries}
+    answer = rag_json("ask", queries[0], "-p", sf.milvus)
+    close_clients()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    with serving(sf.milvus, env=env) as server:
+        for q in queries:
+            r = server.post("/search", {"query": q, "k": 5})
+            assert r.status_code == 200, r.text
+            assert [h["chunk_id"] for h in r.json()["results"]] == [h["chunk_id"] for h in want[q]["results"]]
+        import httpx
+
+        r = httpx.post(server.url + "/ask", json={"question": queries[0]}, timeout=600)  # e5 on shared cores
+        assert r.status_code == 200, r.text
+        assert without_timings(r.json()) == without_timings(answer)
