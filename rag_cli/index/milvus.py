@@ -421,8 +421,9 @@ class MilvusSparse:
         vec = self.query_vector(query)
         if expr is None or not vec or k < 1:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        c = loaded(self.uri, self.collection)  # BadInput (a missing extra, no server) stays exit 2
         try:
-            res = loaded(self.uri, self.collection).search(
+            res = c.search(
                 self.collection, data=[vec], anns_field="sparse", limit=k, filter=expr,
                 search_params={"metric_type": "IP", "params": {}}, output_fields=["row"])
         except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
@@ -437,6 +438,7 @@ def serve_sparse(sparse, dense_params: dict, gen: Path):
     one (`MilvusSparse`), else `sparse` itself."""
     if dense_params.get("backend") != "milvus":
         return sparse
+    import_pymilvus()  # a missing extra is exit 2 on open, not at the first search
     return MilvusSparse(sparse, dense_params, collection_of(dense_params["alias"], gen.name))
 
 
