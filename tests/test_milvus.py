@@ -118,6 +118,48 @@ def test_missing_pymilvus_is_exit_2_naming_the_extra(tmp_path, tiny_bi_encoder):
     assert not (p.root / "index").exists() and not (tmp_path / "m.db").exists()
 
 
+@pytest.mark.slow
+def test_a_milvus_generation_without_pymilvus_is_exit_2(tmp_path, tiny_bi_encoder, milvus_lite):
+    """A project published to Milvus Lite, searched where pymilvus is missing: exit 2 naming the extra."""
+    from rag_cli import Project
+    from rag_cli.index.milvus import close_clients
+
+    p = Project.create(tmp_path / "p", model={"embedder": str(tiny_bi_encoder)})
+    p.chunk([REPO / "sample_corpus" / "docs"])
+    p.embed()
+    p.index(backend="milvus", uri="m.db")
+    assert p.search("reciprocal rank fusion", mode="sparse").hits[0].doc_id == "hybrid_rrf.md"
+    close_clients()
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "pymilvus.py").write_text("raise ImportError('No module named pymilvus (hidden by the test)')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), str(REPO)])}
+    for mode in ("dense", "sparse"):
+        res = subprocess.run([sys.executable, "-m", "rag_cli", "search", "bm25", "--mode", mode, "-p", str(p.root)],
+                             capture_output=True, text=True, env=env)
+        assert res.returncode == 2, res.stderr
+        assert "pip install 'rag-cli[milvus]'" in " ".join(res.stderr.split())
+
+
+@pytest.mark.slow
+def test_a_backend_given_up_leaves_no_collection_once_pruned(tmp_path, tiny_bi_encoder, milvus_lite):
+    """milvus, then exact: the milvus generation (kept for rollback) keeps its collection and alias; once
+    it is pruned, both are gone."""
+    from rag_cli import Project
+    from rag_cli.index.milvus import client
+
+    p = Project.create(tmp_path / "p", model={"embedder": str(tiny_bi_encoder)})
+    p.chunk([REPO / "sample_corpus" / "docs"])
+    p.embed()
+    first = p.index(backend="milvus", uri="m.db", collection="given_up").generation
+    c = client(str(p.root / "m.db"))
+    assert c.describe_alias("given_up")["collection_name"] == "given_up_" + first.replace("-", "_")
+    p.index(backend="exact")
+    assert "given_up_" + first.replace("-", "_") in c.list_collections()  # still a rollback target
+    p.index(backend="exact", keep=0)
+    assert c.list_collections() == [] and "given_up" not in c.list_aliases()["aliases"]
+
+
 def test_bm25_variants_with_a_constant_are_refused(tmp_path):
     from rag_cli.config import IndexConfig
     from rag_cli.errors import BadInput

@@ -117,8 +117,8 @@ def publisher(dense: VectorIndex):
 
 
 def serving_targets(index_dir: Path) -> set:
-    """The external serving places (milvus: {(uri, alias)}) of the generations in `index_dir`; read before a
-    write, given to `sync_serving` after it. Empty (and nothing imported) when there are none."""
+    """The external copies of the generations in `index_dir` (milvus: {(uri, alias, collection)}); read
+    before a write, given to `sync_serving` after it. Empty (and nothing imported) when there are none."""
     if not any(Path(index_dir).glob("gen-*/dense/rag_dense.json")):
         return set()
     from rag_cli.index.milvus import targets
@@ -127,10 +127,10 @@ def serving_targets(index_dir: Path) -> set:
 
 
 def sync_serving(index_dir: Path, known: set = frozenset()) -> dict | None:
-    """After a write or a rollback of `index_dir`: point each Milvus alias at the current generation's
+    """After a write or a rollback of `index_dir`: point the Milvus alias at the current generation's
     collection and drop the collections of generations that are gone (`rag_cli.index.milvus.sync`),
-    for the milvus generations there and the places in `known` (`serving_targets` before the write).
-    None (nothing imported) when no generation was ever a milvus one."""
+    `known` being `serving_targets` before the write. None (nothing imported) when no generation
+    was ever a milvus one."""
     from rag_cli.store.index_folder import current_generation
 
     places = set(known) | serving_targets(index_dir)

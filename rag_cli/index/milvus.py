@@ -421,8 +421,9 @@ class MilvusSparse:
         vec = self.query_vector(query)
         if expr is None or not vec or k < 1:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        c = loaded(self.uri, self.collection)  # BadInput (a missing extra, no server) stays exit 2
         try:
-            res = loaded(self.uri, self.collection).search(
+            res = c.search(
                 self.collection, data=[vec], anns_field="sparse", limit=k, filter=expr,
                 search_params={"metric_type": "IP", "params": {}}, output_fields=["row"])
         except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
@@ -437,6 +438,7 @@ def serve_sparse(sparse, dense_params: dict, gen: Path):
     one (`MilvusSparse`), else `sparse` itself."""
     if dense_params.get("backend") != "milvus":
         return sparse
+    import_pymilvus()  # a missing extra is exit 2 on open, not at the first search
     return MilvusSparse(sparse, dense_params, collection_of(dense_params["alias"], gen.name))
 
 
@@ -543,58 +545,70 @@ def publish_generation(gen: Path, params: dict) -> float:
 
 
 # --------------------------------------------------------------------------- aliases and pruning
-def targets(index_dir: Path) -> set[tuple[str, str]]:
-    """{(uri, alias)} of the milvus generations in `index_dir` (from each gen-*/dense/rag_dense.json)."""
+def targets(index_dir: Path) -> set[tuple[str, str, str]]:
+    """{(uri, alias, collection)} of the complete milvus generations in `index_dir` (each
+    gen-*/dense/rag_dense.json, the collection named after the generation)."""
     out = set()
     for f in Path(index_dir).glob("gen-*/dense/rag_dense.json"):
-        try:
-            p = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(p, dict) and p.get("backend") == "milvus" and p.get("uri") and p.get("alias"):
-            out.add((p["uri"], p["alias"]))
-    return out
-
-
-def sync(index_dir: Path, current: Path | None, known: set[tuple[str, str]] = frozenset()) -> dict:
-    """Bring Milvus in line with the index folder, for every (uri, alias) of its milvus generations and of
-    `known` (those it had before a write, so that collections of a backend given up are dropped too):
-    the alias points at the collection of the `current` generation when that generation is a milvus one
-    on that (uri, alias) (`alter_alias`, atomic for every client that searches the alias), and is dropped
-    otherwise; collections `ALIAS_gen_N` whose generation folder is gone are dropped. Returns
-    {"alias": {alias: collection or None}, "dropped": [collection names]}. Raises BadInput / WorkFailed
-    as `client` and Milvus do."""
-    index_dir = Path(index_dir)
-    want: dict[tuple[str, str], str | None] = {t: None for t in set(known) | targets(index_dir)}
-    kept: dict[tuple[str, str], set[str]] = {t: set() for t in want}
-    for f in index_dir.glob("gen-*/dense/rag_dense.json"):
         gen = f.parent.parent
         try:
             p = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if p.get("backend") == "milvus" and (gen / "files.json").exists():
-            kept[(p["uri"], p["alias"])].add(collection_of(p["alias"], gen.name))
-            if current is not None and gen.name == Path(current).name:
-                want[(p["uri"], p["alias"])] = collection_of(p["alias"], gen.name)
+        if (isinstance(p, dict) and p.get("backend") == "milvus" and p.get("uri") and p.get("alias")
+                and (gen / "files.json").exists()):
+            out.add((p["uri"], p["alias"], collection_of(p["alias"], gen.name)))
+    return out
+
+
+def sync(index_dir: Path, current: Path | None, known: set[tuple[str, str, str]] = frozenset()) -> dict:
+    """Bring Milvus in line with the index folder after a write or a rollback:
+
+    - when the `current` generation is a milvus one, its alias points at its collection (`create_alias` or
+      `alter_alias`: atomic for every client that searches the alias), and collections `ALIAS_gen_N` of that
+      alias without a generation folder (a killed writer's, pruned ones) are dropped;
+    - collections in `known` (`targets` before the write) whose generation is gone now (pruned by
+      `index.keep`) are dropped, on any URI and alias (their alias first, when it points there), so a
+      backend or an alias given up leaves nothing behind once its generations are pruned.
+
+    Other aliases are never moved: a project touches only its current alias and the collections of its
+    own generations. Returns {"alias": {alias: collection}, "dropped": [collection names]}. Raises
+    BadInput / WorkFailed as `client` and Milvus do."""
+    now = targets(index_dir)
+    cur = next((t for t in now if current is not None and t[2] == collection_of(t[1], Path(current).name)), None)
     out: dict = {"alias": {}, "dropped": []}
-    for (uri, alias), target in sorted(want.items(), key=lambda kv: kv[0]):
+    if cur is not None:
+        uri, alias, name = cur
         c = client(uri)
         try:
             existing = _alias_target(c, alias)
-            if target is not None and existing != target:
-                (c.alter_alias if existing is not None else c.create_alias)(target, alias)
-            elif target is None and existing is not None:
-                c.drop_alias(alias)
-            out["alias"][alias] = target
-            for name in c.list_collections():
-                m = _GEN_COLLECTION.match(name)
-                if m and m.group("alias") == alias and name not in kept[(uri, alias)]:
-                    c.drop_collection(name)
-                    out["dropped"].append(name)
+            if existing != name:
+                (c.alter_alias if existing is not None else c.create_alias)(name, alias)
+            out["alias"][alias] = name
+            mine = {t[2] for t in now if t[:2] == (uri, alias)}
+            for other in c.list_collections():
+                m = _GEN_COLLECTION.match(other)
+                if m and m.group("alias") == alias and other not in mine:
+                    _drop(c, uri, other)
+                    out["dropped"].append(other)
         except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
-            raise _failed(f"switching the alias {alias}", uri, exc) from exc
+            raise _failed(f"switching the alias {alias} to {name}", uri, exc) from exc
+    for uri, alias, name in sorted(set(known) - now):
+        c = client(uri)
+        try:
+            if name in c.list_collections():
+                if _alias_target(c, alias) == name:
+                    c.drop_alias(alias)
+                _drop(c, uri, name)
+                out["dropped"].append(name)
+        except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
+            raise _failed(f"dropping the collection {name}", uri, exc) from exc
     return out
+
+
+def _drop(c, uri: str, name: str) -> None:
+    c.drop_collection(name)
+    _loaded.discard((uri, name))
 
 
 def _alias_target(c, alias: str) -> str | None:
