@@ -47,8 +47,9 @@ class Engines:
     def on_ray(encoder, config: Config, address: str | None) -> Iterator[Any]:
         """`encoder` (the configured `BiEncoder`) for `rag embed`: itself when
         `address` is None, else a `RayEncoder` on the Ray cluster at `address`
-        (`--ray`: "local" starts a local instance), connected for the block
-        and shut down after (`rag_cli.models.ray_cluster.ray_cluster`). Raises
+        (`--ray`: "local" starts a local instance), connected when there are
+        texts to embed (not at all when every vector is cached) and shut down
+        at the end of the block (`rag_cli.models.ray_cluster.ray_cluster`). Raises
         BadInput for a bad address or a missing ray extra, WorkFailed when no
         cluster answers."""
         if address is None:
@@ -57,8 +58,9 @@ class Engines:
         from rag_cli.models.ray_cluster import ray_cluster
         from rag_cli.models.ray_encoder import RayEncoder
 
-        with ray_cluster(address) as ray:
-            yield RayEncoder(encoder.folder, ray, threads=config.model.threads or None, providers=encoder.providers)
+        with contextlib.ExitStack() as stack:  # connected when there are texts to embed, shut down at the end
+            yield RayEncoder(encoder.folder, lambda: stack.enter_context(ray_cluster(address)),
+                             threads=config.model.threads or None, providers=encoder.providers)
 
     @staticmethod
     def cross_encoder(config: Config):

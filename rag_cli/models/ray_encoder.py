@@ -39,11 +39,12 @@ Nothing here imports Ray at module level.
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -140,37 +141,47 @@ class _EmbedActor:
 
 
 class RayEncoder(BiEncoder):
-    """A `BiEncoder` whose `iter_encode_groups` runs on the Ray cluster that
-    `ray` (the module, connected: `ray_cluster`) is connected to; everything
-    else (tokenizing, `dim`, the query graph check, re-embedding damaged
+    """A `BiEncoder` whose `iter_encode_groups` runs on a Ray cluster;
+    everything else (`dim`, the query graph check, re-embedding damaged
     cache parts) runs here, as the local encoder does.
 
     Args:
         folder, threads, providers: as for `BiEncoder`; `threads` is per actor
             (0 or None: by the cluster's nodes, `actor_plan`).
-        ray: the `ray` module, initialised.
+        connect: () -> the `ray` module, initialised (`ray_cluster`); called
+            once, when there are texts to embed.
     """
 
-    def __init__(self, folder: ModelFolder, ray, threads: int | None = None, providers: Sequence[str] | None = None):
+    def __init__(self, folder: ModelFolder, connect: Callable[[], Any], threads: int | None = None,
+                 providers: Sequence[str] | None = None):
         super().__init__(folder, threads, providers)
-        self.ray = ray
+        self._connect = connect
+        self._ray = None
         self.actor_threads = int(threads or 0)
         #: the actors of the last job sent (None before)
         self.plan: ActorPlan | None = None
         #: how many times a job that lost actors was planned again
         self.retries = 0
 
+    @property
+    def ray(self):
+        """The `ray` module, connected to the cluster (on first use)."""
+        if self._ray is None:
+            self._ray = self._connect()
+        return self._ray
+
     def report(self) -> dict:
         """What ran where, for the summary of `rag embed --ray`: `address`
-        (the cluster's GCS address), `nodes` (alive now), `actors` and
-        `threads` (per actor) of the last job sent (0 when nothing was sent:
-        every text was cached), `retries` (jobs planned again after lost actors)."""
-        ray = self.ray
-        address = ray.get_runtime_context().gcs_address
-        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        (the cluster's GCS address; None when Ray was not needed: every text
+        was cached), `nodes` (alive now), `actors` and `threads` (per actor)
+        of the last job sent, `retries` (jobs planned again after lost actors)."""
         plan = self.plan
-        return {"address": address, "nodes": nodes, "actors": plan.actors if plan else 0,
-                "threads": plan.threads if plan else 0, "retries": self.retries}
+        out = {"address": None, "nodes": 0, "actors": plan.actors if plan else 0,
+               "threads": plan.threads if plan else 0, "retries": self.retries}
+        if self._ray is not None:
+            out["address"] = self._ray.get_runtime_context().gcs_address
+            out["nodes"] = sum(1 for n in self._ray.nodes() if n.get("Alive"))
+        return out
 
     def iter_encode_groups(
         self,
@@ -191,10 +202,14 @@ class RayEncoder(BiEncoder):
             WorkFailed: the Ray job failed (naming Ray's error), or lost
                 actors more than `RETRIES` times.
         """
+        groups = iter(groups)
+        first = next(groups, None)
+        if first is None:  # nothing to embed: Ray is not started
+            return
         on_gpu = any(p != "CPUExecutionProvider" for p in self.providers)
         call = CALL_BATCHES_PER_THREAD * cluster_plan(self.ray, self.actor_threads, on_gpu).threads
         blocks: list[tuple[Any, list[int]]] = []  # (ref of a block, the sizes of its planned batches)
-        for keys, texts, lengths in groups:
+        for keys, texts, lengths in itertools.chain([first], groups):
             blocks += self._put_blocks(keys, texts, lengths, batch_tokens, call)
         b = j = 0  # the next batch to yield: batch j of block b
         for attempt in range(RETRIES + 1):
