@@ -72,15 +72,29 @@ class DamagedVectors(Exception):
         self.path, self.why = Path(path), why
 
 
+#: Rows checked at a time by `off_unit_rows` and `bad_vector_rows`: their temporaries (a float64
+#: copy, masks) stay a few tens of MB at any corpus size (whole, they were 4 times the vectors).
+CHECK_ROWS = 16384
+
+
+def _blocks(vectors: np.ndarray):
+    for start in range(0, len(vectors), CHECK_ROWS):
+        yield start, vectors[start:start + CHECK_ROWS]
+
+
 def off_unit_rows(vectors: np.ndarray, tolerance: float = UNIT_NORM_TOLERANCE) -> np.ndarray:
-    """Rows whose L2 norm is not 1 within `tolerance` (or not finite): the
+    """Rows whose L2 norm (computed in float64) is not 1 within `tolerance` (or not finite): the
     damaged vectors of a model that normalises. (n, d) -> (m,) int64, ascending."""
     vectors = np.asarray(vectors)
     if vectors.size == 0:
         return np.zeros(0, np.int64)
+    found = []
     with np.errstate(all="ignore"):
-        norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
-    return np.flatnonzero(~np.isfinite(norms) | (np.abs(norms - 1.0) > tolerance)).astype(np.int64)
+        for start, block in _blocks(vectors):
+            b = block.astype(np.float64)
+            norms = np.sqrt(np.einsum("ij,ij->i", b, b))
+            found.append(start + np.flatnonzero(~np.isfinite(norms) | (np.abs(norms - 1.0) > tolerance)))
+    return np.concatenate(found).astype(np.int64)
 
 
 def vectors_sha256(vectors: np.ndarray) -> str:
@@ -94,10 +108,12 @@ def bad_vector_rows(vectors: np.ndarray) -> np.ndarray:
     vectors = np.asarray(vectors)
     if vectors.size == 0:
         return np.zeros(0, np.int64)
-    finite = np.isfinite(vectors).all(axis=1)
-    with np.errstate(all="ignore"):
-        zero = ~np.any(np.where(np.isfinite(vectors), vectors, 1.0) != 0, axis=1)
-    return np.flatnonzero(~finite | zero).astype(np.int64)
+    found = []
+    for start, block in _blocks(vectors):
+        finite = np.isfinite(block)
+        bad = ~finite.all(axis=1) | ~np.any(finite & (block != 0), axis=1)
+        found.append(start + np.flatnonzero(bad))
+    return np.concatenate(found).astype(np.int64)
 
 
 def describe_bad_vectors(chunk_ids: list[str], vectors: np.ndarray, limit: int = NAMED_IDS) -> str:
