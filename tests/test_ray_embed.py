@@ -350,3 +350,26 @@ def test_lost_actors_are_told_from_failing_code():
     wrapped.__cause__ = ActorDiedError("the actor's node died")
     assert _lost_actors(wrapped) and _lost_actors(ActorDiedError())
     assert not _lost_actors(RayTaskError("ValueError: a bug in the model code"))
+
+
+def test_an_unreachable_head_node_fails_at_once_not_after_minutes_of_retries():
+    """`--ray HOST:PORT` with nothing listening there is exit 1 (WorkFailed) from a 5 s TCP probe:
+    `ray.init` itself retried such an address for minutes (a fresh-user review)."""
+    import socket
+
+    from rag_cli.errors import WorkFailed
+    from rag_cli.models.ray_cluster import reachable
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens on it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.perf_counter()
+    with pytest.raises(WorkFailed, match=f"--ray 127.0.0.1:{port}: no Ray head node answers"):
+        reachable(f"127.0.0.1:{port}")
+    assert time.perf_counter() - t0 < 10
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        reachable(f"127.0.0.1:{listening.getsockname()[1]}")  # something answers: left to Ray
+    for other in ("local", "auto", "ray://127.0.0.1:1"):
+        reachable(other)  # Ray's own checks

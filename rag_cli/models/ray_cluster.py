@@ -53,6 +53,27 @@ def check_address(address: str) -> str:
                    "machine), ray://HOST:PORT (Ray Client) or HOST:PORT (the head node's address)")
 
 
+#: Seconds `reachable` waits for a HOST:PORT head node to accept a connection.
+CONNECT_TIMEOUT = 5.0
+
+
+def reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """For a `HOST:PORT` address: WorkFailed unless a TCP connection to it opens within `timeout`
+    seconds (`ray.init` itself retries an unreachable head node for minutes). Other addresses
+    (local, auto, ray://) are left to Ray."""
+    import socket
+
+    if address in (LOCAL, "auto") or address.startswith("ray://"):
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except (OSError, ValueError) as exc:
+        raise WorkFailed(f"--ray {address}: no Ray head node answers there ({exc}); start one with "
+                         "`ray start --head` or give its address") from None
+
+
 @contextlib.contextmanager
 def ray_cluster(address: str = LOCAL) -> Iterator[Any]:
     """Connect to the Ray cluster at `address` (`check_address`), or start a
@@ -69,6 +90,8 @@ def ray_cluster(address: str = LOCAL) -> Iterator[Any]:
     """
     address = check_address(address)
     ray = import_ray()
+    if not ray.is_initialized():
+        reachable(address)
     if ray.is_initialized():
         yield ray
         return
