@@ -160,6 +160,56 @@ def test_a_backend_given_up_leaves_no_collection_once_pruned(tmp_path, tiny_bi_e
     assert c.list_collections() == [] and "given_up" not in c.list_aliases()["aliases"]
 
 
+def _tiny_project(folder: Path, encoder: Path, docs: Path | None = None):
+    """A project of `docs` (sample_corpus/docs) chunked and embedded with the tiny bi-encoder (not indexed)."""
+    from rag_cli import Project
+
+    p = Project.create(folder, model={"embedder": str(encoder)})
+    p.chunk([docs or REPO / "sample_corpus" / "docs"])
+    p.embed()
+    return p
+
+
+@pytest.mark.slow
+def test_two_projects_sharing_a_collection_name_never_mix(tmp_path, tiny_bi_encoder, milvus_lite):
+    """Two projects with the same --collection on one Milvus: the second's publish is refused (naming
+    --collection and the first project) before anything changes; a collection replaced behind a
+    generation's back (another token) is BadInput at search, not another corpus's rows; pruning in one
+    project never drops the other's collections."""
+    from rag_cli.errors import BadInput
+    from rag_cli.index.milvus import TOKEN, client
+
+    uri = str(tmp_path / "shared.db")
+    a = _tiny_project(tmp_path / "a", tiny_bi_encoder)
+    other_docs = tmp_path / "other-docs"
+    other_docs.mkdir()
+    (other_docs / "zebra.md").write_text("# Zebras\n\nZebras graze on the savanna in large herds.\n")
+    b = _tiny_project(tmp_path / "b", tiny_bi_encoder, other_docs)
+    first = a.index(backend="milvus", uri=uri, collection="docs").generation
+    c = client(uri)
+    before = sorted(c.list_collections())
+    with pytest.raises(BadInput, match=r"--collection docs.*another project \(" + str(a.root.resolve())):
+        b.index(backend="milvus", uri=uri, collection="docs")
+    assert sorted(c.list_collections()) == before and not list((b.root / "index").glob("gen-*"))
+    assert c.describe_alias("docs")["collection_name"] == "docs_" + first.replace("-", "_")
+    assert a.search("reciprocal rank fusion", mode="sparse").hits[0].doc_id == "hybrid_rrf.md"
+    # b with its own alias, then pruning everything older in b: a's collection stays
+    b.index(backend="milvus", uri=uri, collection="docs_b")
+    b.index(backend="milvus", uri=uri, collection="docs_b", keep=0)
+    assert "docs_" + first.replace("-", "_") in c.list_collections()
+    assert a.search("reciprocal rank fusion", mode="hybrid").hits[0].doc_id == "hybrid_rrf.md"
+    # a collection replaced behind the generation's back (another publisher's token): refused at search
+    from rag_cli.index.milvus import close_clients
+
+    c.alter_collection_properties("docs_" + first.replace("-", "_"), properties={TOKEN: "someone-else"})
+    close_clients()  # a fresh process: the collection is checked when first loaded
+    a2 = type(a)(a.root)
+    for mode in ("sparse", "dense", "hybrid"):
+        with pytest.raises(BadInput, match="replaced by another project.*rag index"):
+            a2.search("reciprocal rank fusion", mode=mode)
+    close_clients()
+
+
 def test_bm25_variants_with_a_constant_are_refused(tmp_path):
     from rag_cli.config import IndexConfig
     from rag_cli.errors import BadInput

@@ -39,6 +39,12 @@ same semantics as every backend) sent as `row in [...]` or `row not in [...]`,
 whichever list is shorter. Hybrid fuses the two Milvus result lists locally
 with `rag_cli.index.fusion` (the Searcher does it, as for local backends).
 
+Ownership: every published collection carries the properties `OWNER` (the resolved project folder
+that published it) and `TOKEN` (the generation's random `token`, also in its rag_dense.json). A
+publish refuses (BadInput naming --collection and the owner) to overwrite another project's collection
+or to move an alias pointing at one; a search refuses a collection without its generation's token
+(replaced by another project: BadInput, run `rag index`); pruning drops only this project's.
+
 Generations and collections: a generation's collection lives as long as its
 folder: `sync` (after every write and rollback) points the alias at the
 current generation's collection and drops `ALIAS_gen_*` collections whose
@@ -68,6 +74,7 @@ import os
 import re
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +98,9 @@ SPARSE_METHODS = ("lucene", "robertson", "atire")
 #: The term id of a chunk without BM25 terms (Milvus refuses an empty sparse vector): no query holds it
 #: (term ids are below the vocabulary's size), so the chunk is never a sparse hit, as locally.
 NO_TERMS = 2**32 - 2
+#: The collection properties that name a published collection's owner: the resolved project folder that
+#: published it, and the generation's random token (rag_dense.json `token`).
+OWNER, TOKEN = "rag_cli.owner", "rag_cli.token"
 _SERVER = re.compile(r"^(https?|tcp|grpc|unix)://", re.I)
 _GEN_COLLECTION = re.compile(r"^(?P<alias>.+)_gen_(?P<id>\d{6,})$")
 
@@ -185,11 +195,24 @@ def close_clients() -> None:
         _loaded.clear()
 
 
-def loaded(uri: str, collection: str):
+def loaded(uri: str, collection: str, token: str | None = None):
     """The client of `uri` with `collection` loaded (`load_collection` once per process: a collection of
-    a Milvus Lite file opened anew, or released on a server, cannot be searched before)."""
+    a Milvus Lite file opened anew, or released on a server, cannot be searched before). With `token`
+    (the generation's rag_dense.json `token`), the collection must carry it (`TOKEN`): else it was
+    replaced by another project's publish and BadInput says to run `rag index` (no foreign rows are
+    ever returned as this generation's)."""
     c = client(uri)
     if (uri, collection) not in _loaded:
+        try:
+            props = _properties(c, collection)
+        except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
+            raise WorkFailed(f"Milvus at {uri} has no collection {collection} ({type(exc).__name__}: {exc}); "
+                             "publish the generation again with `rag index`") from exc
+        if token and props.get(TOKEN) != token:
+            owner = props.get(OWNER) or "unknown"
+            raise BadInput(f"the collection {collection} at {uri} is not this generation's: it was replaced by "
+                           f"another project (published by {owner}); run `rag index` to publish this project "
+                           "again (with its own --collection if the other project keeps this one)")
         try:
             c.load_collection(collection)
         except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
@@ -200,6 +223,29 @@ def loaded(uri: str, collection: str):
 
 
 atexit.register(close_clients)
+
+
+def _properties(c, name: str) -> dict:
+    """The properties of the collection `name` ({} when it has none)."""
+    return dict(c.describe_collection(name).get("properties") or {})
+
+
+def _foreign(c, name: str, root: str) -> str | None:
+    """The project folder that owns the collection `name` when that is not `root`, else None (this
+    project's, or one published before owners were recorded: no `OWNER` property)."""
+    owner = _properties(c, name).get(OWNER)
+    return owner if owner and owner != root else None
+
+
+def _mine(c, name: str, root: str) -> bool:
+    """Whether the collection `name` was published by the project at `root` (its `OWNER` property)."""
+    return _properties(c, name).get(OWNER) == root
+
+
+def owner_root(index_dir: Path) -> str:
+    """The owner recorded for the collections of the project whose index folder is `index_dir`: its
+    project folder, resolved (a copied or moved project is another owner)."""
+    return str(Path(index_dir).resolve().parent)
 
 
 # --------------------------------------------------------------------------- settings
@@ -300,7 +346,7 @@ class MilvusIndex:
         `publish` sends the written generation."""
         n, d = vectors.shape
         params = {"backend": "milvus", "space": "cosine", "dim": int(d), "n": int(n), "n_deleted": 0,
-                  "next_label": int(n)}
+                  "next_label": int(n), "token": uuid.uuid4().hex}
         params.update(cls._settings(settings, n, d))
         return cls(unit(vectors), params)
 
@@ -317,7 +363,7 @@ class MilvusIndex:
                *, vectors: np.ndarray, settings, threads: int = 0) -> None:
         """The new generation's vectors, whole (its collection is published whole: see the module doc)."""
         self.vecs = unit(vectors)
-        self.params.update(n=int(len(vectors)), n_deleted=0,
+        self.params.update(n=int(len(vectors)), n_deleted=0, token=uuid.uuid4().hex,
                            next_label=int(max(self.params.get("next_label", 0),
                                               int(add_labels.max()) + 1 if len(add_labels) else 0)))
         self.params.update(self._settings(settings, len(vectors), self.params["dim"]))
@@ -356,7 +402,7 @@ class MilvusIndex:
         expr = row_filter(mask)
         if expr is None or self.params["n"] == 0 or k < 1:
             return empty(len(query_vectors))
-        c = loaded(self.params["uri"], self.collection)
+        c = loaded(self.params["uri"], self.collection, self.params.get("token"))
         q = unit(query_vectors)
         out: Result = []
         for start in range(0, len(q), SEARCH_BATCH):
@@ -395,6 +441,7 @@ class MilvusSparse:
     def __init__(self, local, dense_params: dict, collection: str):
         self.local = local
         self.uri = dense_params["uri"]
+        self.token = dense_params.get("token")
         self.collection = collection
 
     def __getattr__(self, name):
@@ -421,7 +468,7 @@ class MilvusSparse:
         vec = self.query_vector(query)
         if expr is None or not vec or k < 1:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        c = loaded(self.uri, self.collection)  # BadInput (a missing extra, no server) stays exit 2
+        c = loaded(self.uri, self.collection, self.token)  # BadInput (a missing extra, no server) stays exit 2
         try:
             res = c.search(
                 self.collection, data=[vec], anns_field="sparse", limit=k, filter=expr,
@@ -513,10 +560,20 @@ def publish_generation(gen: Path, params: dict) -> float:
         raise WorkFailed(f"{gen} holds {len(chunk_ids)} chunks, {n} vectors and {weights.shape[0]} BM25 rows; "
                          "rebuild it with `rag index`")
     max_ids = max(256, max((len(s.encode()) for s in chunk_ids + doc_ids), default=0))
+    root, alias = owner_root(gen.parent), params["alias"]
     try:
         if c.has_collection(name):
-            c.drop_collection(name)
+            if other := _foreign(c, name, root):
+                raise BadInput(f"--collection {alias}: the collection {name} at {uri} belongs to another project "
+                               f"({other}); give this project its own --collection (nothing was changed)")
+            c.drop_collection(name)  # this project's leftover (a killed writer's)
+            _loaded.discard((uri, name))
+        target = _alias_target(c, alias)
+        if target is not None and (other := _foreign(c, target, root)):
+            raise BadInput(f"--collection {alias}: the alias {alias} at {uri} points at {target}, which belongs to "
+                           f"another project ({other}); give this project its own --collection (nothing was changed)")
         c.create_collection(name, schema=_schema(pymilvus, c, dim, min(max_ids, 65535)))
+        c.alter_collection_properties(name, properties={OWNER: root, TOKEN: params.get("token") or ""})
         indptr, indices, data = weights.indptr, weights.indices, weights.data
         for start in range(0, n, INSERT_BATCH):
             rows = []
@@ -572,9 +629,12 @@ def sync(index_dir: Path, current: Path | None, known: set[tuple[str, str, str]]
       backend or an alias given up leaves nothing behind once its generations are pruned.
 
     Other aliases are never moved: a project touches only its current alias and the collections of its
-    own generations. Returns {"alias": {alias: collection}, "dropped": [collection names]}. Raises
+    own generations, and drops only collections whose `OWNER` is this project (`owner_root`; one
+    published before owners were recorded is left); an alias is never moved to or from another
+    project's collection (BadInput naming --collection, before anything changes). Returns {"alias": {alias: collection}, "dropped": [collection names]}. Raises
     BadInput / WorkFailed as `client` and Milvus do."""
     now = targets(index_dir)
+    root = owner_root(index_dir)
     cur = next((t for t in now if current is not None and t[2] == collection_of(t[1], Path(current).name)), None)
     out: dict = {"alias": {}, "dropped": []}
     if cur is not None:
@@ -583,20 +643,27 @@ def sync(index_dir: Path, current: Path | None, known: set[tuple[str, str, str]]
         try:
             existing = _alias_target(c, alias)
             if existing != name:
+                for coll in (name, existing):
+                    if coll is not None and (other := _foreign(c, coll, root)):
+                        raise BadInput(f"--collection {alias}: not switching the alias {alias} at {uri} to {name}: "
+                                       f"{coll} belongs to another project ({other}); give this project its own "
+                                       "--collection")
                 (c.alter_alias if existing is not None else c.create_alias)(name, alias)
             out["alias"][alias] = name
             mine = {t[2] for t in now if t[:2] == (uri, alias)}
             for other in c.list_collections():
                 m = _GEN_COLLECTION.match(other)
-                if m and m.group("alias") == alias and other not in mine:
+                if m and m.group("alias") == alias and other not in mine and _mine(c, other, root):
                     _drop(c, uri, other)
                     out["dropped"].append(other)
+        except BadInput:
+            raise
         except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
             raise _failed(f"switching the alias {alias} to {name}", uri, exc) from exc
     for uri, alias, name in sorted(set(known) - now):
         c = client(uri)
         try:
-            if name in c.list_collections():
+            if name in c.list_collections() and _mine(c, name, root):
                 if _alias_target(c, alias) == name:
                     c.drop_alias(alias)
                 _drop(c, uri, name)
