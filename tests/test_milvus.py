@@ -93,7 +93,8 @@ def test_settings_and_uris(tmp_path):
     assert alias.startswith("rag_") and len(alias) == 16 and alias != default_alias(tmp_path / "other")
     assert collection_of("docs", "gen-000012") == "docs_gen_000012"
     c = concrete(IndexConfig(backend="milvus"), tmp_path)
-    assert (c.uri, c.collection) == (str(tmp_path / "milvus.db"), alias)
+    assert (c.uri, c.collection) == ("milvus.db", alias)  # resolved where used: a moved project opens its own
+    assert concrete(IndexConfig(backend="milvus", uri="sub/m.db"), tmp_path).uri == "sub/m.db"
     with pytest.raises(BadInput, match="--collection '1bad-name'"):
         Config().with_options("index", {"collection": "1bad-name"})
     with pytest.raises(BadInput, match="--milvus-index 'diskann'"):
@@ -207,6 +208,59 @@ def test_two_projects_sharing_a_collection_name_never_mix(tmp_path, tiny_bi_enco
     for mode in ("sparse", "dense", "hybrid"):
         with pytest.raises(BadInput, match="replaced by another project.*rag index"):
             a2.search("reciprocal rank fusion", mode=mode)
+    close_clients()
+
+
+@pytest.mark.slow
+def test_a_copied_or_moved_project_never_touches_the_originals_collections(tmp_path, tiny_bi_encoder, milvus_lite):
+    """`cp -r P Q`: Q's writes never drop or overwrite P's collections (owned by P's folder), whether Q
+    reaches P's Milvus (an absolute --uri: refused while the alias is P's; with its own --collection, P's
+    pruned-in-Q generation stays) or its own file (the default relative uri, resolved in Q). A project
+    with a relative --uri that is moved still searches its own file and can write again."""
+    from rag_cli import Project
+    from rag_cli.errors import BadInput
+    from rag_cli.index.milvus import client, close_clients
+
+    q_text = "reciprocal rank fusion"
+    shared = str(tmp_path / "shared.db")
+    p = _tiny_project(tmp_path / "p", tiny_bi_encoder)
+    gen = p.index(backend="milvus", uri=shared, collection="docs").generation
+    p_coll = "docs_" + gen.replace("-", "_")
+    close_clients()
+    shutil.copytree(p.root, tmp_path / "q")
+    q = Project(tmp_path / "q")
+    with pytest.raises(BadInput, match=r"--collection docs.*another project"):
+        q.index(keep=0)  # uri and alias from rag.toml: P's
+    q.index(collection="docs_q", keep=0)  # prunes Q's copy of P's generation, not P's collection
+    c = client(shared)
+    assert p_coll in c.list_collections() and c.describe_alias("docs")["collection_name"] == p_coll
+    assert p.search(q_text, mode="hybrid").hits[0].doc_id == "hybrid_rrf.md"
+    assert q.search(q_text, mode="hybrid").hits[0].doc_id == "hybrid_rrf.md"
+    close_clients()
+
+    # the default uri (milvus.db in the project folder): recorded relative, so the copy opens its own file
+    r = _tiny_project(tmp_path / "r", tiny_bi_encoder)
+    r.index(backend="milvus", uri="sub/m.db")
+    assert json.loads(next((r.root / "index").glob("gen-*/dense/rag_dense.json")).read_text())["uri"] == "sub/m.db"
+    r_names = client(str(r.root / "sub" / "m.db")).list_collections()
+    close_clients()
+    shutil.copytree(r.root, tmp_path / "s")
+    shutil.rmtree(tmp_path / "s" / "sub")
+    s = Project(tmp_path / "s")
+    s.index(keep=0)
+    assert s.search(q_text, mode="sparse").hits[0].doc_id == "hybrid_rrf.md"
+    close_clients()
+    assert client(str(r.root / "sub" / "m.db")).list_collections() == r_names
+    assert r.search(q_text, mode="sparse").hits[0].doc_id == "hybrid_rrf.md"
+    close_clients()
+
+    # moved: the relative file moves with it; search and a new generation work at the new place
+    shutil.move(str(r.root), str(tmp_path / "moved"))
+    m = Project(tmp_path / "moved")
+    assert m.search(q_text, mode="dense").hits
+    m.index(keep=0)
+    assert m.search(q_text, mode="sparse").hits[0].doc_id == "hybrid_rrf.md"
+    assert len(client(str(tmp_path / "moved" / "sub" / "m.db")).list_collections()) == 1
     close_clients()
 
 

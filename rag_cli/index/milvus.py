@@ -57,7 +57,8 @@ switch atomic and `rag rollback` possible.
 URIs: `http://` / `https://` (a server or cluster; the token, if any, from
 $MILVUS_TOKEN) are used unchanged; anything else is a local file path run by
 Milvus Lite in this process (relative paths are relative to the project
-folder; it must end in .db). Milvus Lite serves one process at a time (a
+folder, recorded relative in rag_dense.json and resolved where used, so a
+moved or copied project opens its own file; it must end in .db). Milvus Lite serves one process at a time (a
 lock in the .db folder) and builds HNSW, IVF_SQ8 and FLAT (with faiss) but
 not IVF_PQ, which needs a server.
 
@@ -131,6 +132,16 @@ def resolve_uri(uri: str, root: Path) -> str:
         raise BadInput(f"--uri {uri}: a Milvus Lite file must end in .db (like {path.with_suffix('.db')}); "
                        "a server is http://host:19530")
     return str((path if path.is_absolute() else Path(root) / path).absolute())
+
+
+def given_uri(uri: str) -> str:
+    """`index.uri` as rag_dense.json records it: a server URI unchanged, "" -> `milvus.db`, a file path
+    as given (a relative one stays relative: `resolve_uri` makes it absolute against the project folder
+    where it is used, so a moved or copied project opens its own file). BadInput as `resolve_uri`."""
+    if is_server(uri):
+        return uri
+    resolve_uri(uri, Path("."))  # the .db check
+    return str(Path(uri or "milvus.db").expanduser())
 
 
 def default_alias(root: Path) -> str:
@@ -230,16 +241,26 @@ def _properties(c, name: str) -> dict:
     return dict(c.describe_collection(name).get("properties") or {})
 
 
-def _foreign(c, name: str, root: str) -> str | None:
+def _gone(uri: str, owner: str) -> bool:
+    """Whether the project folder `owner` of a collection of a Milvus Lite file `uri` no longer exists (the
+    project was moved or deleted: a Lite file serves only this machine). Never for a server, whose other
+    clients' folders are not visible here."""
+    return not is_server(uri) and not Path(owner).exists()
+
+
+def _foreign(c, uri: str, name: str, root: str) -> str | None:
     """The project folder that owns the collection `name` when that is not `root`, else None (this
-    project's, or one published before owners were recorded: no `OWNER` property)."""
+    project's; one published before owners were recorded, without an `OWNER` property; or, on a Lite
+    file, one whose owner folder is gone: `_gone`)."""
     owner = _properties(c, name).get(OWNER)
-    return owner if owner and owner != root else None
+    return owner if owner and owner != root and not _gone(uri, owner) else None
 
 
-def _mine(c, name: str, root: str) -> bool:
-    """Whether the collection `name` was published by the project at `root` (its `OWNER` property)."""
-    return _properties(c, name).get(OWNER) == root
+def _mine(c, uri: str, name: str, root: str) -> bool:
+    """Whether the collection `name` was published by the project at `root` (its `OWNER` property), or on
+    a Lite file by a project folder that is gone (`_gone`: this project before it was moved)."""
+    owner = _properties(c, name).get(OWNER)
+    return bool(owner) and (owner == root or _gone(uri, owner))
 
 
 def owner_root(index_dir: Path) -> str:
@@ -260,10 +281,10 @@ def check_settings(settings) -> None:
 
 def concrete(settings, root: Path):
     """`settings` ([index], `IndexConfig`) with `uri` and `collection` made concrete for the project at `root`
-    (`resolve_uri`, `default_alias`)."""
+    (`given_uri`: a relative file stays relative to the project folder; `default_alias`)."""
     from dataclasses import replace
 
-    uri = resolve_uri(settings.uri, root)
+    uri = given_uri(settings.uri)
     if settings.milvus_index == "ivf-pq" and not is_server(uri):
         raise BadInput("--milvus-index ivf-pq: Milvus Lite (a local file --uri) does not build IVF_PQ; use a Milvus "
                        "server (--uri http://host:19530) or --milvus-index hnsw, ivf-sq8 or flat")
@@ -335,10 +356,11 @@ class MilvusIndex:
 
     row_labels = None  # rows are the vectors' order, as for `exact`
 
-    def __init__(self, vecs: np.ndarray, params: dict, collection: str | None = None):
+    def __init__(self, vecs: np.ndarray, params: dict, collection: str | None = None, uri: str | None = None):
         self.vecs = vecs
         self.params = params
         self.collection = collection
+        self.uri = uri  # params["uri"] resolved against the project folder (load, publish)
 
     @classmethod
     def build(cls, vectors: np.ndarray, settings) -> "MilvusIndex":
@@ -381,7 +403,8 @@ class MilvusIndex:
         if vecs.shape != (params["n"], params["dim"]):
             raise ValueError(f"{folder / 'vectors.npy'} holds {vecs.shape} vectors where rag_dense.json says "
                              f"({params['n']}, {params['dim']})")
-        return cls(vecs, params, collection_of(params["alias"], folder.parent.name))
+        return cls(vecs, params, collection_of(params["alias"], folder.parent.name),
+                   resolve_uri(params["uri"], Path(folder).absolute().parent.parent.parent))
 
     def vectors(self, rows) -> np.ndarray:
         rows = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, dtype=np.int64)
@@ -402,7 +425,7 @@ class MilvusIndex:
         expr = row_filter(mask)
         if expr is None or self.params["n"] == 0 or k < 1:
             return empty(len(query_vectors))
-        c = loaded(self.params["uri"], self.collection, self.params.get("token"))
+        c = loaded(self.uri, self.collection, self.params.get("token"))
         q = unit(query_vectors)
         out: Result = []
         for start in range(0, len(q), SEARCH_BATCH):
@@ -410,7 +433,7 @@ class MilvusIndex:
                 res = c.search(self.collection, data=q[start:start + SEARCH_BATCH].tolist(), anns_field="vector",
                                limit=k, filter=expr, search_params=self._search_params(k), output_fields=["row"])
             except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
-                raise _failed(f"dense search of {self.collection}", self.params["uri"], exc) from exc
+                raise _failed(f"dense search of {self.collection}", self.uri, exc) from exc
             out.extend(_ranked(hits) for hits in res)
         return out
 
@@ -422,6 +445,7 @@ class MilvusIndex:
         becomes current. Raises BadInput when Milvus cannot be reached, WorkFailed when a request fails."""
         publish_generation(gen, self.params)
         self.collection = collection_of(self.params["alias"], gen.name)
+        self.uri = resolve_uri(self.params["uri"], Path(gen).absolute().parent.parent)
 
 
 def _ranked(hits) -> tuple[np.ndarray, np.ndarray]:
@@ -438,9 +462,9 @@ class MilvusSparse:
     the local `SparseIndex`'s vocabulary) to the generation's collection; everything else (`idf`,
     `coverage`, `scores`, `params`, `retriever`) is the local `SparseIndex`'s."""
 
-    def __init__(self, local, dense_params: dict, collection: str):
+    def __init__(self, local, dense_params: dict, collection: str, root: Path | None = None):
         self.local = local
-        self.uri = dense_params["uri"]
+        self.uri = dense_params["uri"] if root is None else resolve_uri(dense_params["uri"], root)
         self.token = dense_params.get("token")
         self.collection = collection
 
@@ -486,7 +510,8 @@ def serve_sparse(sparse, dense_params: dict, gen: Path):
     if dense_params.get("backend") != "milvus":
         return sparse
     import_pymilvus()  # a missing extra is exit 2 on open, not at the first search
-    return MilvusSparse(sparse, dense_params, collection_of(dense_params["alias"], gen.name))
+    return MilvusSparse(sparse, dense_params, collection_of(dense_params["alias"], gen.name),
+                        Path(gen).absolute().parent.parent)
 
 
 # --------------------------------------------------------------------------- publishing
@@ -545,7 +570,7 @@ def publish_generation(gen: Path, params: dict) -> float:
 
     t0 = time.perf_counter()
     pymilvus = import_pymilvus()
-    uri, name = params["uri"], collection_of(params["alias"], gen.name)
+    uri, name = resolve_uri(params["uri"], Path(gen).absolute().parent.parent), collection_of(params["alias"], gen.name)
     c = client(uri)
     chunks = read_index_chunks(gen)
     vecs = load_vectors(gen / "dense" / "vectors.npy")
@@ -563,13 +588,13 @@ def publish_generation(gen: Path, params: dict) -> float:
     root, alias = owner_root(gen.parent), params["alias"]
     try:
         if c.has_collection(name):
-            if other := _foreign(c, name, root):
+            if other := _foreign(c, uri, name, root):
                 raise BadInput(f"--collection {alias}: the collection {name} at {uri} belongs to another project "
                                f"({other}); give this project its own --collection (nothing was changed)")
             c.drop_collection(name)  # this project's leftover (a killed writer's)
             _loaded.discard((uri, name))
         target = _alias_target(c, alias)
-        if target is not None and (other := _foreign(c, target, root)):
+        if target is not None and (other := _foreign(c, uri, target, root)):
             raise BadInput(f"--collection {alias}: the alias {alias} at {uri} points at {target}, which belongs to "
                            f"another project ({other}); give this project its own --collection (nothing was changed)")
         c.create_collection(name, schema=_schema(pymilvus, c, dim, min(max_ids, 65535)))
@@ -604,7 +629,8 @@ def publish_generation(gen: Path, params: dict) -> float:
 # --------------------------------------------------------------------------- aliases and pruning
 def targets(index_dir: Path) -> set[tuple[str, str, str]]:
     """{(uri, alias, collection)} of the complete milvus generations in `index_dir` (each
-    gen-*/dense/rag_dense.json, the collection named after the generation)."""
+    gen-*/dense/rag_dense.json, the collection named after the generation; a relative uri resolved
+    against the project folder, `index_dir`'s parent)."""
     out = set()
     for f in Path(index_dir).glob("gen-*/dense/rag_dense.json"):
         gen = f.parent.parent
@@ -614,7 +640,11 @@ def targets(index_dir: Path) -> set[tuple[str, str, str]]:
             continue
         if (isinstance(p, dict) and p.get("backend") == "milvus" and p.get("uri") and p.get("alias")
                 and (gen / "files.json").exists()):
-            out.add((p["uri"], p["alias"], collection_of(p["alias"], gen.name)))
+            try:
+                uri = resolve_uri(p["uri"], Path(index_dir).absolute().parent)
+            except BadInput:
+                continue
+            out.add((uri, p["alias"], collection_of(p["alias"], gen.name)))
     return out
 
 
@@ -644,7 +674,7 @@ def sync(index_dir: Path, current: Path | None, known: set[tuple[str, str, str]]
             existing = _alias_target(c, alias)
             if existing != name:
                 for coll in (name, existing):
-                    if coll is not None and (other := _foreign(c, coll, root)):
+                    if coll is not None and (other := _foreign(c, uri, coll, root)):
                         raise BadInput(f"--collection {alias}: not switching the alias {alias} at {uri} to {name}: "
                                        f"{coll} belongs to another project ({other}); give this project its own "
                                        "--collection")
@@ -653,7 +683,7 @@ def sync(index_dir: Path, current: Path | None, known: set[tuple[str, str, str]]
             mine = {t[2] for t in now if t[:2] == (uri, alias)}
             for other in c.list_collections():
                 m = _GEN_COLLECTION.match(other)
-                if m and m.group("alias") == alias and other not in mine and _mine(c, other, root):
+                if m and m.group("alias") == alias and other not in mine and _mine(c, uri, other, root):
                     _drop(c, uri, other)
                     out["dropped"].append(other)
         except BadInput:
@@ -663,7 +693,7 @@ def sync(index_dir: Path, current: Path | None, known: set[tuple[str, str, str]]
     for uri, alias, name in sorted(set(known) - now):
         c = client(uri)
         try:
-            if name in c.list_collections() and _mine(c, name, root):
+            if name in c.list_collections() and _mine(c, uri, name, root):
                 if _alias_target(c, alias) == name:
                     c.drop_alias(alias)
                 _drop(c, uri, name)
