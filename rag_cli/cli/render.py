@@ -127,6 +127,14 @@ def status_lines(st: dict, *, verify: bool, quiet: bool) -> list[str]:
     return lines
 
 
+def dense_line(params: dict) -> str:
+    """`hnswlib`, `faiss ivf-pq`, `milvus hnsw (alias A at URI)`: a generation's dense backend."""
+    from rag_cli.index.backends import describe
+
+    where = f" (alias {params.get('alias')} at {params.get('uri')})" if params.get("backend") == "milvus" else ""
+    return one_line(describe(params) + where)
+
+
 def report_lines(st: dict[str, Any]) -> list[str]:
     """The report part of `rag status` (counts, generations, models, disk), one line each."""
     def counted(n, what):
@@ -142,7 +150,8 @@ def report_lines(st: dict[str, Any]) -> list[str]:
             lines.append(f"{mark} {g['name']}  damaged")
         else:
             lines.append(f"{mark} {g['name']}  {g['time']}  {g['command']:<8} {g['n_chunks']} chunks  "
-                         f"{size(g['bytes'] or 0)}" + ("  damaged" if g["damaged"] else ""))
+                         f"{size(g['bytes'] or 0)}  {dense_line(g.get('dense') or {})}"
+                         + ("  damaged" if g["damaged"] else ""))
     fp = st["model_fingerprints"]
     short = {k: v[:12] if v else "-" for k, v in fp.items()}
     lines.append(f"embedder fingerprint: {short['embeddings']} (embeddings and index)" if fp["embeddings"] == fp["index"]

@@ -459,7 +459,8 @@ def rollback(path: Path) -> tuple[str, str]:
 
 def generation_info(path: Path) -> list[dict]:
     """One dict per complete generation, oldest first: id, name, time,
-    command, counts, n_chunks, model_fingerprint, bytes (on disk), current
+    command, counts, n_chunks, model_fingerprint, dense (meta.json's: the dense backend and its
+    parameters; None before backends were recorded), bytes (on disk), current
     (bool), damaged (None, or the message naming the meta.json / files.json
     that cannot be read; the fields read from it are then None). A damaged
     CURRENT marks no generation current."""
@@ -488,7 +489,7 @@ def generation_info(path: Path) -> list[dict]:
         g = meta.get("generation", {})
         out.append({"id": gen_id, "name": p.name, "time": g.get("time"), "command": g.get("command"),
                     "counts": g.get("counts", {}), "n_chunks": meta.get("n_chunks"),
-                    "model_fingerprint": meta.get("model_fingerprint"),
+                    "model_fingerprint": meta.get("model_fingerprint"), "dense": meta.get("dense"),
                     "bytes": None if files is None else sum(files.values()), "current": p == current,
                     "damaged": damaged})
     return out
