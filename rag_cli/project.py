@@ -309,14 +309,29 @@ class Project:
         """Make the previous index generation current again (the chunk and
         embedding files are not changed: `status` shows them as newer); a
         Milvus alias is switched back with it (`rag_cli.index.milvus.sync`).
-        Raises BadInput when there is no older generation."""
+
+        All or nothing: CURRENT moves first and the alias follows it (the
+        order `rag index` uses: publish, CURRENT, alias; the alias is derived
+        from CURRENT); when the alias switch fails (Milvus unreachable, the
+        collection or the Lite file gone), CURRENT is moved back (and the
+        alias with it, where it had moved), so the failed rollback leaves the
+        index and Milvus as they were. Raises BadInput when there is no older
+        generation, and what the alias switch raised."""
         from rag_cli.index.backends import sync_serving
-        from rag_cli.store.index_folder import rollback
+        from rag_cli.store.index_folder import rollback, switch_current
 
         self.folder.require_exists()
         with self.folder.writing("rollback", wait):
             old, new = rollback(self.index_dir)
-            sync_serving(self.index_dir)
+            try:
+                sync_serving(self.index_dir)
+            except BaseException:
+                switch_current(self.index_dir, old)  # not rolled back: CURRENT as it was
+                try:
+                    sync_serving(self.index_dir)  # the alias back too, if it had moved before the failure
+                except Exception:  # noqa: BLE001 - the first failure is the one to report
+                    pass
+                raise
         return Rollback(old, new)
 
     def status(self, *, verify: bool = False) -> Status:

@@ -264,6 +264,33 @@ def test_a_copied_or_moved_project_never_touches_the_originals_collections(tmp_p
     close_clients()
 
 
+@pytest.mark.slow
+def test_a_rollback_whose_alias_switch_fails_changes_nothing(tmp_path, tiny_bi_encoder, milvus_lite):
+    """`rag rollback` with the Milvus Lite file gone: exit 1 (WorkFailed) and CURRENT still the newer
+    generation; with Milvus back, rollback works."""
+    from rag_cli.errors import BadInput, WorkFailed
+    from rag_cli.index.milvus import close_clients
+    from rag_cli.store.index_folder import current_generation
+
+    p = _tiny_project(tmp_path / "p", tiny_bi_encoder)
+    first = p.index(backend="milvus", uri="m.db").generation
+    second = p.index(backend="milvus", uri="m.db").generation
+    close_clients()
+    saved = tmp_path / "saved.db"
+    shutil.move(str(p.root / "m.db"), str(saved))
+    with pytest.raises((WorkFailed, BadInput)):
+        p.rollback()
+    assert current_generation(p.root / "index").name == second
+    close_clients()
+    shutil.rmtree(p.root / "m.db", ignore_errors=True)
+    if (p.root / "m.db").exists():
+        (p.root / "m.db").unlink()
+    shutil.move(str(saved), str(p.root / "m.db"))
+    assert p.rollback().to == first
+    assert current_generation(p.root / "index").name == first
+    close_clients()
+
+
 def test_bm25_variants_with_a_constant_are_refused(tmp_path):
     from rag_cli.config import IndexConfig
     from rag_cli.errors import BadInput
