@@ -80,6 +80,26 @@ def test_row_filter_allows_exactly_the_masked_rows():
         assert [bool(eval(expr, {}, {"row": r})) for r in range(300)] == mask.tolist()  # noqa: S307
 
 
+def test_rows_from_a_replaced_collection_are_badinput_not_indexerror(monkeypatch):
+    """A collection without an owner token (published before tokens) that another project replaced
+    returns rows past the generation's chunks: BadInput, never an IndexError or foreign rows."""
+    import rag_cli.index.milvus as mv
+    from rag_cli.errors import BadInput
+    from rag_cli.index.sparse import SparseIndex
+
+    class Fake:
+        def search(self, *a, **kw):
+            return [[{"id": 7, "distance": 1.0}, {"id": 0, "distance": 0.5}]]
+
+    monkeypatch.setattr(mv, "loaded", lambda *a: Fake())
+    sparse = mv.MilvusSparse(SparseIndex.build(["apple banana", "cherry"]), {"uri": "u", "alias": "a"}, "a_gen_000001")
+    with pytest.raises(BadInput, match="replaced by another project.*rag index"):
+        sparse.search("apple", 5)
+    dense = mv.MilvusIndex(np.eye(2, dtype=np.float32), {"n": 2, "dim": 2, "milvus_index": "flat"}, "a_gen_000001", "u")
+    with pytest.raises(BadInput, match="replaced by another project"):
+        dense.search(np.eye(2, dtype=np.float32)[:1], 2)
+
+
 def test_settings_and_uris(tmp_path):
     from rag_cli.config import Config, IndexConfig
     from rag_cli.errors import BadInput

@@ -435,6 +435,8 @@ class MilvusIndex:
             except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
                 raise _failed(f"dense search of {self.collection}", self.uri, exc) from exc
             out.extend(_ranked(hits) for hits in res)
+        for rows, _ in out:
+            _check_rows(rows, self.params["n"], self.collection, self.uri)
         return out
 
     def publish(self, gen: Path) -> None:
@@ -446,6 +448,15 @@ class MilvusIndex:
         publish_generation(gen, self.params)
         self.collection = collection_of(self.params["alias"], gen.name)
         self.uri = resolve_uri(self.params["uri"], Path(gen).absolute().parent.parent)
+
+
+def _check_rows(rows: np.ndarray, n: int, collection: str, uri: str) -> None:
+    """BadInput when Milvus returned a row the generation does not have (`n` chunks): its collection was
+    replaced by another project's (one published before owner tokens, which `loaded` cannot check)."""
+    if len(rows) and int(rows.max()) >= n:
+        raise BadInput(f"the collection {collection} at {uri} returned row {int(rows.max())} of a generation of {n} "
+                       "chunks: it was replaced by another project; run `rag index` to publish this project again "
+                       "(with its own --collection)")
 
 
 def _ranked(hits) -> tuple[np.ndarray, np.ndarray]:
@@ -500,6 +511,7 @@ class MilvusSparse:
         except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
             raise _failed(f"sparse search of {self.collection}", self.uri, exc) from exc
         rows, scores = _ranked(res[0])
+        _check_rows(rows, int(self.local.retriever.scores["num_docs"]), self.collection, self.uri)
         keep = scores > 0
         return rows[keep], scores[keep]
 
@@ -661,8 +673,10 @@ def sync(index_dir: Path, current: Path | None, known: set[tuple[str, str, str]]
     Other aliases are never moved: a project touches only its current alias and the collections of its
     own generations, and drops only collections whose `OWNER` is this project (`owner_root`; one
     published before owners were recorded is left); an alias is never moved to or from another
-    project's collection (BadInput naming --collection, before anything changes). Returns {"alias": {alias: collection}, "dropped": [collection names]}. Raises
-    BadInput / WorkFailed as `client` and Milvus do."""
+    project's collection (BadInput naming --collection, before anything changes).
+
+    Returns {"alias": {alias: collection}, "dropped": [collection names]}. Raises BadInput / WorkFailed
+    as `client` and Milvus do."""
     now = targets(index_dir)
     root = owner_root(index_dir)
     cur = next((t for t in now if current is not None and t[2] == collection_of(t[1], Path(current).name)), None)
