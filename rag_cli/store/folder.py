@@ -253,11 +253,12 @@ class ProjectFolder:
 
     def remove_leftovers(self) -> list[Path]:
         """Remove the temporary files a killed writer left: those of
-        `WRITER_OUTPUTS` in the project folder and the unfinished part files
+        `WRITER_OUTPUTS` and of `.lock.json` (written by the lock holder
+        only, so an old one is a killed writer's) in the project folder and the unfinished part files
         of the vector cache (`cache/vectors/*/.part-*.tmp`). Call under the
         lock (`writing` does). Unfinished index generations are removed by
         the index writer (`clean_index_dir`). Returns the files removed."""
-        found = [p for name in WRITER_OUTPUTS for p in self.root.glob(f".{name}.*.tmp")]
+        found = [p for name in (*WRITER_OUTPUTS, ".lock.json") for p in self.root.glob(f".{name}.*.tmp")]
         found += self.root.glob("cache/vectors/*/.part-*.tmp")
         removed = []
         for p in found:

@@ -25,10 +25,21 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 def record(path: Path, stage: str, entry: dict[str, Any]) -> None:
     """Write one stage's `entry` into the manifest at `path` (atomically),
-    adding `tool_version` and `time` (ISO 8601, UTC) unless given."""
-    manifest = read_manifest(path)
-    entry = dict(entry)
-    entry.setdefault("tool_version", __version__)
-    entry.setdefault("time", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    manifest[stage] = entry
-    atomic.write_json(path, manifest)
+    adding `tool_version` and `time` (ISO 8601, UTC) unless given.
+
+    Readers record too (`rag search --save`) without the project lock, so the
+    read-modify-write holds its own lock (`.manifest.json.lock`): no entry is
+    lost to a concurrent record, and the temporary files of a process killed
+    while writing the manifest are removed here, where none can be in use."""
+    from filelock import FileLock
+
+    path = Path(path)
+    with FileLock(str(path.with_name(f".{path.name}.lock"))):
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
+        manifest = read_manifest(path)
+        entry = dict(entry)
+        entry.setdefault("tool_version", __version__)
+        entry.setdefault("time", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        manifest[stage] = entry
+        atomic.write_json(path, manifest)
