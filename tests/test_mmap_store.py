@@ -73,3 +73,29 @@ def test_a_generation_of_an_earlier_version_is_read(tmp_path, tiny_bi_encoder):
     assert [(h.chunk_id, round(h.score, 5)) for h in again.search("bm25 term weighting", k=5)] == before
     again.index()  # the next writer writes the new layout
     assert (current_generation(p.index_dir) / "chunks.arrow").exists()
+
+
+def test_a_search_process_never_imports_pandas(tmp_path, make_sample_project):
+    """pyarrow imports pandas on its first conversion (`to_numpy`, `pa.array`) when pandas is installed
+    (pymilvus and Ray bring it): half a second of a one-query process on a slow CPU. Opening a generation
+    and searching it must not convert that way (`store.index_chunks.labels_of`). A finder records any
+    attempt to import pandas, so this holds whether or not pandas is installed."""
+    import subprocess
+    import sys
+
+    p = make_sample_project(tmp_path / "p")
+    code = ("import sys\n"
+            "tried = []\n"
+            "class F:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'pandas': tried.append(name)\n"
+            "sys.meta_path.insert(0, F())\n"
+            "from rag_cli import Project\n"
+            f"p = Project.open({str(p.root)!r})\n"
+            "for mode in ('sparse', 'dense', 'hybrid'):\n"
+            "    assert p.search('What does b control in BM25?', mode=mode, k=3).hits\n"
+            "print(sorted(set(tried)))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from rag_cli.errors import BadInput, RagError
-from rag_cli.store.index_chunks import read_index_chunks
+from rag_cli.store.index_chunks import labels_of, read_index_chunks
 from rag_cli.store.index_folder import GenerationVanished, current_generation, current_pointer, verify_generation
 
 
@@ -87,7 +87,7 @@ class IndexFolder:
                 key = (gen, (gen / "meta.json").stat().st_mtime_ns)
             meta = json.loads((gen / "meta.json").read_text(encoding="utf-8"))
             chunks = read_index_chunks(gen)  # memory-mapped: nothing is read until a row is used
-            labels = chunks.column("label").to_numpy() if "label" in chunks.column_names else None
+            labels = labels_of(chunks)
             dense = sparse = None
             if "dense" in parts:
                 from rag_cli.index.backends import load_dense

@@ -54,6 +54,7 @@ from rag_cli.progress import Progress
 from rag_cli.store.chunks import chunks_table, read_chunks, write_tables
 from rag_cli.store.docs import docs_table, read_docs
 from rag_cli.index.generation import IndexFolder
+from rag_cli.store.index_chunks import labels_of
 from rag_cli.store.index_folder import clean_index_dir, write_index_folder
 
 if TYPE_CHECKING:
@@ -226,8 +227,8 @@ def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int 
     compacted = False
     if full is None:
         dense = cur.dense
-        old_labels = (cur.chunks.column("label").to_numpy() if "label" in cur.chunks.column_names
-                      else np.arange(cur.chunks.num_rows))
+        old_labels = labels_of(cur.chunks)
+        old_labels = np.arange(cur.chunks.num_rows) if old_labels is None else old_labels
         old_key = {(cid, t): int(label) for cid, t, label in
                    zip(cur.chunks.column("chunk_id").to_pylist(), index_texts(cur.chunks), old_labels)}
         new_keys = list(zip(chunks.column("chunk_id").to_pylist(), index_texts(chunks)))

@@ -42,3 +42,22 @@ def read_index_chunks(gen: Path) -> pa.Table:
     import pyarrow.parquet as pq
 
     return pq.ParquetFile(Path(gen) / LEGACY_CHUNKS_FILE).read()  # read_table would import pyarrow.dataset
+
+
+def labels_of(chunks: pa.Table):
+    """The `label` column of `chunks` as an int64 NumPy array of shape (rows,), or None when the
+    table has none (older generations: the label is the row number).
+
+    Read from the column's buffers rather than with `to_numpy()`: pyarrow's conversions import
+    pandas when it is installed (pymilvus and Ray bring it), which costs a one-query process a
+    large share of its start-up."""
+    import numpy as np
+
+    if "label" not in chunks.column_names:
+        return None
+    col = chunks.column("label")
+    if col.null_count or not pa.types.is_integer(col.type):
+        return col.to_numpy(zero_copy_only=False).astype(np.int64)
+    dtype = np.dtype(f"{'i' if pa.types.is_signed_integer(col.type) else 'u'}{col.type.bit_width // 8}")
+    parts = [np.frombuffer(c.buffers()[1], dtype)[c.offset:c.offset + len(c)] for c in col.chunks]
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype)).astype(np.int64, copy=False)
