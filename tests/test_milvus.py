@@ -332,7 +332,7 @@ def only_message(res: subprocess.CompletedProcess, code: int) -> str:
 
 
 def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    """A port on 127.0.0.1 that nothing listens on (bound, then released): a connection is refused at once."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -352,11 +352,14 @@ def test_an_unreachable_server_is_exit_1_naming_the_uri(tmp_path, tiny_bi_encode
 
     uri = f"http://127.0.0.1:{free_port()}"
     p = _tiny_project(tmp_path / "p", tiny_bi_encoder)
+    config = (p.root / "rag.toml").read_bytes()
     res = rag_cli("index", "--backend", "milvus", "--uri", uri, "-p", p.root)
     msg = only_message(res, 1)
     assert f"cannot reach the Milvus server at {uri}" in msg and "check that Milvus is running" in msg
     assert generations(p) == [] and not (p.root / "index" / "CURRENT").exists()
+    assert (p.root / "rag.toml").read_bytes() == config  # --backend and --uri are not recorded
 
+    # a port that accepts connections and never answers (a hung server): the wait is CONNECT_TIMEOUT
     timeouts = []
     real = pymilvus.MilvusClient
 
@@ -365,10 +368,14 @@ def test_an_unreachable_server_is_exit_1_naming_the_uri(tmp_path, tiny_bi_encode
         return real(*args, **kwargs)
 
     monkeypatch.setattr(pymilvus, "MilvusClient", spy)
-    with pytest.raises(WorkFailed, match=re.escape(uri)):
-        conn.client(uri)
-    assert timeouts == [conn.CONNECT_TIMEOUT] and conn.CONNECT_TIMEOUT <= 10
-    assert uri not in conn._clients
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(8)
+        hung_uri = f"http://127.0.0.1:{hung.getsockname()[1]}"
+        with pytest.raises(WorkFailed, match=re.escape(hung_uri) + r".* within 5 s"):
+            conn.client(hung_uri)
+    assert timeouts == [conn.CONNECT_TIMEOUT] == [5.0]
+    assert hung_uri not in conn._clients
 
 
 def test_lite_holders_names_the_process_holding_the_lock(tmp_path):
@@ -403,12 +410,13 @@ def test_a_lite_file_held_by_rag_serve_is_exit_1_for_every_command(tmp_path, tin
     `rag rollback` in another shell exit 1 alike (a busy resource), each with one line naming the file
     and the serving process, and change nothing; once it stops, they work."""
     require_module("fastapi", "fastapi")
+    from rag_cli import Project
     from rag_cli.index.milvus import close_clients
     from test_serve import serving
 
-    p = _tiny_project(tmp_path / "p", tiny_bi_encoder)
-    p.index(backend="milvus", uri="m.db")
-    p.index(backend="milvus", uri="m.db")
+    p = Project.create(tmp_path / "p", model={"embedder": str(tiny_bi_encoder)})
+    p.build([REPO / "sample_corpus" / "docs"], backend="milvus", uri="m.db")  # the sources remembered
+    p.index()  # a second generation: something to roll back to
     close_clients()
     before = generations(p)
     current = (p.root / "index" / "CURRENT").read_bytes()
@@ -432,12 +440,13 @@ def test_a_deleted_lite_file_is_named_and_never_recreated(tmp_path, tiny_bi_enco
     """The project's Milvus Lite file deleted: `rag search` (dense, sparse) and `rag update` (with a changed
     source, so it has something to publish) exit 2 naming the file and `rag index`, create no file and
     write no generation; `rag index` publishes again and search works."""
+    from rag_cli import Project
     from rag_cli.index.milvus import close_clients
 
     docs = tmp_path / "docs"
     shutil.copytree(REPO / "sample_corpus" / "docs", docs)
-    p = _tiny_project(tmp_path / "p", tiny_bi_encoder, docs)
-    p.index(backend="milvus", uri="m.db")
+    p = Project.create(tmp_path / "p", model={"embedder": str(tiny_bi_encoder)})
+    p.build([docs], backend="milvus", uri="m.db")  # the sources remembered, for `rag update`
     close_clients()
     shutil.rmtree(p.root / "m.db")
     before = generations(p)
@@ -460,16 +469,21 @@ def test_a_deleted_lite_file_is_named_and_never_recreated(tmp_path, tiny_bi_enco
 
 
 @pytest.mark.slow
-def test_lite_builds_ivf_sq8_with_the_nlist_asked_for(tmp_path, tiny_bi_encoder, milvus_lite):
-    """`--milvus-index ivf-sq8 --nlist 4` on Milvus Lite: the faiss index it wrote for the collection has 4
-    cells, as rag_dense.json records; an nlist above the number of chunks is recorded (and built) as that
-    number, which is all Milvus Lite (and the faiss backend) use."""
+def test_lite_builds_the_index_parameters_asked_for(tmp_path, tiny_bi_encoder, milvus_lite):
+    """Milvus Lite builds its faiss index with the parameters given (read back from the index files it
+    writes), not its defaults (nlist 128, M 16, efConstruction 200, which it uses when the parameters come
+    only as pymilvus 3 sends them): `--milvus-index ivf-sq8 --nlist 4` has 4 cells, as rag_dense.json
+    records; an nlist above the number of chunks is recorded and built as that number; `hnsw` has the
+    --hnsw-m and --ef-construction given."""
     faiss = require_module("faiss", "faiss-cpu")
     from rag_cli.index.milvus import close_clients
 
-    def built_nlist(db: Path) -> list[int]:
-        files = sorted(db.rglob("*.vector.ivf_sq8.idx"))
-        return [faiss.extract_index_ivf(faiss.read_index(str(f))).nlist for f in files]
+    def built(db: Path, kind: str) -> list:
+        files = sorted(db.rglob(f"*.vector.{kind}.idx"))
+        indexes = [faiss.read_index(str(f)) for f in files]
+        if kind == "ivf_sq8":
+            return [faiss.extract_index_ivf(i).nlist for i in indexes]
+        return [(i.hnsw.nb_neighbors(1), i.hnsw.efConstruction) for i in indexes]
 
     p = _tiny_project(tmp_path / "p", tiny_bi_encoder)
     for nlist, db in ((4, "four.db"), (100_000, "many.db")):
@@ -478,8 +492,12 @@ def test_lite_builds_ivf_sq8_with_the_nlist_asked_for(tmp_path, tiny_bi_encoder,
         want = min(nlist, gen.n_chunks)
         assert params["index_type"] == "IVF_SQ8" and params["index_params"]["nlist"] == want
         assert p.search("reciprocal rank fusion", mode="dense", k=3).hits
-        assert built_nlist(p.root / db) == [want]
+        assert built(p.root / db, "ivf_sq8") == [want]
         close_clients()
+    p.index(backend="milvus", uri="hnsw.db", milvus_index="hnsw", hnsw_m=8, hnsw_ef_construction=40, keep=0)
+    assert p.search("reciprocal rank fusion", mode="dense", k=3).hits
+    assert built(p.root / "hnsw.db", "hnsw") == [(8, 40)]
+    close_clients()
 
 
 @pytest.mark.slow

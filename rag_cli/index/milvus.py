@@ -59,10 +59,13 @@ when the current generation's Lite file is gone (`check_served`): the served
 index was deleted or moved, and `rag index` is what publishes everything again.
 
 Index types: Milvus Lite (3.x) builds HNSW, IVF_SQ8 and FLAT (with faiss) but
-not IVF_PQ, which needs a server. IVF's nlist is honoured per segment, as on a
-server (one segment up to Milvus Lite's segment limits), at most the rows it
-holds: the nlist recorded in rag_dense.json is the one asked for, bounded by
-the number of chunks (as the faiss backend bounds it).
+not IVF_PQ, which needs a server. Milvus Lite 3.2 reads build parameters
+(nlist, M, efConstruction) only in the JSON form earlier pymilvus sent, not
+the key-value pairs pymilvus 3 sends, and silently builds with its defaults
+otherwise: `_build_params` sends both forms to a Lite file. An IVF index is
+built per segment (as on a server), with at most one cell per row: the nlist
+recorded in rag_dense.json is bounded by the number of chunks (as the faiss
+backend bounds it).
 
 Reaching Milvus (URIs, clients, an unreachable server, a busy or missing Lite
 file, pymilvus's logging) is `rag_cli.index.milvus_connection`.
@@ -499,7 +502,7 @@ def publish_generation(gen: Path, params: dict) -> float:
         c.flush(name)  # sealed segments: a server builds the index over them rather than over growing ones
         index = c.prepare_index_params()
         index.add_index(field_name="vector", index_type=params["index_type"], metric_type="IP",
-                        params=params["index_params"])
+                        params=_build_params(uri, params["index_params"]))
         index.add_index(field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="IP", params={})
         c.create_index(name, index)
         c.load_collection(name)
@@ -528,6 +531,16 @@ def check_served(gen: Path, params: dict, settings) -> None:
                        "not exist (deleted or moved?); `rag update` has no served index to update: run `rag index` "
                        "to publish the current chunks and embeddings again (or put the file back); the index was not "
                        "changed")
+
+
+def _build_params(uri: str, index_params: dict) -> dict:
+    """The dense index's build parameters (nlist, M, efConstruction) as `add_index` takes them for `uri`.
+    pymilvus 3 sends them as separate key-value pairs, which a server reads; Milvus Lite (3.2) reads them
+    only from one JSON entry `params` (the form earlier pymilvus sent) and otherwise builds with its own
+    defaults (nlist 128, M 16, efConstruction 200), so for a Lite file they are sent in both forms."""
+    if is_server(uri) or not index_params:
+        return dict(index_params)
+    return {**index_params, "params": dict(index_params)}
 
 
 # --------------------------------------------------------------------------- aliases and pruning

@@ -126,17 +126,18 @@ def lite_holders(folder: Path) -> list[int] | None:
         lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
         return None
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
     out = []
-    for line in lines:
+    for line in lines:  # "1: FLOCK  ADVISORY  WRITE 9791 fe:00:2146324 0 EOF" (major:minor in hex)
         fields = line.split()
         if "->" in fields or len(fields) < 6:  # a process waiting for a lock, not holding one
             continue
-        dev_ino = fields[5].split(":")
         try:
-            pid, ino = int(fields[4]), int(dev_ino[-1])
+            major, minor, ino = fields[5].split(":")
+            pid, where = int(fields[4]), (int(major, 16), int(minor, 16), int(ino))
         except ValueError:
             continue
-        if ino == st.st_ino and pid != os.getpid() and pid not in out:
+        if where == want and pid != os.getpid() and pid not in out:
             out.append(pid)
     return out
 
@@ -166,7 +167,7 @@ def lite_busy(folder: Path) -> bool:
 def describe_process(pid: int) -> str:
     """`pid 123 (python -m rag_cli serve -p ...)`: the process's command line where /proc has it."""
     try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        cmd = " ".join(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").split())
     except OSError:
         cmd = ""
     if len(cmd) > 200:
