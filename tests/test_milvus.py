@@ -406,20 +406,25 @@ def test_lite_holders_names_the_process_holding_the_lock(tmp_path):
 
 @pytest.mark.slow
 def test_a_lite_file_held_by_rag_serve_is_exit_1_for_every_command(tmp_path, tiny_bi_encoder, milvus_lite):
-    """While `rag serve` holds a project's Milvus Lite file, `rag search`, `rag index`, `rag update` and
-    `rag rollback` in another shell exit 1 alike (a busy resource), each with one line naming the file
-    and the serving process, and change nothing; once it stops, they work."""
+    """While `rag serve` holds a project's Milvus Lite file, `rag search`, `rag index`, `rag update` (with a
+    changed source) and `rag rollback` in another shell exit 1 alike (a busy resource), each with one line
+    naming the file and the serving process, and change nothing (`rag update` stops before rechunking);
+    once it stops, they work."""
     require_module("fastapi", "fastapi")
     from rag_cli import Project
     from rag_cli.index.milvus import close_clients
     from test_serve import serving
 
+    docs = tmp_path / "docs"
+    shutil.copytree(REPO / "sample_corpus" / "docs", docs)
     p = Project.create(tmp_path / "p", model={"embedder": str(tiny_bi_encoder)})
-    p.build([REPO / "sample_corpus" / "docs"], backend="milvus", uri="m.db")  # the sources remembered
+    p.build([docs], backend="milvus", uri="m.db")  # the sources remembered
     p.index()  # a second generation: something to roll back to
     close_clients()
     before = generations(p)
     current = (p.root / "index" / "CURRENT").read_bytes()
+    chunks = (p.root / "chunks.parquet").read_bytes()
+    (docs / "new.md").write_text("# Zymurgy\n\nZymurgy is the chemistry of fermentation.\n")
     db = str(p.root / "m.db")
     with serving(p.root, env=ENV) as server:
         r = server.post("/search", {"query": "reciprocal rank fusion", "mode": "sparse", "k": 3})
@@ -431,6 +436,7 @@ def test_a_lite_file_held_by_rag_serve_is_exit_1_for_every_command(tmp_path, tin
             assert "serve" in msg and "Milvus Lite serves one process" in msg
         assert generations(p) == before and (p.root / "index" / "CURRENT").read_bytes() == current
         assert not list((p.root / "index").glob(".gen-*"))  # no half-written generation left
+        assert (p.root / "chunks.parquet").read_bytes() == chunks
     assert json.loads(rag_cli("search", "reciprocal rank fusion", "--mode", "sparse", "--json", "-p",
                               p.root).stdout)["results"][0]["doc_id"] == "hybrid_rrf.md"
 
@@ -461,6 +467,10 @@ def test_a_deleted_lite_file_is_named_and_never_recreated(tmp_path, tiny_bi_enco
     assert f"published to the Milvus Lite file {db}, which does not exist" in msg and "`rag index`" in msg
     assert not (p.root / "m.db").exists() and generations(p) == before
     assert (p.root / "chunks.parquet").read_bytes() == chunks  # refused before rechunking
+    (p.root / "m.db").write_text("not a Milvus Lite folder")
+    msg = only_message(rag_cli("search", "fusion", "--mode", "sparse", "-p", p.root), 2)
+    assert f"{db} is a file, but Milvus Lite 3 keeps its data in a folder" in msg
+    (p.root / "m.db").unlink()
     res = rag_cli("index", "-p", p.root)  # uri and alias from rag.toml
     assert res.returncode == 0, res.stderr
     res = rag_cli("search", "reciprocal rank fusion", "--mode", "sparse", "--json", "-p", p.root)

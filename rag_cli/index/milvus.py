@@ -84,8 +84,8 @@ import numpy as np
 from rag_cli.errors import BadInput, WorkFailed
 from rag_cli.index.dense_common import Result, check_queries, empty, load_vectors, save_vectors, unit
 from rag_cli.index.milvus_connection import (  # noqa: F401 - the backend's names, re-exported
-    OWNER, TOKEN, client, close_clients, collection_of, default_alias, forget, given_uri, import_pymilvus, is_server,
-    loaded, mark_loaded, properties, resolve_uri)
+    OWNER, TOKEN, busy, client, close_clients, collection_of, default_alias, forget, given_uri, import_pymilvus,
+    is_server, lite_holders, loaded, mark_loaded, properties, resolve_uri)
 
 #: index.milvus_index -> Milvus's index type.
 INDEX_TYPES = {"hnsw": "HNSW", "ivf-sq8": "IVF_SQ8", "ivf-pq": "IVF_PQ", "flat": "FLAT"}
@@ -156,13 +156,18 @@ def check_settings(settings) -> None:
 
 def concrete(settings, root: Path):
     """`settings` ([index], `IndexConfig`) with `uri` and `collection` made concrete for the project at `root`
-    (`given_uri`: a relative file stays relative to the project folder; `default_alias`)."""
+    (`given_uri`: a relative file stays relative to the project folder; `default_alias`). Called before a
+    write does any work, so it also refuses early what would fail at the publish: IVF_PQ on a Lite file
+    (BadInput), a Lite file another process holds (WorkFailed, `busy`: before `rag update` rechunks)."""
     from dataclasses import replace
 
     uri = given_uri(settings.uri)
-    if settings.milvus_index == "ivf-pq" and not is_server(uri):
-        raise BadInput("--milvus-index ivf-pq: Milvus Lite (a local file --uri) does not build IVF_PQ; use a Milvus "
-                       "server (--uri http://host:19530) or --milvus-index hnsw, ivf-sq8 or flat")
+    if not is_server(uri):
+        if settings.milvus_index == "ivf-pq":
+            raise BadInput("--milvus-index ivf-pq: Milvus Lite (a local file --uri) does not build IVF_PQ; use a "
+                           "Milvus server (--uri http://host:19530) or --milvus-index hnsw, ivf-sq8 or flat")
+        if pids := lite_holders(Path(resolve_uri(uri, root))):
+            raise busy(resolve_uri(uri, root), pids)
     return replace(settings, uri=uri, collection=settings.collection or default_alias(root))
 
 

@@ -198,8 +198,8 @@ def _check_lite(uri: str, create: bool) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         return
     if not path.is_dir():
-        raise BadInput(f"{uri} is a file, not the folder Milvus Lite 3 keeps its data in (one an older Milvus "
-                       "Lite wrote?); move it away and run `rag index`, or give another --uri")
+        raise BadInput(f"{uri} is a file, but Milvus Lite 3 keeps its data in a folder of that name; move the "
+                       "file away and run `rag index`, or give another --uri")
     if pids := lite_holders(path):
         raise busy(uri, pids)
 
