@@ -237,7 +237,7 @@ class Project:
         Raises BadInput when no sources are remembered (run `build` first)."""
         from rag_cli.chunking.setup import chunk_settings
         from rag_cli.stages.embed import embed_chunks
-        from rag_cli.stages.update import add_pending, pending_counts, update_chunks, update_index
+        from rag_cli.stages.update import add_pending, check_served_index, pending_counts, update_chunks, update_index
 
         f = self.folder
         config = f.with_options("index", {"keep": keep})
@@ -247,6 +247,7 @@ class Project:
             raise BadInput(f"{f.config_path} remembers no sources ([sources] paths): run "
                            f"`rag build SRC...` first (project folder {f.root})")
         with f.writing("update", wait):
+            check_served_index(f, config.index)  # a deleted Milvus Lite file: before anything is rechunked
             previous = f.manifest().get("chunk", {}).get("params")
             settings = chunk_settings(config.chunk, config.model, src.format)
             rechunk = None if previous == settings else (

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
 import tomllib
@@ -286,9 +288,10 @@ def test_a_copied_or_moved_project_never_touches_the_originals_collections(tmp_p
 
 @pytest.mark.slow
 def test_a_rollback_whose_alias_switch_fails_changes_nothing(tmp_path, tiny_bi_encoder, milvus_lite):
-    """`rag rollback` with the Milvus Lite file gone: exit 1 (WorkFailed) and CURRENT still the newer
-    generation; with Milvus back, rollback works."""
-    from rag_cli.errors import BadInput, WorkFailed
+    """`rag rollback` with the Milvus Lite file gone: exit 2 (BadInput: the file the generations name is
+    missing, like a generation's own file) naming the file and `rag index`, CURRENT still the newer
+    generation, and no empty Lite file created; with the file back, rollback works."""
+    from rag_cli.errors import BadInput
     from rag_cli.index.milvus import close_clients
     from rag_cli.store.index_folder import current_generation
 
@@ -298,17 +301,241 @@ def test_a_rollback_whose_alias_switch_fails_changes_nothing(tmp_path, tiny_bi_e
     close_clients()
     saved = tmp_path / "saved.db"
     shutil.move(str(p.root / "m.db"), str(saved))
-    with pytest.raises((WorkFailed, BadInput)):
+    with pytest.raises(BadInput, match=re.escape(str(p.root / "m.db")) + " does not exist.*rag index"):
         p.rollback()
     assert current_generation(p.root / "index").name == second
+    assert not (p.root / "m.db").exists()
     close_clients()
-    shutil.rmtree(p.root / "m.db", ignore_errors=True)
-    if (p.root / "m.db").exists():
-        (p.root / "m.db").unlink()
     shutil.move(str(saved), str(p.root / "m.db"))
     assert p.rollback().to == first
     assert current_generation(p.root / "index").name == first
     close_clients()
+
+
+# --------------------------------------------------------------------------- when Milvus cannot be used
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
+def rag_cli(*args, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`rag ARGS` in a fresh process of this checkout (its own Milvus Lite, as a second shell has)."""
+    return subprocess.run([sys.executable, "-m", "rag_cli", *map(str, args)], capture_output=True, text=True,
+                          env=env or ENV, timeout=600)
+
+
+def only_message(res: subprocess.CompletedProcess, code: int) -> str:
+    """The exit status is `code` and stderr is rag-cli's one `error: ...` line and nothing else (no log
+    line of pymilvus or Milvus Lite, no traceback); returns that message."""
+    assert res.returncode == code, (res.returncode, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    return lines[0]
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released): a connection is refused at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def generations(p) -> list[str]:
+    return sorted(g.name for g in (Path(p.root) / "index").glob("gen-*"))
+
+
+def test_an_unreachable_server_is_exit_1_naming_the_uri(tmp_path, tiny_bi_encoder, monkeypatch):
+    """`rag index --backend milvus --uri http://127.0.0.1:PORT` with nothing listening: exit 1 (a service
+    that is down is a failure of the work), one line naming the URI and what to check, no pymilvus log
+    line, no generation written; the connection waits CONNECT_TIMEOUT seconds, not pymilvus's default."""
+    pymilvus = require_module("pymilvus", "pymilvus")
+    import rag_cli.index.milvus_connection as conn
+    from rag_cli.errors import WorkFailed
+
+    uri = f"http://127.0.0.1:{free_port()}"
+    p = _tiny_project(tmp_path / "p", tiny_bi_encoder)
+    config = (p.root / "rag.toml").read_bytes()
+    res = rag_cli("index", "--backend", "milvus", "--uri", uri, "-p", p.root)
+    msg = only_message(res, 1)
+    assert f"cannot reach the Milvus server at {uri}" in msg and "check that Milvus is running" in msg
+    assert generations(p) == [] and not (p.root / "index" / "CURRENT").exists()
+    assert (p.root / "rag.toml").read_bytes() == config  # --backend and --uri are not recorded
+
+    # a port that accepts connections and never answers (a hung server): the wait is CONNECT_TIMEOUT
+    timeouts = []
+    real = pymilvus.MilvusClient
+
+    def spy(*args, **kwargs):
+        timeouts.append(kwargs.get("timeout"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pymilvus, "MilvusClient", spy)
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(8)
+        hung_uri = f"http://127.0.0.1:{hung.getsockname()[1]}"
+        with pytest.raises(WorkFailed, match=re.escape(hung_uri) + r".* within 5 s"):
+            conn.client(hung_uri)
+    assert timeouts == [conn.CONNECT_TIMEOUT] == [5.0]
+    assert hung_uri not in conn._clients
+
+
+def test_lite_holders_names_the_process_holding_the_lock(tmp_path):
+    """`lite_holders` finds the process that holds a Lite folder's LOCK (from /proc/locks, without taking
+    the lock), and `lite_busy` sees it held; both see it free once that process is gone."""
+    fcntl = pytest.importorskip("fcntl")  # noqa: F841 - flock: Linux and macOS
+    from rag_cli.index.milvus_connection import busy, lite_busy, lite_holders
+
+    folder = tmp_path / "m.db"
+    folder.mkdir()
+    assert lite_holders(folder) == [] and not lite_busy(folder)  # no LOCK file yet
+    code = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR); "
+            "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('held', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(folder / "LOCK")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert lite_busy(folder)
+        found = lite_holders(folder)
+        if found is not None:  # None: no /proc/locks here
+            assert found == [holder.pid]
+            assert f"pid {holder.pid} (" in str(busy(str(folder), found))
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert lite_holders(folder) == [] and not lite_busy(folder)
+
+
+@pytest.mark.slow
+def test_a_lite_file_held_by_rag_serve_is_exit_1_for_every_command(tmp_path, tiny_bi_encoder, milvus_lite):
+    """While `rag serve` holds a project's Milvus Lite file, `rag search`, `rag index`, `rag update` (with a
+    changed source) and `rag rollback` in another shell exit 1 alike (a busy resource), each with one line
+    naming the file and the serving process, and change nothing (`rag update` stops before rechunking);
+    once it stops, they work."""
+    require_module("fastapi", "fastapi")
+    from rag_cli import Project
+    from rag_cli.index.milvus import close_clients
+    from test_serve import serving
+
+    docs = tmp_path / "docs"
+    shutil.copytree(REPO / "sample_corpus" / "docs", docs)
+    p = Project.create(tmp_path / "p", model={"embedder": str(tiny_bi_encoder)})
+    p.build([docs], backend="milvus", uri="m.db")  # the sources remembered
+    p.index()  # a second generation: something to roll back to
+    close_clients()
+    before = generations(p)
+    current = (p.root / "index" / "CURRENT").read_bytes()
+    chunks = (p.root / "chunks.parquet").read_bytes()
+    (docs / "new.md").write_text("# Zymurgy\n\nZymurgy is the chemistry of fermentation.\n")
+    db = str(p.root / "m.db")
+    with serving(p.root, env=ENV) as server:
+        r = server.post("/search", {"query": "reciprocal rank fusion", "mode": "sparse", "k": 3})
+        assert r.status_code == 200, r.text  # it has the file open
+        for args in (("search", "reciprocal rank fusion", "--mode", "sparse"), ("search", "fusion", "--mode", "dense"),
+                     ("index",), ("update",), ("rollback",)):
+            msg = only_message(rag_cli(*args, "-p", p.root), 1)
+            assert f"the Milvus Lite file {db} is in use by pid {server.proc.pid} (" in msg, (args, msg)
+            assert "serve" in msg and "Milvus Lite serves one process" in msg
+        assert generations(p) == before and (p.root / "index" / "CURRENT").read_bytes() == current
+        assert not list((p.root / "index").glob(".gen-*"))  # no half-written generation left
+        assert (p.root / "chunks.parquet").read_bytes() == chunks
+    assert json.loads(rag_cli("search", "reciprocal rank fusion", "--mode", "sparse", "--json", "-p",
+                              p.root).stdout)["results"][0]["doc_id"] == "hybrid_rrf.md"
+
+
+@pytest.mark.slow
+def test_a_deleted_lite_file_is_named_and_never_recreated(tmp_path, tiny_bi_encoder, milvus_lite):
+    """The project's Milvus Lite file deleted: `rag search` (dense, sparse) and `rag update` (with a changed
+    source, so it has something to publish) exit 2 naming the file and `rag index`, create no file and
+    write no generation; `rag index` publishes again and search works."""
+    from rag_cli import Project
+    from rag_cli.index.milvus import close_clients
+
+    docs = tmp_path / "docs"
+    shutil.copytree(REPO / "sample_corpus" / "docs", docs)
+    p = Project.create(tmp_path / "p", model={"embedder": str(tiny_bi_encoder)})
+    p.build([docs], backend="milvus", uri="m.db")  # the sources remembered, for `rag update`
+    close_clients()
+    shutil.rmtree(p.root / "m.db")
+    before = generations(p)
+    db = str(p.root / "m.db")
+    for mode in ("sparse", "dense"):
+        msg = only_message(rag_cli("search", "reciprocal rank fusion", "--mode", mode, "-p", p.root), 2)
+        assert f"the Milvus Lite file {db} does not exist" in msg and "`rag index`" in msg
+        assert not (p.root / "m.db").exists()
+    (docs / "new.md").write_text("# Zymurgy\n\nZymurgy is the chemistry of fermentation.\n")
+    chunks = (p.root / "chunks.parquet").read_bytes()
+    msg = only_message(rag_cli("update", "-p", p.root), 2)
+    assert f"published to the Milvus Lite file {db}, which does not exist" in msg and "`rag index`" in msg
+    assert not (p.root / "m.db").exists() and generations(p) == before
+    assert (p.root / "chunks.parquet").read_bytes() == chunks  # refused before rechunking
+    (p.root / "m.db").write_text("not a Milvus Lite folder")
+    msg = only_message(rag_cli("search", "fusion", "--mode", "sparse", "-p", p.root), 2)
+    assert f"{db} is a file, but Milvus Lite 3 keeps its data in a folder" in msg
+    (p.root / "m.db").unlink()
+    res = rag_cli("index", "-p", p.root)  # uri and alias from rag.toml
+    assert res.returncode == 0, res.stderr
+    res = rag_cli("search", "reciprocal rank fusion", "--mode", "sparse", "--json", "-p", p.root)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    assert json.loads(res.stdout)["results"][0]["doc_id"] == "hybrid_rrf.md"
+
+
+@pytest.mark.slow
+def test_lite_builds_the_index_parameters_asked_for(tmp_path, tiny_bi_encoder, milvus_lite):
+    """Milvus Lite builds its faiss index with the parameters given (read back from the index files it
+    writes), not its defaults (nlist 128, M 16, efConstruction 200, which it uses when the parameters come
+    only as pymilvus 3 sends them): `--milvus-index ivf-sq8 --nlist 4` has 4 cells, as rag_dense.json
+    records; an nlist above the number of chunks is recorded and built as that number; `hnsw` has the
+    --hnsw-m and --ef-construction given."""
+    faiss = require_module("faiss", "faiss-cpu")
+    from rag_cli.index.milvus import close_clients
+
+    def built(db: Path, kind: str) -> list:
+        files = sorted(db.rglob(f"*.vector.{kind}.idx"))
+        indexes = [faiss.read_index(str(f)) for f in files]
+        if kind == "ivf_sq8":
+            return [faiss.extract_index_ivf(i).nlist for i in indexes]
+        return [(i.hnsw.nb_neighbors(1), i.hnsw.efConstruction) for i in indexes]
+
+    p = _tiny_project(tmp_path / "p", tiny_bi_encoder)
+    for nlist, db in ((4, "four.db"), (100_000, "many.db")):
+        gen = p.index(backend="milvus", uri=db, milvus_index="ivf-sq8", nlist=nlist, keep=0)
+        params = json.loads((p.root / "index" / gen.generation / "dense" / "rag_dense.json").read_text())
+        want = min(nlist, gen.n_chunks)
+        assert params["index_type"] == "IVF_SQ8" and params["index_params"]["nlist"] == want
+        assert p.search("reciprocal rank fusion", mode="dense", k=3).hits
+        assert built(p.root / db, "ivf_sq8") == [want]
+        close_clients()
+    p.index(backend="milvus", uri="hnsw.db", milvus_index="hnsw", hnsw_m=8, hnsw_ef_construction=40, keep=0)
+    assert p.search("reciprocal rank fusion", mode="dense", k=3).hits
+    assert built(p.root / "hnsw.db", "hnsw") == [(8, 40)]
+    close_clients()
+
+
+@pytest.mark.slow
+def test_ownerless_collections_are_pruned_only_from_the_projects_own_lite_file(tmp_path, tiny_bi_encoder,
+                                                                                milvus_lite):
+    """Collections published before owners were recorded (no `rag_cli.owner`): pruned with their
+    generation when they are in a Lite file inside the project folder (it serves this project alone) and
+    are not the alias's target; in a Lite file outside the project (shared, like a server) they are left."""
+    from rag_cli.index.milvus import OWNER, TOKEN, client, close_clients, collection_of
+
+    def strip_owner(c, name: str) -> None:
+        c.drop_collection_properties(name, property_keys=[OWNER, TOKEN])
+        assert OWNER not in c.describe_collection(name).get("properties", {})
+
+    for uri, pruned in (("m.db", True), (str(tmp_path / "shared.db"), False)):
+        p = _tiny_project(tmp_path / f"p-{pruned}", tiny_bi_encoder)
+        first = p.index(backend="milvus", uri=uri, collection="docs").generation
+        c = client(str(p.root / uri))
+        old = collection_of("docs", first)
+        strip_owner(c, old)
+        leftover = collection_of("docs", "gen-000099")  # a killed writer's, of the same era (no folder)
+        c.create_collection(leftover, dimension=4)
+        second = p.index(keep=0).generation  # prunes `first`
+        names = set(c.list_collections())
+        assert collection_of("docs", second) in names
+        assert (old in names, leftover in names) == (not pruned, not pruned), names
+        assert c.describe_alias("docs")["collection_name"] == collection_of("docs", second)
+        close_clients()
 
 
 def test_bm25_variants_with_a_constant_are_refused(tmp_path):

@@ -116,6 +116,16 @@ def publisher(dense: VectorIndex):
     return getattr(dense, "publish", None)
 
 
+def check_served(gen: Path, params: dict, settings) -> None:
+    """Before `rag update` builds on the generation `gen` (its rag_dense.json / meta `dense` `params`) with
+    the [index] `settings`: BadInput when the copy it is served from is gone (milvus: its Lite file,
+    `rag_cli.index.milvus.check_served`). Nothing for the local backends (their files are `gen`'s own)."""
+    if params.get("backend") == "milvus":
+        from rag_cli.index.milvus import check_served as check_milvus
+
+        check_milvus(gen, params, settings)
+
+
 def serving_targets(index_dir: Path) -> set:
     """The external copies of the generations in `index_dir` (milvus: {(uri, alias, collection)}); read
     before a write, given to `sync_serving` after it. Empty (and nothing imported) when there are none."""

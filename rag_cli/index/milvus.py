@@ -43,7 +43,9 @@ Ownership: every published collection carries the properties `OWNER` (the resolv
 that published it) and `TOKEN` (the generation's random `token`, also in its rag_dense.json). A
 publish refuses (BadInput naming --collection and the owner) to overwrite another project's collection
 or to move an alias pointing at one; a search refuses a collection without its generation's token
-(replaced by another project: BadInput, run `rag index`); pruning drops only this project's.
+(replaced by another project: BadInput, run `rag index`); pruning drops only this project's
+(`_droppable`: a collection without an owner, published before owners were recorded, only from a
+Lite file inside the project folder, and never the alias's target).
 
 Generations and collections: a generation's collection lives as long as its
 folder: `sync` (after every write and rollback) points the alias at the
@@ -52,28 +54,27 @@ generation folder is gone. `rag update` publishes the new generation whole
 (not an upsert into the served collection): every chunk's BM25 weights depend
 on the corpus (N, document frequencies, average length), so one changed
 document changes every sparse vector, and a separate collection keeps the
-switch atomic and `rag rollback` possible.
+switch atomic and `rag rollback` possible. `rag update` refuses (BadInput)
+when the current generation's Lite file is gone (`check_served`): the served
+index was deleted or moved, and `rag index` is what publishes everything again.
 
-URIs: `http://` / `https://` (a server or cluster; the token, if any, from
-$MILVUS_TOKEN) are used unchanged; anything else is a local file path run by
-Milvus Lite in this process (relative paths are relative to the project
-folder, recorded relative in rag_dense.json and resolved where used, so a
-moved or copied project opens its own file; it must end in .db). Milvus Lite serves one process at a time (a
-lock in the .db folder) and builds HNSW, IVF_SQ8 and FLAT (with faiss) but
-not IVF_PQ, which needs a server.
+Index types: Milvus Lite (3.x) builds HNSW, IVF_SQ8 and FLAT (with faiss) but
+not IVF_PQ, which needs a server. Milvus Lite 3.2 reads build parameters
+(nlist, M, efConstruction) only in the JSON form earlier pymilvus sent, not
+the key-value pairs pymilvus 3 sends, and silently builds with its defaults
+otherwise: `_build_params` sends both forms to a Lite file. An IVF index is
+built per segment (as on a server), with at most one cell per row: the nlist
+recorded in rag_dense.json is bounded by the number of chunks (as the faiss
+backend bounds it).
 
-pymilvus is imported only here, and only when the backend is used; a missing
-package is BadInput (exit 2) naming `pip install 'rag-cli[milvus]'`.
+Reaching Milvus (URIs, clients, an unreachable server, a busy or missing Lite
+file, pymilvus's logging) is `rag_cli.index.milvus_connection`.
 """
 
 from __future__ import annotations
 
-import atexit
-import hashlib
 import json
-import os
 import re
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -82,10 +83,10 @@ import numpy as np
 
 from rag_cli.errors import BadInput, WorkFailed
 from rag_cli.index.dense_common import Result, check_queries, empty, load_vectors, save_vectors, unit
+from rag_cli.index.milvus_connection import (  # noqa: F401 - the backend's names, re-exported
+    OWNER, TOKEN, busy, client, close_clients, collection_of, default_alias, forget, given_uri, import_pymilvus,
+    is_server, lite_holders, loaded, mark_loaded, properties, resolve_uri)
 
-#: What a missing pymilvus (or milvus-lite for a file URI) says (exit 2).
-MILVUS_MISSING = ("index.backend 'milvus' needs the milvus extra: pip install 'rag-cli[milvus]' (pymilvus, and "
-                  "milvus-lite for a local file --uri); or choose --backend hnswlib, faiss or exact")
 #: index.milvus_index -> Milvus's index type.
 INDEX_TYPES = {"hnsw": "HNSW", "ivf-sq8": "IVF_SQ8", "ivf-pq": "IVF_PQ", "flat": "FLAT"}
 #: Milvus returns at most this many hits per query (its topk limit).
@@ -99,148 +100,10 @@ SPARSE_METHODS = ("lucene", "robertson", "atire")
 #: The term id of a chunk without BM25 terms (Milvus refuses an empty sparse vector): no query holds it
 #: (term ids are below the vocabulary's size), so the chunk is never a sparse hit, as locally.
 NO_TERMS = 2**32 - 2
-#: The collection properties that name a published collection's owner: the resolved project folder that
-#: published it, and the generation's random token (rag_dense.json `token`).
-OWNER, TOKEN = "rag_cli.owner", "rag_cli.token"
-_SERVER = re.compile(r"^(https?|tcp|grpc|unix)://", re.I)
 _GEN_COLLECTION = re.compile(r"^(?P<alias>.+)_gen_(?P<id>\d{6,})$")
 
 
-# --------------------------------------------------------------------------- connections
-def import_pymilvus(missing: str = MILVUS_MISSING):
-    """The pymilvus module, or BadInput (exit 2) with `missing` (naming the extra)."""
-    try:
-        import pymilvus
-    except ImportError as exc:
-        raise BadInput(f"{missing} ({exc})") from None
-    return pymilvus
-
-
-def is_server(uri: str) -> bool:
-    """Whether `uri` names a Milvus server (http://, https://, tcp://, grpc://, unix://), not a Lite file."""
-    return bool(_SERVER.match(uri))
-
-
-def resolve_uri(uri: str, root: Path) -> str:
-    """`index.uri` made concrete: a server URI unchanged; "" -> `root`/milvus.db; a relative file path
-    relative to `root` (the project folder), made absolute. Raises BadInput for a file path that does
-    not end in .db (the name Milvus Lite takes)."""
-    if is_server(uri):
-        return uri
-    path = Path(uri or "milvus.db").expanduser()
-    if path.suffix != ".db":
-        raise BadInput(f"--uri {uri}: a Milvus Lite file must end in .db (like {path.with_suffix('.db')}); "
-                       "a server is http://host:19530")
-    return str((path if path.is_absolute() else Path(root) / path).absolute())
-
-
-def given_uri(uri: str) -> str:
-    """`index.uri` as rag_dense.json records it: a server URI unchanged, "" -> `milvus.db`, a file path
-    as given (a relative one stays relative: `resolve_uri` makes it absolute against the project folder
-    where it is used, so a moved or copied project opens its own file). BadInput as `resolve_uri`."""
-    if is_server(uri):
-        return uri
-    resolve_uri(uri, Path("."))  # the .db check
-    return str(Path(uri or "milvus.db").expanduser())
-
-
-def default_alias(root: Path) -> str:
-    """`rag_` + the first 12 hex digits of the sha256 of the project folder's absolute path: an alias that
-    two projects on one Milvus do not share."""
-    return "rag_" + hashlib.sha256(str(Path(root).absolute()).encode()).hexdigest()[:12]
-
-
-def collection_of(alias: str, generation: str) -> str:
-    """The collection of generation `generation` (`gen-000007`): `ALIAS_gen_000007`."""
-    return f"{alias}_{generation.replace('-', '_')}"
-
-
-_clients: dict[str, object] = {}
-_loaded: set[tuple[str, str]] = set()
-_lock = threading.Lock()
-
-
-def client(uri: str):
-    """The `pymilvus.MilvusClient` of `uri`, one per URI per process (a Milvus Lite file is opened once: it
-    serves one process), closed at exit (`close_clients`). Raises BadInput when pymilvus (or milvus-lite
-    for a file) is missing, or when it cannot connect (naming the URI)."""
-    with _lock:
-        if uri in _clients:
-            return _clients[uri]
-        pymilvus = import_pymilvus()
-        if not is_server(uri):
-            try:
-                import milvus_lite  # noqa: F401
-            except ImportError as exc:
-                raise BadInput(f"--uri {uri} is a local file, which needs Milvus Lite: {MILVUS_MISSING} "
-                               f"({exc}); or give a server URI like http://127.0.0.1:19530") from None
-            Path(uri).parent.mkdir(parents=True, exist_ok=True)
-        # Milvus Lite's in-process gRPC server answers pymilvus's 10 s keep-alive pings with GOAWAY
-        # ("too_many_pings", logged to stderr): on a loopback channel they serve nothing, so they are off
-        lite = {} if is_server(uri) else {"grpc_options": {"grpc.keepalive_time_ms": 3_600_000,
-                                                           "grpc.keepalive_permit_without_calls": 0}}
-        try:
-            c = pymilvus.MilvusClient(uri=uri, token=os.environ.get("MILVUS_TOKEN", ""), **lite)
-        except Exception as exc:  # noqa: BLE001 - pymilvus raises its own MilvusException, or OSError
-            raise BadInput(f"cannot connect to Milvus at --uri {uri} ({type(exc).__name__}: {exc}); check the "
-                           "server is up (or, for a file, that no other process has it open: Milvus Lite "
-                           "serves one process)") from exc
-        _clients[uri] = c
-        return c
-
-
-def close_clients() -> None:
-    """Close every Milvus client of this process and stop the Milvus Lite servers it started (which
-    releases each .db file's lock, so another process can open it)."""
-    with _lock:
-        for uri, c in _clients.items():
-            try:
-                c.close()
-                if not is_server(uri):
-                    from milvus_lite.server_manager import server_manager_instance
-
-                    server_manager_instance.release_server(uri)
-            except Exception:  # noqa: BLE001 - closing at exit: nothing left to tell
-                pass
-        _clients.clear()
-        _loaded.clear()
-
-
-def loaded(uri: str, collection: str, token: str | None = None):
-    """The client of `uri` with `collection` loaded (`load_collection` once per process: a collection of
-    a Milvus Lite file opened anew, or released on a server, cannot be searched before). With `token`
-    (the generation's rag_dense.json `token`), the collection must carry it (`TOKEN`): else it was
-    replaced by another project's publish and BadInput says to run `rag index` (no foreign rows are
-    ever returned as this generation's)."""
-    c = client(uri)
-    if (uri, collection) not in _loaded:
-        try:
-            props = _properties(c, collection)
-        except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
-            raise WorkFailed(f"Milvus at {uri} has no collection {collection} ({type(exc).__name__}: {exc}); "
-                             "publish the generation again with `rag index`") from exc
-        if token and props.get(TOKEN) != token:
-            owner = props.get(OWNER) or "unknown"
-            raise BadInput(f"the collection {collection} at {uri} is not this generation's: it was replaced by "
-                           f"another project (published by {owner}); run `rag index` to publish this project "
-                           "again (with its own --collection if the other project keeps this one)")
-        try:
-            c.load_collection(collection)
-        except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
-            raise WorkFailed(f"Milvus at {uri} cannot load the collection {collection} ({type(exc).__name__}: "
-                             f"{exc}); publish the generation again with `rag index`") from exc
-        _loaded.add((uri, collection))
-    return c
-
-
-atexit.register(close_clients)
-
-
-def _properties(c, name: str) -> dict:
-    """The properties of the collection `name` ({} when it has none)."""
-    return dict(c.describe_collection(name).get("properties") or {})
-
-
+# --------------------------------------------------------------------------- ownership
 def _gone(uri: str, owner: str) -> bool:
     """Whether the project folder `owner` of a collection of a Milvus Lite file `uri` no longer exists (the
     project was moved or deleted: a Lite file serves only this machine). Never for a server, whose other
@@ -252,15 +115,27 @@ def _foreign(c, uri: str, name: str, root: str) -> str | None:
     """The project folder that owns the collection `name` when that is not `root`, else None (this
     project's; one published before owners were recorded, without an `OWNER` property; or, on a Lite
     file, one whose owner folder is gone: `_gone`)."""
-    owner = _properties(c, name).get(OWNER)
+    owner = properties(c, name).get(OWNER)
     return owner if owner and owner != root and not _gone(uri, owner) else None
 
 
-def _mine(c, uri: str, name: str, root: str) -> bool:
-    """Whether the collection `name` was published by the project at `root` (its `OWNER` property), or on
-    a Lite file by a project folder that is gone (`_gone`: this project before it was moved)."""
-    owner = _properties(c, name).get(OWNER)
-    return bool(owner) and (owner == root or _gone(uri, owner))
+def _droppable(c, uri: str, name: str, root: str, target: str | None) -> bool:
+    """Whether pruning may drop the collection `name` of the project at `root` (`target`: the collection
+    its alias points at): one it published (its `OWNER` property), or on a Lite file one of a project
+    folder that is gone (`_gone`: this project before it was moved). A collection without an owner
+    (published before owners were recorded) only when it is in a Lite file inside the project folder,
+    which serves this project alone (a copy of the project copies the file), and is not `target`; on a
+    server or a Lite file outside the project it may be another project's that used the same
+    --collection, and nothing in it says whose: it is left."""
+    owner = properties(c, name).get(OWNER)
+    if owner:
+        return owner == root or _gone(uri, owner)
+    return name != target and _inside(uri, root)
+
+
+def _inside(uri: str, root: str) -> bool:
+    """Whether `uri` is a Milvus Lite file inside the project folder `root`."""
+    return not is_server(uri) and Path(uri).resolve().is_relative_to(Path(root))
 
 
 def owner_root(index_dir: Path) -> str:
@@ -281,13 +156,18 @@ def check_settings(settings) -> None:
 
 def concrete(settings, root: Path):
     """`settings` ([index], `IndexConfig`) with `uri` and `collection` made concrete for the project at `root`
-    (`given_uri`: a relative file stays relative to the project folder; `default_alias`)."""
+    (`given_uri`: a relative file stays relative to the project folder; `default_alias`). Called before a
+    write does any work, so it also refuses early what would fail at the publish: IVF_PQ on a Lite file
+    (BadInput), a Lite file another process holds (WorkFailed, `busy`: before `rag update` rechunks)."""
     from dataclasses import replace
 
     uri = given_uri(settings.uri)
-    if settings.milvus_index == "ivf-pq" and not is_server(uri):
-        raise BadInput("--milvus-index ivf-pq: Milvus Lite (a local file --uri) does not build IVF_PQ; use a Milvus "
-                       "server (--uri http://host:19530) or --milvus-index hnsw, ivf-sq8 or flat")
+    if not is_server(uri):
+        if settings.milvus_index == "ivf-pq":
+            raise BadInput("--milvus-index ivf-pq: Milvus Lite (a local file --uri) does not build IVF_PQ; use a "
+                           "Milvus server (--uri http://host:19530) or --milvus-index hnsw, ivf-sq8 or flat")
+        if pids := lite_holders(Path(resolve_uri(uri, root))):
+            raise busy(resolve_uri(uri, root), pids)
     return replace(settings, uri=uri, collection=settings.collection or default_alias(root))
 
 
@@ -300,7 +180,7 @@ def _index_params(settings, n: int, dim: int) -> dict:
         return {"index_type": "HNSW", "params": {"M": settings.hnsw_m, "efConstruction": settings.hnsw_ef_construction}}
     if kind == "flat":
         return {"index_type": "FLAT", "params": {}}
-    params = {"nlist": settings.nlist or auto_nlist(n)}
+    params = {"nlist": min(settings.nlist or auto_nlist(n), max(n, 1))}  # Milvus Lite takes at most n, as faiss
     if kind == "ivf-pq":
         m = settings.pq_m or auto_pq_m(dim)
         if dim % m:
@@ -444,7 +324,8 @@ class MilvusIndex:
         leftover of the same name, from a killed writer, is dropped first), insert every chunk's row
         (vector, BM25 sparse vector, ids, document fields) in batches, build the dense index
         (`milvus_index`) and the sparse inverted index (IP), and load it. Called before the generation
-        becomes current. Raises BadInput when Milvus cannot be reached, WorkFailed when a request fails."""
+        becomes current. Raises BadInput for another project's collection or alias, WorkFailed when Milvus
+        cannot be reached, the Lite file is busy or a request fails (`client`)."""
         publish_generation(gen, self.params)
         self.collection = collection_of(self.params["alias"], gen.name)
         self.uri = resolve_uri(self.params["uri"], Path(gen).absolute().parent.parent)
@@ -503,7 +384,7 @@ class MilvusSparse:
         vec = self.query_vector(query)
         if expr is None or not vec or k < 1:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        c = loaded(self.uri, self.collection, self.token)  # BadInput (a missing extra, no server) stays exit 2
+        c = loaded(self.uri, self.collection, self.token)  # its BadInput / WorkFailed as they are
         try:
             res = c.search(
                 self.collection, data=[vec], anns_field="sparse", limit=k, filter=expr,
@@ -583,7 +464,7 @@ def publish_generation(gen: Path, params: dict) -> float:
     t0 = time.perf_counter()
     pymilvus = import_pymilvus()
     uri, name = resolve_uri(params["uri"], Path(gen).absolute().parent.parent), collection_of(params["alias"], gen.name)
-    c = client(uri)
+    c = client(uri, create=True)
     chunks = read_index_chunks(gen)
     vecs = load_vectors(gen / "dense" / "vectors.npy")
     weights = sparse_rows(SparseIndex.load(gen / "sparse").retriever)
@@ -604,7 +485,7 @@ def publish_generation(gen: Path, params: dict) -> float:
                 raise BadInput(f"--collection {alias}: the collection {name} at {uri} belongs to another project "
                                f"({other}); give this project its own --collection (nothing was changed)")
             c.drop_collection(name)  # this project's leftover (a killed writer's)
-            _loaded.discard((uri, name))
+            forget(uri, name)
         target = _alias_target(c, alias)
         if target is not None and (other := _foreign(c, uri, target, root)):
             raise BadInput(f"--collection {alias}: the alias {alias} at {uri} points at {target}, which belongs to "
@@ -626,16 +507,45 @@ def publish_generation(gen: Path, params: dict) -> float:
         c.flush(name)  # sealed segments: a server builds the index over them rather than over growing ones
         index = c.prepare_index_params()
         index.add_index(field_name="vector", index_type=params["index_type"], metric_type="IP",
-                        params=params["index_params"])
+                        params=_build_params(uri, params["index_params"]))
         index.add_index(field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="IP", params={})
         c.create_index(name, index)
         c.load_collection(name)
-        _loaded.add((uri, name))
+        mark_loaded(uri, name)
     except BadInput:
         raise
     except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
         raise _failed(f"publishing {gen.name} to the collection {name}", uri, exc) from exc
     return time.perf_counter() - t0
+
+
+def check_served(gen: Path, params: dict, settings) -> None:
+    """Before `rag update` writes the next generation from `gen` (the current one, its rag_dense.json
+    `params`) with the [index] `settings`: BadInput when `gen` was published to a Milvus Lite file that no
+    longer exists and the update would publish to the same file. The served index was deleted or moved:
+    an update would quietly start a new file without the older generations' collections (`rag rollback`
+    targets), so it is refused, and `rag index` (which publishes everything again) is named. Nothing is
+    checked for a server (a publish that cannot reach it fails on its own) or a --uri that changes."""
+    if params.get("backend") != "milvus" or getattr(settings, "backend", None) != "milvus":
+        return
+    if not params.get("uri") or params["uri"] != settings.uri or is_server(params["uri"]):
+        return
+    uri = resolve_uri(params["uri"], Path(gen).absolute().parent.parent)
+    if not Path(uri).exists():
+        raise BadInput(f"the current generation {gen.name} was published to the Milvus Lite file {uri}, which does "
+                       "not exist (deleted or moved?); `rag update` has no served index to update: run `rag index` "
+                       "to publish the current chunks and embeddings again (or put the file back); the index was not "
+                       "changed")
+
+
+def _build_params(uri: str, index_params: dict) -> dict:
+    """The dense index's build parameters (nlist, M, efConstruction) as `add_index` takes them for `uri`.
+    pymilvus 3 sends them as separate key-value pairs, which a server reads; Milvus Lite (3.2) reads them
+    only from one JSON entry `params` (the form earlier pymilvus sent) and otherwise builds with its own
+    defaults (nlist 128, M 16, efConstruction 200), so for a Lite file they are sent in both forms."""
+    if is_server(uri) or not index_params:
+        return dict(index_params)
+    return {**index_params, "params": dict(index_params)}
 
 
 # --------------------------------------------------------------------------- aliases and pruning
@@ -672,8 +582,10 @@ def sync(index_dir: Path, current: Path | None, known: set[tuple[str, str, str]]
 
     Other aliases are never moved: a project touches only its current alias and the collections of its
     own generations, and drops only collections whose `OWNER` is this project (`owner_root`; one
-    published before owners were recorded is left); an alias is never moved to or from another
-    project's collection (BadInput naming --collection, before anything changes).
+    published before owners were recorded only under `_droppable`'s conditions); an alias is never moved
+    to or from another project's collection (BadInput naming --collection, before anything changes).
+    A Lite file that does not exist is never created: the current one's is BadInput (`client`), and
+    pruned generations of a missing file have nothing left to drop.
 
     Returns {"alias": {alias: collection}, "dropped": [collection names]}. Raises BadInput / WorkFailed
     as `client` and Milvus do."""
@@ -697,7 +609,8 @@ def sync(index_dir: Path, current: Path | None, known: set[tuple[str, str, str]]
             mine = {t[2] for t in now if t[:2] == (uri, alias)}
             for other in c.list_collections():
                 m = _GEN_COLLECTION.match(other)
-                if m and m.group("alias") == alias and other not in mine and _mine(c, uri, other, root):
+                if (m and m.group("alias") == alias and other not in mine
+                        and _droppable(c, uri, other, root, name)):
                     _drop(c, uri, other)
                     out["dropped"].append(other)
         except BadInput:
@@ -705,10 +618,13 @@ def sync(index_dir: Path, current: Path | None, known: set[tuple[str, str, str]]
         except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
             raise _failed(f"switching the alias {alias} to {name}", uri, exc) from exc
     for uri, alias, name in sorted(set(known) - now):
+        if not is_server(uri) and not Path(uri).exists():
+            continue  # the Lite file is gone, and its collections with it
         c = client(uri)
         try:
-            if name in c.list_collections() and _mine(c, uri, name, root):
-                if _alias_target(c, alias) == name:
+            target = _alias_target(c, alias)
+            if name in c.list_collections() and _droppable(c, uri, name, root, target):
+                if target == name:
                     c.drop_alias(alias)
                 _drop(c, uri, name)
                 out["dropped"].append(name)
@@ -719,7 +635,7 @@ def sync(index_dir: Path, current: Path | None, known: set[tuple[str, str, str]]
 
 def _drop(c, uri: str, name: str) -> None:
     c.drop_collection(name)
-    _loaded.discard((uri, name))
+    forget(uri, name)
 
 
 def _alias_target(c, alias: str) -> str | None:

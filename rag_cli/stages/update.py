@@ -43,8 +43,8 @@ import pyarrow as pa
 from rag_cli.chunking import chunk_with_parents
 from rag_cli.chunking.setup import chunk_options, chunk_settings
 from rag_cli.config import ChunkConfig, IndexConfig, ModelConfig
-from rag_cli.index.backends import (check_backend, concrete_settings, publisher, rebuild_reason, same_search_params,
-                                    serving_targets, sync_serving)
+from rag_cli.index.backends import (check_backend, check_served, concrete_settings, publisher, rebuild_reason,
+                                    same_search_params, serving_targets, sync_serving)
 from rag_cli.index.build import build_full, index_docs, index_meta, index_texts, read_inputs, record_index, with_labels
 from rag_cli.index.sparse import SparseIndex
 from rag_cli.loaders import load_sources
@@ -201,6 +201,24 @@ def _merge(old: pa.Table | None, new: pa.Table, order: list[str], keep: set[str]
     return table, old.num_rows - n_kept
 
 
+def check_served_index(project: "ProjectFolder", params: IndexConfig) -> None:
+    """Before an update changes anything: BadInput when the current generation is served from a copy that
+    is gone (a deleted Milvus Lite file: `rag_cli.index.backends.check_served`), so `rag update` stops
+    before rechunking. Nothing when there is no index yet, or its meta.json cannot be read (opening the
+    generation says why later)."""
+    from rag_cli.store.index_folder import current_generation
+
+    gen = current_generation(project.index_dir)
+    if gen is None:
+        return
+    try:
+        dense = json.loads((gen / "meta.json").read_text(encoding="utf-8"))["dense"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if isinstance(dense, dict):
+        check_served(gen, dense, concrete_settings(params, project.root))
+
+
 def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int = 0, keep: int = 2,
                  progress: Progress | None = None) -> dict:
     """Step 2 (see the module doc): write a new index generation from the
@@ -217,6 +235,8 @@ def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int 
     step(1)
     full = None
     cur = IndexFolder.open(project.index_dir) if IndexFolder.exists(project.index_dir) else None
+    if cur is not None:
+        check_served(cur.path, cur.meta["dense"], params)  # a deleted Milvus Lite file: `rag index`, not an update
     if cur is None:
         full = "there is no index yet"
     elif cur.meta["model_fingerprint"] != emb.fingerprint:
