@@ -226,13 +226,15 @@ def test_tune_refusal_searches_each_threshold_on_its_own_questions_and_writes_bo
     a, u = tmp_path / "a.parquet", tmp_path / "u.parquet"
     write_answers(a, answerable)
     write_answers(u, unanswerable)
-    report = lab.tune_refusal.run(p, a, u, max_false_refusal=0.0, md=tmp_path / "t.md", learn=False)
+    report = lab.tune_refusal.run(p, a, u, max_false_refusal=0.0, learn=False)
     # no false refusal allowed: each threshold goes up to its language's lowest answerable cosine, refusing
     # every unanswerable question of that language (the other rules cannot tell them apart)
     assert report["best"]["min_score"] == 0.83 and report["best"]["min_score_en"] == 0.80
     assert report["target_met"] and report["train"]["tuned"]["refusal_unanswerable"] == 1.0
     assert report["train"]["tuned"]["false_refusal_rate"] == 0.0
-    assert report["train"]["current"]["n_refused_unanswerable"] == 0  # 0.82 / 0.81 refused none of them
+    # the defaults, 0.82 / 0.81: the two English unanswerable ones refused, and the English answerable one at 0.80
+    assert (report["train"]["current"]["n_refused_unanswerable"], report["train"]["current"]["n_refused_answerable"]) \
+        == (2, 1)
     assert report["judged_by"] == {"min_score": {"answerable": 5, "unanswerable": 2},
                                    "min_score_en": {"answerable": 5, "unanswerable": 2}}
     cfg = Project.open(p.root).config.ask
@@ -242,7 +244,7 @@ def test_tune_refusal_searches_each_threshold_on_its_own_questions_and_writes_bo
     out = " ".join(text.getvalue().split())
     assert "min_score 0.83 (questions with Chinese characters): 5 answerable + 2 unanswerable train questions" in out
     assert "min_score_en 0.8 (questions without Chinese characters): 5 answerable + 2 unanswerable" in out
-    md = (tmp_path / "t.md").read_text(encoding="utf-8")
+    md = report.markdown()
     assert "min_score = 0.83" in md and "min_score_en = 0.8" in md and "Cosine thresholds, one per question" in md
 
 

@@ -302,8 +302,8 @@ def tune_refusal(train: tuple[Sequence[Mapping], Sequence[Mapping]],
         rest = dict(zip(rest_keys, values))
         counts = _language_counts(prepared, replace(cfg, **rest), grid)
         for thresholds in itertools.product(*(grid[k] for k in THRESHOLDS)):
-            setting = {**dict(zip(THRESHOLDS, thresholds)), **rest}
-            setting = {k: setting[k] for k in TUNED}
+            given = {**dict(zip(THRESHOLDS, thresholds)), **rest}
+            setting = {k: given[k] for k in TUNED}  # in TUNED's order, as written to rag.toml
             r_a, r_u = (sum(counts[k][v][i] for k, v in zip(THRESHOLDS, thresholds)) for i in (0, 1))
             n += 1
             fr = r_a / n_a if n_a else 0.0
@@ -328,12 +328,11 @@ def tune_refusal(train: tuple[Sequence[Mapping], Sequence[Mapping]],
             learned = None
     best_setting = {**best_setting, **(learned or {"refusal_weights": [], "refusal_scope": original.refusal_scope})}
     current = {**current, "refusal_weights": list(original.refusal_weights), "refusal_scope": original.refusal_scope}
+    by_a, by_u = judged_by(train[0]), judged_by(train[1])
     out = {"tuned_for": "refusal", "max_false_refusal": max_false_refusal, "target_met": bool(best_key[0]),
            "current": current, "best": best_setting, "n_settings": n, "grid": grid,
-           "judged_by": {k: {"answerable": a, "unanswerable": u}
-                         for (k, a), u in zip(judged_by(train[0]).items(), judged_by(train[1]).values())},
-           "learned": learned is not None,
-           "learn": learn, "learned_weights": fitted,
+           "judged_by": {k: {"answerable": by_a[k], "unanswerable": by_u[k]} for k in THRESHOLDS},
+           "learned": learned is not None, "learn": learn, "learned_weights": fitted,
            "train": {"current": rates(*train, original), "tuned": rates(*train, tuned)}, "test": None}
     if test is not None:
         out["test"] = {"current": rates(*test, original), "tuned": rates(*test, tuned)}
