@@ -46,7 +46,9 @@ def record(work: Path, split: str, limit: int | None, group: str = "answerable")
 
     import rag_cli.stages.ask as stage
     from rag_cli.generate.citations import neutralise
+    from rag_cli.generate.gate import min_score_for
     from rag_cli.index.searcher import prepare_query
+    from rag_cli.loaders.normalize import has_cjk
 
     p, acfg, scfg, s, gen, cache, vec_path, reranker = sa.setup(work)
     out = []
@@ -60,7 +62,8 @@ def record(work: Path, split: str, limit: int | None, group: str = "answerable")
         mask = doc_ids != q["paragraph"] if group == "removed" else None
         ev, best = stage.evidence_for(s, prepared, k=acfg.k, mode=scfg.mode, mask=mask, candidates=scfg.candidates,
                                       rrf_k=scfg.rrf_k, fusion=scfg.fusion, dense_weight=scfg.dense_weight)
-        given = [replace(e, text=neutralise(e.context or e.text), context=None) for e in ev if e.score >= acfg.min_score]
+        floor = min_score_for(has_cjk(prepared), acfg)  # the gate's threshold for this question's language
+        given = [replace(e, text=neutralise(e.context or e.text), context=None) for e in ev if e.score >= floor]
         row = {"id": q["id"], "question": question, "gold": q["gold"] or [], "best": best, "refused": not given,
                "group": group}
         from rag_cli.generate.extractive import content_terms

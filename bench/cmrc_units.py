@@ -34,7 +34,9 @@ def record(work: Path, seed: int = 13) -> list[dict]:
 
     from rag_cli import Project
     from rag_cli.generate.citations import neutralise
+    from rag_cli.generate.gate import min_score_for
     from rag_cli.index.searcher import prepare_query
+    from rag_cli.loaders.normalize import has_cjk
     from rag_cli.stages.ask import evidence_for
 
     sample = rb.cmrc_sample(200, seed, work / "cmrc-units-sample")
@@ -47,7 +49,7 @@ def record(work: Path, seed: int = 13) -> list[dict]:
         ev, _ = evidence_for(s, q, k=acfg.k, mode=scfg.mode, candidates=scfg.candidates, rrf_k=scfg.rrf_k,
                              fusion=scfg.fusion, dense_weight=scfg.dense_weight)
         given = [replace(e, text=neutralise(e.context or e.text), context=None) for e in ev
-                 if e.score >= acfg.min_score]
+                 if e.score >= min_score_for(has_cjk(q), acfg)]
         row = {"id": qid, "question": text, "gold": gold, "half": halves[qid], "refused": not given}
         if given:
             r = gen.rank(q, given)

@@ -42,6 +42,10 @@ with the tuned setting and counts the decisions equal to the simulated ones:
 
     nice python bench/refusal.py --tune --work /tmp/refusal-gate --out bench/results/refusal-tune.json
 
+`--set KEY=VALUE` sets an [ask] option for every question (a JSON value; repeatable), e.g.
+`--set min_score_en=0.81`: a project kept in `--work` from before that key existed has a rag.toml
+whose `min_score` (0.82) the English threshold follows.
+
 `--work` keeps the projects (and the answers recorded by `--tune`) between runs (they are rebuilt only when
 missing); `--gate off` asks with the gate's entity rule switched off
 (`ask.min_entity_coverage = 0`), the gate of before.
@@ -290,6 +294,8 @@ def main() -> None:
     ap.add_argument("--tune", action="store_true",
                     help="record with the gate off and tune the gate on the tune half (rag eval tune refusal)")
     ap.add_argument("--max-false-refusal", type=float, default=0.05)
+    ap.add_argument("--set", action="append", default=[], help="ask.KEY=VALUE (a JSON value) for every question, "
+                    "e.g. min_score_en=0.81 in projects whose rag.toml predates that key")
     ap.add_argument("--check-real", action="store_true",
                     help="--tune: also ask the test half with the tuned setting and compare with the simulation")
     args = ap.parse_args()
@@ -297,9 +303,11 @@ def main() -> None:
                "none": {"min_entity_coverage": 0.0, "min_coverage": 0.0, "min_score": -1.0}}[args.gate]
     if args.grade != "off":
         options["grade"] = args.grade
+    options.update({kv.split("=", 1)[0]: json.loads(kv.split("=", 1)[1]) for kv in args.set})
     result = {"command": "python bench/refusal.py " + " ".join(
         f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(args).items()
-        if v is not None and v is not False and k not in ("work", "out")),
+        if v is not None and v is not False and v != [] and k not in ("work", "out", "set"))
+        + "".join(f" --set {kv}" for kv in args.set),
         "generator": args.generator, "ask_options": options, "sets": {}}
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)

@@ -22,16 +22,20 @@ from rag_cli.errors import BadInput
 
 
 def setting(default: Any, help: str, *, limits: tuple | None = None, flag: str | None = None,
-            check: Callable[[Any], str | None] | None = None, cli: bool = True) -> Any:
+            check: Callable[[Any], str | None] | None = None, cli: bool = True, follows: str | None = None) -> Any:
     """A config key, declared once: its default (whose type is the key's
     type), its `help` (the flag's help and the config reference), its
     `limits` ((lowest, highest), None = unbounded, ends included; or a tuple
     of str choices), its `flag` (default `--` + the key with `-` for `_`),
-    an extra `check` (value -> problem or None), and whether a command takes
-    it as a flag (`cli`). Everything else (`check_setting`, the CLI's option
-    groups in `rag_cli.cli.options`, docs/commands.md's config table) is
-    derived from these (`setting_info`)."""
-    meta = {"help": help, "limits": limits, "flag": flag, "check": check, "cli": cli}
+    an extra `check` (value -> problem or None), whether a command takes
+    it as a flag (`cli`), and `follows`: another key of the same section
+    whose value this key takes when that one is given and this one is not
+    (in a rag.toml, `Config.load`; as options, `Config.with_options`;
+    `apply_follows`). Everything else (`check_setting`, the CLI's option
+    groups in `rag_cli.cli.options`, docs/commands.md's config table, the
+    help's note of what a key follows) is derived from these
+    (`setting_info`)."""
+    meta = {"help": help, "limits": limits, "flag": flag, "check": check, "cli": cli, "follows": follows}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -81,7 +85,7 @@ def weights_problem(value: list) -> str | None:
 # - bm25_k1 >= 0, 0 <= bm25_b <= 1 (Robertson & Zaragoza 2009, "The Probabilistic
 #   Relevance Framework: BM25 and Beyond"; b is a share of length normalisation).
 # - rrf_k >= 0: RRF score 1/(k + rank), rank from 1 (Cormack, Clarke & Büttcher 2009; k = 60).
-# - min_score, strong_score: bi-encoder cosines, in [-1, 1]; min_coverage: a share, in [0, 1].
+# - min_score, min_score_en, strong_score: bi-encoder cosines, in [-1, 1]; min_coverage: a share, in [0, 1].
 # The chunk keys are checked, with the other chunk flags, by `rag_cli.chunking.units.validate`.
 
 
@@ -175,10 +179,19 @@ class SearchConfig:
 class AskConfig:
     """`[ask]`: evidence depth, generator and the refusal thresholds.
 
-    Refuse when the best evidence's bi-encoder cosine is below `min_score`,
-    or when the evidence holds less than `min_coverage` of the question's
-    idf-weighted terms and the cosine is below `strong_score`. Cosines are
-    per model (e5 sits in about 0.7-1.0), so these are too.
+    Refuse when the best evidence's bi-encoder cosine is below the
+    question's threshold, or when the evidence holds less than
+    `min_coverage` of the question's idf-weighted terms and the cosine is
+    below `strong_score`. Cosines are per model (e5 sits in about 0.7-1.0),
+    so these are too. The threshold is per language
+    (`rag_cli.generate.gate.min_score_for`): `min_score` for a question with
+    Chinese characters (CJK ideographs, the test of `entity_scope` "zh"),
+    `min_score_en` for every other question (e5 gives English pairs lower
+    cosines: docs/answers.md). `min_score_en` follows `min_score` where only
+    `min_score` is given: a rag.toml that sets `min_score` without
+    `min_score_en` (written before the key existed, or by hand), or one
+    number given by `--min-score` or the `min_score` option, judges every
+    question by that number.
 
     Entity rule (`rag_cli.generate.gate`): also refuse when no single piece
     of evidence holds `min_entity_coverage` of the question's key terms
@@ -198,7 +211,10 @@ class AskConfig:
     k: int = setting(5, "Evidence chunks given to the generator", limits=(1, None), flag="-k")
     generator: str = setting("extractive", "extractive | openai (an OpenAI-compatible server) | llama-cpp "
                              "(a local GGUF, the llm extra)", limits=("extractive", "openai", "llama-cpp"))
-    min_score: float = setting(0.82, "Refuse below this bi-encoder cosine of the best evidence", limits=(-1, 1))
+    min_score: float = setting(0.82, "Refuse below this bi-encoder cosine of the best evidence (questions with "
+                               "Chinese characters; with ask.min_score_en not given, every question)", limits=(-1, 1))
+    min_score_en: float = setting(0.81, "Refuse below this bi-encoder cosine of the best evidence, for questions "
+                                  "without Chinese characters", limits=(-1, 1), follows="min_score")
     min_coverage: float = setting(0.3, "Refuse below this idf-weighted share of question terms in the "
                                   "evidence, unless the cosine reaches ask.strong_score", limits=(0, 1))
     strong_score: float = setting(0.9, "A cosine at or above this answers without the --min-coverage check",
@@ -359,6 +375,7 @@ class Config:
                 if key not in known:
                     raise BadInput(f"{path}: unknown key {key!r} in [{section}]; known: {', '.join(known)}")
                 check_setting(section, key, value, source=str(path))
+            values = apply_follows(section, values)
             config = replace(config, **{section: replace(getattr(config, section), **values)})
         _check_chunk_section(config.chunk, path)
         return config
@@ -377,7 +394,9 @@ class Config:
 
         Each option is checked first (`check_setting`; BadInput names the flag
         and the key; `flags` {key: flag} names the flag where the options come
-        from other flags than the key's own, e.g. `--judge-model`).
+        from other flags than the key's own, e.g. `--judge-model`). A key that
+        follows another (`setting`'s `follows`: ask.min_score_en follows
+        ask.min_score) takes its value when only that one is given.
         Returns (new config, whether a value changed).
         """
         current = getattr(self, section)
@@ -387,6 +406,7 @@ class Config:
                 raise BadInput(f"unknown option {key!r} for [{section}]; known: "
                                f"{', '.join(f.name for f in fields(current))}")
             check_setting(section, key, value, flag=(flags or {}).get(key))
+        given = apply_follows(section, given)
         changed = any(getattr(current, k) != v for k, v in given.items())
         return (replace(self, **{section: replace(current, **given)}) if changed else self), changed
 
@@ -406,16 +426,37 @@ class SettingInfo:
     flag: str
     check: Callable[[Any], str | None] | None
     cli: bool
+    follows: str | None = None  # the key of the section whose value this one takes when only that one is given
 
 
 def setting_info(section: str, key: str) -> SettingInfo:
-    """What `setting` declared for `section.key`. Raises KeyError for an unknown one."""
+    """What `setting` declared for `section.key`; the help of a key that
+    follows another ends with that rule. Raises KeyError for an unknown one."""
     for f in fields(SECTIONS[section]):
         if f.name == key:
             m = f.metadata
-            return SettingInfo(section, key, DEFAULT_CONFIG[section][key], m["help"], m["limits"],
-                               m["flag"] or "--" + key.replace("_", "-"), m["check"], m["cli"])
+            flag = m["flag"] or "--" + key.replace("_", "-")
+            help_ = m["help"]
+            if m["follows"]:
+                led = setting_info(section, m["follows"])
+                help_ += (f"; when {section}.{led.key} is given without it (in rag.toml, by {led.flag} or the "
+                          f"{led.key} option), {section}.{led.key}'s value")
+            return SettingInfo(section, key, DEFAULT_CONFIG[section][key], help_, m["limits"], flag, m["check"],
+                               m["cli"], m["follows"])
     raise KeyError(f"{section}.{key}")
+
+
+def apply_follows(section: str, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` ({key: value} given for `section`) with every key that follows
+    another (`setting`'s `follows`) and is not given set to that key's value,
+    where that one is given: {"min_score": 0.9} -> {"min_score": 0.9,
+    "min_score_en": 0.9} in [ask]. A new dict; `values` is not changed."""
+    out = dict(values)
+    for f in fields(SECTIONS[section]):
+        led = f.metadata.get("follows")
+        if led and f.name not in out and led in out:
+            out[f.name] = out[led]
+    return out
 
 
 def all_settings() -> list[SettingInfo]:

@@ -3,7 +3,10 @@
 MCP), so the two can never drift apart.
 
 - `search_json(query, result)`: {query, mode, results: [hit_json], n_queries_truncated};
-- `ask_json(result)`: `answer_json` plus n_queries_truncated;
+- `ask_json(result)`: `answer_json` plus n_queries_truncated (`answer_json`
+  names the cosine threshold that judged the question: `min_score_key`,
+  "min_score" for a question with Chinese characters or "min_score_en", and
+  its value `min_score_used`);
 - `json_safe(obj)`: NaN and infinities as None (JSON has no such numbers).
 """
 
@@ -51,6 +54,8 @@ def answer_json(res) -> dict:
         "best_score": round(res.best_score, 6),
         "coverage": round(res.coverage, 6),
         "reason": res.reason,
+        **({"min_score_key": res.min_score_key, "min_score_used": res.min_score_used}
+           if res.min_score_used is not None else {}),
         "generator": res.answer.generator,
         "latency_ms": round(res.latency_ms, 1),
         "timings": {k: round(v, 1) for k, v in res.timings.items()},

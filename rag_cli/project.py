@@ -484,7 +484,8 @@ class Project:
         `.n_queries_truncated`: 1 if the question was cut to the bi-encoder's
         `.max_length` tokens).
 
-        `options`: [ask] keys (k, min_score, min_coverage, strong_score,
+        `options`: [ask] keys (k, min_score, min_score_en (min_score alone
+        sets both: `rag_cli.config.apply_follows`), min_coverage, strong_score,
         max_sentences, generator: extractive | openai | llama-cpp, rewrite:
         none | multi-query | hyde, gate: on | off, min_rerank_score, grade:
         off | llm, prompt, ...), `mode` ([search]) and `reader`

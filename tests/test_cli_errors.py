@@ -427,6 +427,7 @@ def test_commands_that_need_a_project_do_not_create_one(built, tmp_path, tiny_cr
     (["embed", "--threads", "-1"], ["--threads -1", "model.threads"]),
     (["search", "hnsw", "-k", "0"], ["-k 0", "search.k"]),
     (["ask", "what is hnsw", "--min-score", "1.5"], ["--min-score 1.5", "ask.min_score", "from -1 to 1"]),
+    (["ask", "what is hnsw", "--min-score-en", "1.5"], ["--min-score-en 1.5", "ask.min_score_en", "from -1 to 1"]),
     (["ask", "what is hnsw", "--min-coverage", "-0.1"], ["--min-coverage -0.1", "ask.min_coverage"]),
     (["ask", "what is hnsw", "-k", "0"], ["-k 0", "ask.k"]),
 ])
@@ -438,6 +439,7 @@ def test_numeric_flags_are_checked(project, args, names):
     ("search", "rrf_k", -1, ["[search] rrf_k = -1", "≥ 0"]),
     ("search", "candidates", 0, ["[search] candidates = 0", "≥ 1"]),
     ("ask", "strong_score", 1.5, ["[ask] strong_score = 1.5", "from -1 to 1", "--strong-score"]),
+    ("ask", "min_score_en", -1.5, ["[ask] min_score_en = -1.5", "from -1 to 1", "--min-score-en"]),
     ("ask", "max_sentences", 0, ["[ask] max_sentences = 0"]),
     ("index", "bm25_b", 1.5, ["[index] bm25_b = 1.5", "--b"]),
 ])

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rag_cli.cli import app
-from rag_cli.config import AskConfig
+from rag_cli.config import AskConfig, apply_follows
 from rag_cli.generate.gate import GateSignals, gate_reason
 from rag_cli.project import Project
 
@@ -199,7 +199,8 @@ def test_simulated_decision_equals_the_real_ask_decision(tmp_path, project, quer
                 {"min_score": best[1], "min_coverage": cov[3], "strong_score": best[4]}]
     seen = set()
     for i, setting in enumerate(settings):
-        _set_ask(root, **{**AskConfig().__dict__, **setting})
+        # one min_score given: every question judged by it (ask.min_score_en follows it), as before that key
+        _set_ask(root, **{**AskConfig().__dict__, **apply_follows("ask", setting)})
         expected = simulate(recorded, Project.open(root).config.ask)
         assert _refused(root, queries, f"s{i}") == expected, setting
         seen.add(tuple(expected))

@@ -167,6 +167,20 @@ def test_ask_equals_the_cli_json_and_streams_the_same_answer(server, sample):
 
 
 @pytest.mark.e2e
+def test_ask_takes_the_english_threshold_as_the_cli_does(server, sample):
+    question = QUERIES[1]  # English: judged by ask.min_score_en
+    r = server.post("/ask", {"question": question, "min_score_en": 0.9999})
+    assert r.status_code == 200, r.text
+    assert r.json()["refused"] and (r.json()["min_score_key"], r.json()["min_score_used"]) == ("min_score_en", 0.9999)
+    assert without_timings(r.json()) == without_timings(rag_json("ask", question, "--min-score-en", "0.9999",
+                                                                 "-p", sample))
+    r = server.post("/ask", {"question": question, "min_score": 0.9999, "min_score_en": -1.0, "min_coverage": 0.0})
+    assert r.status_code == 200 and not r.json()["refused"] and r.json()["min_score_used"] == -1.0, r.text
+    r = server.post("/ask", {"question": question, "min_score_en": 1.5})
+    assert r.status_code == 400 and "--min-score-en 1.5" in r.json()["error"], r.text
+
+
+@pytest.mark.e2e
 def test_status_and_openapi(server, sample):
     assert httpx.get(server.url + "/status", timeout=30).json() == rag_json("status", "-p", sample)
     spec = httpx.get(server.url + "/openapi.json", timeout=30).json()

@@ -38,9 +38,15 @@ def ask(question: QuestionArg = None, queries: QueriesOpt = None, stream: Stream
     citations `\[n]`. The answer is refused ("Not found in the sources." or
     "资料中未提及。", in the question's language; `--json` gives the `reason`) when
 
-    - the best evidence's bi-encoder cosine is below `min_score` (0.82 for
-      multilingual-e5-small, whose cosines sit between about 0.7 and 1.0; the
-      threshold is per model), or
+    - the best evidence's bi-encoder cosine is below the question's threshold:
+      `min_score` (0.82) for a question with Chinese characters, `min_score_en`
+      (0.81) for any other question (multilingual-e5-small's cosines sit between
+      about 0.7 and 1.0, English pairs' a little lower; the thresholds are per
+      model; `--json` names the one used: `min_score_key`, `min_score_used`).
+      `--min-score X` alone sets both (one number given, every question judged
+      by it), as does a `rag.toml` that sets `min_score` without `min_score_en`
+      (one written before that key existed keeps its behaviour); `--min-score-en`
+      sets the second, or
     - the evidence holds less than `min_coverage` (0.3) of the question's
       idf-weighted BM25 terms and the cosine is below `strong_score` (0.9).
 
@@ -48,7 +54,7 @@ def ask(question: QuestionArg = None, queries: QueriesOpt = None, stream: Stream
     real question (0.86–0.93); the coverage can (0.00 against 0.49–1.00), and the
     strong-cosine exception keeps cross-language questions answerable. The
     generator is extractive: the evidence sentences (from evidence at or above
-    `min_score`) that best match the question, by bi-encoder cosine plus 0.15 ×
+    the question's threshold) that best match the question, by bi-encoder cosine plus 0.15 ×
     the share of the question's terms, each weighted by its idf times a local
     idf over the evidence sentences (the subject, in every sentence, weighs
     little; the words that single out the asked-for fact most), plus a bonus for

@@ -11,7 +11,9 @@ Layers, in pipeline order, each asking "is at least one relevant document
 * `rerank`: among the top `k` after the cross-encoder rescored the top
   `candidates` of hybrid search (None when no reranker is given);
 * `evidence`: among the evidence `rag ask` gives the generator (its top
-  `ask.k` with a cosine >= `ask.min_score`, none when the gate refuses;
+  `ask.k` with a cosine >= the question's threshold, `ask.min_score` or
+  `ask.min_score_en` (`rag_cli.generate.gate.min_score_for`), none when the
+  gate refuses;
   None when no answerer is given);
 * `cited`: among the chunks the answer cites (None without an answerer).
 

@@ -22,12 +22,18 @@ kept (written as `ask.refusal_weights`, bias first, and `ask.refusal_scope`,
 the language of the train questions) only when it refuses more train
 unanswerable questions than the rules alone within the target.
 
-Grid (`gate_grid`): min_score, min_coverage, min_entity_coverage and
-strong_score, plus min_rerank_score when the rows have cross-encoder scores;
-cosine thresholds from quantiles of the recorded best cosines (per model),
-shares on fixed steps, each with its current value; and the entity rule's
-scope (entity_scope "zh" or "all": the entity coverage is recorded for
-every question). The chosen setting
+Grid (`gate_grid`): min_score, min_score_en, min_coverage,
+min_entity_coverage and strong_score, plus min_rerank_score when the rows
+have cross-encoder scores; cosine thresholds from quantiles of the recorded
+best cosines (per model), shares on fixed steps, each with its current
+value; and the entity rule's scope (entity_scope "zh" or "all": the entity
+coverage is recorded for every question). The cosine threshold is per
+language (`rag_cli.generate.gate.min_score_for`), so min_score's values
+come from the answerable rows with Chinese characters and min_score_en's
+from the others; a threshold that judges no train row keeps its current
+value (the report's `judged_by` counts the rows each one judges). The two
+are searched jointly (the false-refusal target is over all the answerable
+rows) but each simulated on its own rows only (`_language_counts`). The chosen setting
 refuses the most made-unanswerable questions with a false-refusal rate on
 the answerable ones at most `max_false_refusal`; ties go to the setting
 closest to the current one (sum over the thresholds of |value - current|
@@ -37,8 +43,8 @@ and `target_met` is false.
 
 The generator's refusal is taken as recorded. With the gate off the
 generator read all the evidence; with the gate on it reads the evidence at
-or above `min_score`, which always holds the best piece once the gate lets a
-question through. The extractive generator refuses only when that evidence
+or above the question's threshold (`min_score` or `min_score_en`), which
+always holds the best piece once the gate lets a question through. The extractive generator refuses only when that evidence
 has no sentence, so for it the simulation is exact; an LLM generator may
 answer differently from fewer sources.
 """
@@ -53,12 +59,15 @@ import numpy as np
 
 from rag_cli.errors import BadInput
 from rag_cli.evaluate.answers import refusal_rates
-from rag_cli.generate.gate import GateSignals, gate_reason
+from rag_cli.generate.gate import GateSignals, gate_reason, min_score_key
 from rag_cli.loaders.normalize import has_cjk
 
 SIGNAL_COLUMNS = ("question", "contexts", "best_score", "coverage", "entity_coverage", "rerank_score",
                   "generator_refused")
-TUNED = ("min_score", "min_coverage", "min_entity_coverage", "strong_score", "min_rerank_score", "entity_scope")
+TUNED = ("min_score", "min_score_en", "min_coverage", "min_entity_coverage", "strong_score", "min_rerank_score",
+         "entity_scope")
+#: The cosine thresholds of `TUNED`, one per question language (`min_score_key`).
+THRESHOLDS = ("min_score", "min_score_en")
 #: What `tune_refusal` writes besides the rules' thresholds: the learned refusal.
 LEARNED = ("refusal_weights", "refusal_scope")
 
@@ -122,13 +131,23 @@ def _values(current: float, candidates) -> list[float]:
     return sorted({round(float(v), 4) for v in candidates} | {float(current)})
 
 
+def judged_by(rows: Sequence[Mapping]) -> dict[str, int]:
+    """{threshold key: rows it judges}: "min_score" the rows whose question has
+    CJK characters, "min_score_en" the others (`min_score_key`)."""
+    keys = [min_score_key(has_cjk(r["question"] or "")) for r in rows]
+    return {k: keys.count(k) for k in THRESHOLDS}
+
+
 def gate_grid(answerable: Sequence[Mapping], unanswerable: Sequence[Mapping], cfg) -> dict[str, list[float]]:
     """{threshold: candidate values} (see the module docstring)."""
     best = np.array([r["best_score"] for r in list(answerable) + list(unanswerable) if r["contexts"]], dtype=float)
-    best_a = np.array([r["best_score"] for r in answerable if r["contexts"]], dtype=float)
-    grid = {
-        "min_score": _values(cfg.min_score, [-1.0, *np.quantile(best_a, [0.0, 0.02, 0.05, 0.1, 0.2])]
-                             if best_a.size else [-1.0]),
+    grid = {}
+    for key in THRESHOLDS:
+        best_a = np.array([r["best_score"] for r in answerable
+                           if r["contexts"] and min_score_key(has_cjk(r["question"] or "")) == key], dtype=float)
+        grid[key] = (_values(getattr(cfg, key), [-1.0, *np.quantile(best_a, [0.0, 0.02, 0.05, 0.1, 0.2])])
+                     if best_a.size else [float(getattr(cfg, key))])
+    grid |= {
         "min_coverage": _values(cfg.min_coverage, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6]),
         "min_entity_coverage": _values(cfg.min_entity_coverage, [0.0, 0.2, 0.4, 0.5, 0.6, 0.8, 1.0]),
         "strong_score": _values(cfg.strong_score, [1.0, *np.quantile(best, [0.5, 0.75, 0.9, 0.97])]
@@ -218,6 +237,40 @@ def learned_weights(weights: Sequence[float]) -> dict[str, float]:
     return {"bias": float(weights[0]), **{f: float(w) for f, w in zip(FEATURES, weights[1:])}}
 
 
+def _language_counts(prepared: list[list[tuple[GateSignals, bool]]], cfg,
+                     grid: Mapping[str, Sequence[float]]) -> dict[str, dict[float, tuple[int, int]]]:
+    """{threshold key: {value: (refused answerable, refused unanswerable)}}:
+    the simulated refusals (`_decide`) under the `AskConfig` `cfg` with that
+    threshold at each of its `grid` values, counted over the rows that
+    threshold judges (`min_score_key` of the row's `cjk`); `prepared` is
+    (answerable rows, unanswerable rows) as `_prepared` gives them. A row's
+    decision depends on its own language's threshold only, so the refusals of
+    a (min_score, min_score_en) pair are the sums of its two entries."""
+    out: dict[str, dict[float, tuple[int, int]]] = {}
+    for key in THRESHOLDS:
+        own = [[row for row in rows if min_score_key(row[0].cjk) == key] for rows in prepared]
+        out[key] = {v: tuple(sum(_decide(rows, replace(cfg, **{key: v}))) for rows in own) for v in grid[key]}
+    return out
+
+
+def threshold_notes(report: Mapping) -> list[str]:
+    """One sentence per cosine threshold of a `tune_refusal` report: its tuned
+    value and the train questions it judged, e.g. "min_score_en 0.81 (questions
+    without Chinese characters): 305 answerable + 628 unanswerable train
+    questions"; a threshold that judged none says it was kept. [] for a report
+    without `judged_by` (written before the per-language threshold)."""
+    out = []
+    for key, n in (report.get("judged_by") or {}).items():
+        who = "with" if key == "min_score" else "without"
+        value = report["best"][key]
+        if n["answerable"] + n["unanswerable"]:
+            out.append(f"{key} {value:g} (questions {who} Chinese characters): {n['answerable']} answerable + "
+                       f"{n['unanswerable']} unanswerable train questions")
+        else:
+            out.append(f"{key} {value:g} (questions {who} Chinese characters): no train question, kept as it was")
+    return out
+
+
 def tune_refusal(train: tuple[Sequence[Mapping], Sequence[Mapping]],
                  test: tuple[Sequence[Mapping], Sequence[Mapping]] | None, cfg, *,
                  max_false_refusal: float = 0.05, learn: bool = True) -> dict:
@@ -226,7 +279,9 @@ def tune_refusal(train: tuple[Sequence[Mapping], Sequence[Mapping]],
     the current and the chosen setting on train and on `test` (same shape,
     or None). Returns {"tuned_for": "refusal", "max_false_refusal", "target_met",
     "current": {threshold: value}, "best": {threshold: value}, "n_settings",
-    "grid": {threshold: [values]}, "learn": whether the learned refusal was fitted,
+    "grid": {threshold: [values]}, "judged_by": {"min_score" | "min_score_en":
+    {"answerable": n, "unanswerable": n}} (the train rows each cosine
+    threshold judges: with Chinese characters, without), "learn": whether the learned refusal was fitted,
     "learned": whether it was kept, "learned_weights": the fitted weights
     named (`learned_weights`; kept or not, None when not fitted),
     "train": {"current": rates, "tuned": rates}, "test": {...} or None}.
@@ -241,19 +296,24 @@ def tune_refusal(train: tuple[Sequence[Mapping], Sequence[Mapping]],
     best_key, best_setting = None, None
     n = 0
     prepared = [_prepared(rows) for rows in train]
-    for values in itertools.product(*(grid[k] for k in TUNED)):
-        setting = dict(zip(TUNED, values))
-        trial = replace(cfg, **setting)
-        r = refusal_rates(_decide(prepared[0], trial), _decide(prepared[1], trial))
-        n += 1
-        fr = r["false_refusal_rate"] or 0.0
-        refused = r["refusal_unanswerable"] or 0.0
-        met = fr <= max_false_refusal + 1e-12
-        distance = sum(abs(setting[k] - current[k]) / span[k] for k in span) + (setting["entity_scope"]
-                                                                                  != current["entity_scope"])
-        key = (met, refused if met else -fr, refused, -distance)
-        if best_key is None or key > best_key:
-            best_key, best_setting = key, setting
+    n_a, n_u = len(prepared[0]), len(prepared[1])
+    rest_keys = [k for k in TUNED if k not in THRESHOLDS]
+    for values in itertools.product(*(grid[k] for k in rest_keys)):
+        rest = dict(zip(rest_keys, values))
+        counts = _language_counts(prepared, replace(cfg, **rest), grid)
+        for thresholds in itertools.product(*(grid[k] for k in THRESHOLDS)):
+            given = {**dict(zip(THRESHOLDS, thresholds)), **rest}
+            setting = {k: given[k] for k in TUNED}  # in TUNED's order, as written to rag.toml
+            r_a, r_u = (sum(counts[k][v][i] for k, v in zip(THRESHOLDS, thresholds)) for i in (0, 1))
+            n += 1
+            fr = r_a / n_a if n_a else 0.0
+            refused = r_u / n_u if n_u else 0.0
+            met = fr <= max_false_refusal + 1e-12
+            distance = sum(abs(setting[k] - current[k]) / span[k] for k in span) + (setting["entity_scope"]
+                                                                                      != current["entity_scope"])
+            key = (met, refused if met else -fr, refused, -distance)
+            if best_key is None or key > best_key:
+                best_key, best_setting = key, setting
     tuned = replace(cfg, **best_setting)
     learned = fit_learned(train, tuned, max_false_refusal) if learn else None
     fitted = learned_weights(learned["refusal_weights"]) if learned is not None else None
@@ -268,9 +328,11 @@ def tune_refusal(train: tuple[Sequence[Mapping], Sequence[Mapping]],
             learned = None
     best_setting = {**best_setting, **(learned or {"refusal_weights": [], "refusal_scope": original.refusal_scope})}
     current = {**current, "refusal_weights": list(original.refusal_weights), "refusal_scope": original.refusal_scope}
+    by_a, by_u = judged_by(train[0]), judged_by(train[1])
     out = {"tuned_for": "refusal", "max_false_refusal": max_false_refusal, "target_met": bool(best_key[0]),
-           "current": current, "best": best_setting, "n_settings": n, "grid": grid, "learned": learned is not None,
-           "learn": learn, "learned_weights": fitted,
+           "current": current, "best": best_setting, "n_settings": n, "grid": grid,
+           "judged_by": {k: {"answerable": by_a[k], "unanswerable": by_u[k]} for k in THRESHOLDS},
+           "learned": learned is not None, "learn": learn, "learned_weights": fitted,
            "train": {"current": rates(*train, original), "tuned": rates(*train, tuned)}, "test": None}
     if test is not None:
         out["test"] = {"current": rates(*test, original), "tuned": rates(*test, tuned)}

@@ -129,6 +129,11 @@ def _refusal_tuning(report: dict) -> list[str]:
                 rows.append([f"{split} ({r['n_answerable']}+{r['n_unanswerable']})", which,
                              r["refusal_unanswerable"], r["false_answer_rate"], r["false_refusal_rate"]])
     lines += _table(["split", "setting", "refused unanswerable", "false answers", "false refusals"], rows)
+    from rag_cli.evaluate.gate_tuning import threshold_notes
+
+    notes = threshold_notes(report)
+    if notes:
+        lines += ["Cosine thresholds, one per question language: " + "; ".join(notes) + ".", ""]
     return lines + _table(["threshold", "current", "tuned"],
                           [[k, _f(report["current"][k]), _f(v)] for k, v in report["best"].items()])
 

@@ -23,6 +23,11 @@ e.g. across languages, needs no shared words). The rule judges questions
 with CJK characters only, unless `ask.entity_scope` is "all"
 (`entity_rule_applies`).
 
+The cosine threshold is per language (`min_score_for`): `ask.min_score`
+judges a question with CJK characters (the test of the entity rule's scope,
+`has_cjk`), `ask.min_score_en` every other question; the evidence given to
+the generator is cut at the same threshold.
+
 The whole gate decision is `gate_reason`, a pure function of the
 question's `GateSignals` and the `[ask]` config: `rag ask` calls it on the
 signals it measured, and `rag eval tune refusal` on the signals recorded
@@ -52,6 +57,21 @@ def entity_rule_applies(question: str, cfg) -> bool:
 
 def _entity_rule_on(cjk: bool, cfg) -> bool:
     return cfg.min_entity_coverage > 0 and (cfg.entity_scope == "all" or cjk)
+
+
+def min_score_key(cjk: bool) -> str:
+    """The `[ask]` key of the cosine threshold that judges a question:
+    "min_score" when it has CJK characters (`cjk`, `has_cjk` of the
+    question, as for the entity rule's scope "zh"), else "min_score_en"."""
+    return "min_score" if cjk else "min_score_en"
+
+
+def min_score_for(cjk: bool, cfg) -> float:
+    """The cosine threshold (in [-1, 1]) that judges a question with (`cjk`)
+    or without CJK characters under the `[ask]` config `cfg` (`AskConfig`):
+    its `min_score_key`'s value. The gate refuses below it, and only
+    evidence at or above it is given to the generator."""
+    return float(getattr(cfg, min_score_key(cjk)))
 
 
 @dataclass(frozen=True)
@@ -114,7 +134,9 @@ def learned_score(s: GateSignals, weights) -> float:
 def gate_reason(s: GateSignals, cfg) -> str:
     """Why the gate refuses a question with signals `s` under the `[ask]`
     config `cfg` (`AskConfig`), or "" when it lets it through. In order:
-    no evidence; best cosine below `min_score`; with a reranker and
+    no evidence; best cosine below the question's threshold
+    (`min_score_for`: `min_score` with CJK characters, else
+    `min_score_en`); with a reranker and
     `min_rerank_score` != 0, the best cross-encoder score below it; coverage
     below `min_coverage` and cosine below `strong_score`; the entity rule
     (when `_entity_rule_on`) below `min_entity_coverage` and cosine below
@@ -127,8 +149,9 @@ def gate_reason(s: GateSignals, cfg) -> str:
     best = s.best_score
     if s.n_evidence == 0:
         return "no evidence was retrieved"
-    if best < cfg.min_score:
-        return f"best evidence cosine {best:.3f} is below min_score {cfg.min_score}"
+    floor = min_score_for(s.cjk, cfg)
+    if best < floor:
+        return f"best evidence cosine {best:.3f} is below {min_score_key(s.cjk)} {floor}"
     if s.rerank_score is not None and cfg.min_rerank_score != 0 and s.rerank_score < cfg.min_rerank_score:
         return (f"best cross-encoder score {s.rerank_score:.3f} is below min_rerank_score "
                 f"{cfg.min_rerank_score}")

@@ -31,8 +31,9 @@ def _reranker(p, config):
 
 def _answerer(p):
     """question -> (evidence chunk ids given to the generator, chunk ids
-    cited) of `ask` with project `p`'s [ask] settings; no evidence when the
-    gate refused."""
+    cited) of `ask` with project `p`'s [ask] settings: the evidence at or
+    above the question's threshold (`AskResult.min_score_used`: ask.min_score
+    or min_score_en), none when the gate refused."""
     from rag_cli.stages.ask import ask
 
     acfg, scfg, s, mask, gen = p.engines.ask_setup()
@@ -41,7 +42,7 @@ def _answerer(p):
     def answer(text):
         res = ask(s, gen, text, acfg, scfg, mask, ask_reranker)
         gate_refused = res.refused and res.reason != "the generator found no sentence to quote"
-        given = [] if gate_refused else [e.chunk_id for e in res.evidence if e.score >= acfg.min_score]
+        given = [] if gate_refused else [e.chunk_id for e in res.evidence if e.score >= res.min_score_used]
         return given, list(res.answer.citations)
     return answer
 

@@ -1,5 +1,6 @@
 """Tune the refusal gate (`rag eval tune refusal`): grid-search the
-gate's thresholds (ask.min_score, min_coverage, min_entity_coverage,
+gate's thresholds (ask.min_score on the questions with Chinese characters,
+ask.min_score_en on the others, min_coverage, min_entity_coverage,
 strong_score, min_rerank_score) on answers recorded with the gate off, for
 the most refusals of made-unanswerable questions with false refusals of
 answerable ones at most a target, then fit the learned refusal (a logistic
@@ -79,6 +80,8 @@ class TuneRefusalReport(Report):
         """(split, setting) x (refused unanswerable, false answers, false refusals)."""
         from rich.table import Table
 
+        from rag_cli.evaluate.gate_tuning import threshold_notes
+
         r = self.data
         setting = ", ".join(f"{k} {v:g}" if isinstance(v, float) else
                             f"{k} [{', '.join(f'{w:.3g}' for w in v)}]" if isinstance(v, list) else f"{k} {v}"
@@ -96,6 +99,8 @@ class TuneRefusalReport(Report):
                               *("n/a" if row[m] is None else f"{row[m]:.4f}"
                                 for m in ("refusal_unanswerable", "false_answer_rate", "false_refusal_rate")))
         console.print(table)
+        for note in threshold_notes(r):
+            console.print(f"cosine threshold {note}", highlight=False)
         fitted = r.get("learned_weights")
         if fitted:
             kept = "kept: written to ask.refusal_weights" if r.get("learned") else \

@@ -52,7 +52,11 @@ class AskRequest(_Strict):
     mode: str | None = Field(None, description="Retrieval mode of the evidence (search.mode)")
     k: int | None = Field(None, description="Evidence chunks (ask.k; at most serve.max_k)")
     filter: list[str] | str | None = FilterField
-    min_score: float | None = Field(None, description="Refuse below this cosine of the best evidence (ask.min_score)")
+    min_score: float | None = Field(None, description="Refuse below this cosine of the best evidence (ask.min_score: "
+                                                      "questions with Chinese characters; without min_score_en, "
+                                                      "every question)")
+    min_score_en: float | None = Field(None, description="Refuse below this cosine of the best evidence, for "
+                                                         "questions without Chinese characters (ask.min_score_en)")
     min_coverage: float | None = Field(None, description="ask.min_coverage")
     strong_score: float | None = Field(None, description="ask.strong_score")
     max_sentences: int | None = Field(None, description="ask.max_sentences")

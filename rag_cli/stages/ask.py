@@ -3,8 +3,10 @@
 Refusal: the answer is the refusal sentence in the question's language
 ("Not found in the sources." / "资料中未提及。") and `refused` is true when
 
-* the best evidence's bi-encoder cosine with the question is below
-  `min_score` (a per-model threshold; e5 cosines sit in about 0.7-1.0), or
+* the best evidence's bi-encoder cosine with the question is below the
+  question's threshold: `min_score` for a question with Chinese characters,
+  `min_score_en` for any other (`rag_cli.generate.gate.min_score_for`;
+  per-model thresholds: e5 cosines sit in about 0.7-1.0), or
 * the evidence contains less than `min_coverage` of the question's
   idf-weighted BM25 terms (`SparseIndex.coverage`) and the cosine is below
   `strong_score` (a strong semantic match, e.g. across languages, needs no
@@ -31,8 +33,9 @@ rules are unchanged: the cosine is the retrieved chunk's, and the coverage is
 measured on the text the generator reads (a single sentence rarely holds
 every term of a question; its window or parent does).
 
-Only evidence at or above `min_score` is given to the generator; it keeps
-its number [n]. (Measured cosines and coverages: docs/results.md.)
+Only evidence at or above the question's threshold (`min_score` or
+`min_score_en`, `AskResult.min_score_used`) is given to the generator; it
+keeps its number [n]. (Measured cosines and coverages: docs/results.md.)
 
 Citations: the text given to any generator has its citation-shaped brackets
 neutralised (`[3]` -> `(3)`, `rag_cli.generate.citations.neutralise`), and
@@ -96,7 +99,7 @@ from rag_cli.chunking import make_embed_text
 from rag_cli.config import AskConfig, SearchConfig
 from rag_cli.generate.base import Answer, Evidence, refusal
 from rag_cli.generate.citations import CitationStream, check_answer, neutralise
-from rag_cli.generate.gate import GateSignals, gate_reason, question_entity_coverage
+from rag_cli.generate.gate import GateSignals, gate_reason, min_score_for, min_score_key, question_entity_coverage
 from rag_cli.generate.prompt import shown_evidence
 from rag_cli.generate.grade import REASON as GRADE_REASON, check_grader, grade as grade_evidence
 from rag_cli.generate.rewrite import rewrite as write_rewrites
@@ -136,6 +139,8 @@ class AskResult:
     rerank_score: float | None = None  # the best cross-encoder score of the evidence; None without a reranker
     generator_refused: bool | None = None  # the generator's own refusal; None when the gate refused first
     grade: str = ""  # the generator's grade of the evidence (ask.grade = "llm"): yes | no | unclear; "" = not graded
+    min_score_key: str = ""  # the [ask] key of the cosine threshold that judged the question: min_score | min_score_en
+    min_score_used: float | None = None  # its value, a cosine in [-1, 1] (reported with the gate off too)
 
     @property
     def refused(self) -> bool:
@@ -314,13 +319,14 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
                           rerank_score=evidence[0].rerank_score if reranker is not None and evidence else None,
                           reader_null=reader_null, **quoted)
     reason = gate_reason(signals, cfg)
+    threshold_key, threshold = min_score_key(signals.cjk), min_score_for(signals.cjk, cfg)
     t1 = time.perf_counter()
     given: list[Evidence] = []
     left_out: list[Evidence] = []
     generator_refused = None
     graded = ""
     if not reason:
-        floor = cfg.min_score if cfg.gate == "on" else -math.inf  # with the gate off, all the evidence
+        floor = threshold if cfg.gate == "on" else -math.inf  # with the gate off, all the evidence
         given = [replace(e, text=neutralise(e.context or e.text), context=None)
                  for e in evidence if e.score >= floor]
         if cfg.grade == "llm":
@@ -365,7 +371,7 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     return AskResult(asked, answer, evidence, best, coverage, timings["total_ms"], reason,
                      timings=timings, given=given, entity_coverage=entity, rewrites=rewrites,
                      rerank_score=signals.rerank_score, generator_refused=generator_refused, grade=graded,
-                     left_out=left_out, signals=signals)
+                     left_out=left_out, signals=signals, min_score_key=threshold_key, min_score_used=threshold)
 
 
 def answer_queries(project: "ProjectFolder", searcher: Searcher, generator, queries_path: Path, cfg: AskConfig,

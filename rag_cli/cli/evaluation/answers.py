@@ -132,7 +132,10 @@ def tune_refusal(answers: TrainAnswersOpt, unanswerable: TrainCutOpt, max_false_
     `rag eval tune refusal --answers A.parquet --unanswerable U.parquet
     \[--max-false-refusal 0.05] \[--test-answers A2 --test-unanswerable U2]`, on
     answers recorded with `rag ask --queries ... --gate off`, grid-searches
-    `ask.min_score`, `min_coverage`, `min_entity_coverage`, `strong_score` (and
+    `ask.min_score` (on the questions with Chinese characters), `min_score_en`
+    (on the others; a threshold with no such question keeps its value; the
+    report names both and the questions each judged), `min_coverage`,
+    `min_entity_coverage`, `strong_score` (and
     `min_rerank_score` when the answers have cross-encoder scores) and `entity_scope` (zh | all) by simulating
     the gate's own decision on the recorded signals (refused = the gate refuses
     or the generator refused), keeps the setting refusing the most
