@@ -14,7 +14,7 @@ import pytest
 
 from rag_cli import Project, lab
 from rag_cli.errors import BadInput
-from rag_cli.lab.online import normalized, percentiles, summarize
+from rag_cli.lab.online import OnlineReport, normalized, percentiles, summarize
 from rag_cli.store.query_log import FEEDBACK_SCHEMA, QUERY_SCHEMA, LogWriter, read_log
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc)
@@ -134,11 +134,22 @@ def test_online_run_reads_the_project_log_and_writes_its_report(tmp_path):
 def test_the_report_renders(tmp_path, capsys):
     from rich.console import Console
 
-    from rag_cli.lab.online import OnlineReport
-
     report = OnlineReport(summarize(ROWS, FEEDBACK, min_score=0.82), None)
     console = Console(record=True, width=200)
     report.print_tables(console)
     text = console.export_text()
     assert "refusal rate" in text and "50.0%" in text and "most frequent queries without a good hit" in text
     assert report.warnings() == []
+
+
+def test_a_low_cosine_is_judged_by_the_threshold_of_the_query_language():
+    """ask.min_score judges queries with Chinese characters, ask.min_score_en the others (the gate's rule):
+    a cosine of 0.815 is low for a Chinese query at 0.82 and good for an English one at 0.81."""
+    rows = [row(0, "what is rrf", cosine=0.815), row(1, "什么是 RRF", cosine=0.815), row(2, "hnsw", cosine=0.805)]
+    d = summarize(rows, [], min_score=0.82, min_score_en=0.81)
+    assert (d["min_score"], d["min_score_en"]) == (0.82, 0.81)
+    assert sorted((r["query"], r["low_cosine"]) for r in d["without_good_hit"]["top"]) == [("hnsw", 1), ("什么是 RRF", 1)]
+    one = summarize(rows, [], min_score=0.82)  # one threshold (rag eval online --min-score) judges every query
+    assert one["min_score_en"] == 0.82 and one["without_good_hit"]["n"] == 3
+    md = OnlineReport(d, None).markdown()
+    assert "0.82 (queries with Chinese characters) / 0.81 (others)" in md

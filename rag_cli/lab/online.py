@@ -14,8 +14,9 @@ Over the requests logged between `since` and `until`:
   per endpoint and over all successful requests;
 - the most frequent queries without a good hit: a successful request has
   no good hit when it returned no hits, was refused, its best bi-encoder
-  cosine is below `min_score` (default: the project's ask.min_score), or
-  its answer was rated down. Queries are grouped by their normalised form
+  cosine is below the threshold of its language (default: the project's
+  ask.min_score for a query with Chinese characters, ask.min_score_en for
+  the others, as the refusal gate judges them), or its answer was rated down. Queries are grouped by their normalised form
   (NFKC, case-folded, whitespace collapsed) and shown as most often sent.
 """
 
@@ -41,7 +42,9 @@ def run(p, *, since: str | None = None, until: str | None = None, top: int = 10,
     docstring): requests whose time is at or after `since` and before
     `until` (ISO dates or times, UTC unless they say otherwise; None = no
     bound), the `top` most frequent queries without a good hit, a good hit's
-    cosine at least `min_score` (None: ask.min_score of rag.toml). Writes
+    cosine at least `min_score` for every query (None: the gate's threshold
+    of the query's language, ask.min_score or ask.min_score_en of rag.toml,
+    `rag_cli.generate.gate.min_score_for`). Writes
     `output`, else eval/NAME.json (NAME: `name`, else "online"), and `md`.
     Raises BadInput for a bad --since/--until/--top, a missing project, or no
     query log (start the server with `rag serve --log`)."""
@@ -57,8 +60,11 @@ def run(p, *, since: str | None = None, until: str | None = None, top: int = 10,
     queries = read_log(p.root, "queries").to_pylist()
     feedback = read_log(p.root, "feedback").to_pylist()
     queries = [r for r in queries if (start is None or r["time"] >= start) and (end is None or r["time"] < end)]
-    threshold = p.config.ask.min_score if min_score is None else float(min_score)
-    data = summarize(queries, feedback, min_score=threshold, top=top)
+    if min_score is None:
+        data = summarize(queries, feedback, min_score=p.config.ask.min_score,
+                         min_score_en=p.config.ask.min_score_en, top=top)
+    else:
+        data = summarize(queries, feedback, min_score=float(min_score), top=top)
     data.update(log=str(logs_dir(p.root)), since=since, until=until)
     report = OnlineReport(data, path)
     if path is not None:
@@ -99,9 +105,17 @@ def _rate(n: int, of: int) -> float | None:
     return n / of if of else None
 
 
-def summarize(queries: list[dict], feedback: list[dict], *, min_score: float, top: int = 10) -> dict:
+def summarize(queries: list[dict], feedback: list[dict], *, min_score: float, min_score_en: float | None = None,
+              top: int = 10) -> dict:
     """The report dict of query-log rows `queries` and feedback rows
-    `feedback` (dicts with the columns of `rag_cli.store.query_log`)."""
+    `feedback` (dicts with the columns of `rag_cli.store.query_log`). A
+    query's best cosine is low below `min_score` when the query has Chinese
+    characters, else below `min_score_en` (None: `min_score`), the rule of
+    `rag_cli.generate.gate.min_score_key`."""
+    from rag_cli.generate.gate import min_score_key
+    from rag_cli.loaders.normalize import has_cjk
+
+    thresholds = {"min_score": min_score, "min_score_en": min_score if min_score_en is None else min_score_en}
     ok = [r for r in queries if r["status"] == 200]
     asks = [r for r in ok if r["endpoint"] == "ask"]
     ratings = {f["answer_id"]: f["rating"] for f in sorted(feedback, key=lambda f: f["time"])}
@@ -112,7 +126,8 @@ def summarize(queries: list[dict], feedback: list[dict], *, min_score: float, to
     n_bad = 0
     for r in ok:
         why = [k for k, bad in (("no_hits", not r["hit_ids"]), ("refused", bool(r["refused"])),
-                                ("low_cosine", r["best_cosine"] is not None and r["best_cosine"] < min_score),
+                                ("low_cosine", r["best_cosine"] is not None
+                                 and r["best_cosine"] < thresholds[min_score_key(has_cjk(r["query"] or ""))]),
                                 ("thumbs_down", rated.get(r["answer_id"]) == "down")) if bad]
         if not why:
             continue
@@ -135,7 +150,7 @@ def summarize(queries: list[dict], feedback: list[dict], *, min_score: float, to
                "latency_p99_ms": latency["all"]["p99"]}
     return {
         "kind": "online", "from": min(times).isoformat() if times else None,
-        "to": max(times).isoformat() if times else None, "min_score": min_score,
+        "to": max(times).isoformat() if times else None, **thresholds,
         "n_requests": len(queries), "n_ok": len(ok), "n_search": sum(r["endpoint"] == "search" for r in ok),
         "n_ask": len(asks), "n_refused": sum(bool(r["refused"]) for r in asks), "errors_by_status": dict(errors),
         "by_via": dict(Counter(r["via"] for r in queries)),
@@ -188,8 +203,8 @@ class OnlineReport(Report):
             lat.add_row(endpoint, str(v["n"]), *("-" if v[k] is None else f"{v[k]:.1f}" for k in ("p50", "p95", "p99")))
         console.print(lat)
         if d["without_good_hit"]["top"]:
-            q = Table(title=f"most frequent queries without a good hit (cosine < {d['min_score']:g}, no hits, refused "
-                            "or rated down)")
+            q = Table(title=f"most frequent queries without a good hit (cosine < {_thresholds(d)}, no hits, "
+                            "refused or rated down)")
             for col in ("query", "count", *REASONS):
                 q.add_column(col, justify="left" if col == "query" else "right")
             for row in d["without_good_hit"]["top"]:
@@ -204,6 +219,13 @@ class OnlineReport(Report):
         lines += _table(["metric", "value"], [[k, v] for k, v in d["metrics"].items()])
         lines += _table(["endpoint", "n", "p50 ms", "p95 ms", "p99 ms"],
                         [[e, v["n"], v["p50"], v["p95"], v["p99"]] for e, v in d["latency_ms"].items()])
+        lines += [f"A good hit has a cosine of at least {_thresholds(d)}.", ""]
         lines += _table(["query without a good hit", "count", *REASONS],
                         [[r["query"], r["count"], *(r[k] for k in REASONS)] for r in d["without_good_hit"]["top"]])
         return "\n".join(lines)
+
+
+def _thresholds(d: dict) -> str:
+    """The report's cosine thresholds in words: "0.82", or "0.82 (Chinese) / 0.81 (others)"."""
+    zh, en = d["min_score"], d.get("min_score_en", d["min_score"])
+    return f"{zh:g}" if zh == en else f"{zh:g} (queries with Chinese characters) / {en:g} (others)"

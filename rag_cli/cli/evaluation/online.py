@@ -14,7 +14,8 @@ SinceOpt = Annotated[Optional[str], typer.Option(
 UntilOpt = Annotated[Optional[str], typer.Option("--until", help="Only requests before this ISO date or time")]
 TopOpt = Annotated[int, typer.Option("--top", help="How many of the most frequent queries without a good hit")]
 MinScoreOpt = Annotated[Optional[float], typer.Option(
-    "--min-score", help="A good hit's cosine at least this (default: ask.min_score of rag.toml)")]
+    "--min-score", help="A good hit's cosine at least this, for every query (default: the refusal gate's "
+                        "threshold of the query's language, ask.min_score or ask.min_score_en)")]
 
 
 @eval_app.command("online")
