@@ -312,6 +312,45 @@ def test_a_rollback_whose_alias_switch_fails_changes_nothing(tmp_path, tiny_bi_e
     close_clients()
 
 
+@pytest.mark.slow
+def test_a_refused_rollback_never_moves_current(tmp_path, tiny_bi_encoder, milvus_lite):
+    """`rag rollback` is checked before CURRENT moves (a `rag serve` would hot-reload every move): with the
+    Lite file held by another process it is WorkFailed naming the holder, and to a generation whose
+    collection is gone (the file deleted and published anew by `rag index`) BadInput naming `rag index`;
+    either way CURRENT is never rewritten (the same file, not moved and moved back)."""
+    from rag_cli.errors import BadInput, WorkFailed
+    from rag_cli.index.milvus import close_clients
+
+    p = _tiny_project(tmp_path / "p", tiny_bi_encoder)
+    p.index(backend="milvus", uri="m.db")
+    second = p.index(backend="milvus", uri="m.db").generation
+    close_clients()
+    current = p.root / "index" / "CURRENT"
+    before = (current.stat().st_ino, current.read_bytes())
+    code = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+            "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('held', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(p.root / "m.db" / "LOCK")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(WorkFailed, match=re.escape(str(p.root / "m.db")) + f" is in use by pid {holder.pid}"):
+            p.rollback()
+        assert (current.stat().st_ino, current.read_bytes()) == before
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    shutil.rmtree(p.root / "m.db")
+    third = p.index(keep=5).generation  # a new file: only the new generation's collection
+    before = (current.stat().st_ino, current.read_bytes())
+    with pytest.raises(BadInput, match=f"cannot roll back to {second}: its collection .* is not in Milvus at "
+                                       f".*run `rag index`.*nothing was changed"):
+        p.rollback()
+    assert (current.stat().st_ino, current.read_bytes()) == before
+    assert p.search("reciprocal rank fusion", mode="sparse").hits[0].doc_id == "hybrid_rrf.md"
+    assert third in current.read_text()
+    close_clients()
+
+
 # --------------------------------------------------------------------------- when Milvus cannot be used
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
 
@@ -378,6 +417,25 @@ def test_an_unreachable_server_is_exit_1_naming_the_uri(tmp_path, tiny_bi_encode
     assert hung_uri not in conn._clients
 
 
+def test_a_uri_of_another_scheme_is_exit_2_naming_the_accepted_forms(tmp_path, tiny_bi_encoder):
+    """`--uri ftp://x/y.db` (not a path: no folder `ftp:` made) and `--uri grpc://127.0.0.1:19530` (not a
+    scheme pymilvus connects with; it would call it illegal, after a connection wait): exit 2 at once,
+    naming --uri and the accepted forms, nothing written. The schemes pymilvus takes are servers."""
+    require_module("pymilvus", "pymilvus")
+    from rag_cli.index.milvus_connection import is_server
+
+    assert all(map(is_server, ("http://h:19530", "HTTPS://h", "tcp://h:19530", "unix:/run/milvus.sock")))
+    assert not any(map(is_server, ("grpc://h:19530", "m.db", "/abs/unix:x.db")))
+    p = _tiny_project(tmp_path / "p", tiny_bi_encoder)
+    config = (p.root / "rag.toml").read_bytes()
+    for uri in ("ftp://x/y.db", "grpc://127.0.0.1:19530"):
+        msg = only_message(rag_cli("index", "--backend", "milvus", "--uri", uri, "-p", p.root), 2)
+        assert f"--uri {uri}: the scheme {uri.split(':')[0]}:// is not one Milvus is reached with" in msg
+        assert "a local path ending in .db" in msg and "http://host:19530" in msg
+        assert generations(p) == [] and not (p.root / "ftp:").exists() and not (p.root / "grpc:").exists()
+        assert (p.root / "rag.toml").read_bytes() == config
+
+
 def test_lite_holders_names_the_process_holding_the_lock(tmp_path):
     """`lite_holders` finds the process that holds a Lite folder's LOCK (from /proc/locks, without taking
     the lock), and `lite_busy` sees it held; both see it free once that process is gone."""
@@ -405,6 +463,52 @@ def test_lite_holders_names_the_process_holding_the_lock(tmp_path):
 
 
 @pytest.mark.slow
+def test_an_alias_named_like_a_collection_and_a_failed_alias_switch_change_nothing(tmp_path, tiny_bi_encoder,
+                                                                                     milvus_lite):
+    """`--collection X` where the Milvus already has a collection named X (another project's
+    `docs_gen_000001`): exit 2 naming --collection, checked before anything is published (no generation,
+    no CURRENT, no new collection). An alias switch that fails anyway (here: Milvus refuses it) is
+    WorkFailed and leaves CURRENT, the generations and the collections as they were: the alias moves
+    before CURRENT, and the unpublished generation's collection is dropped."""
+    import pymilvus
+
+    from rag_cli.errors import WorkFailed
+    from rag_cli.index.milvus import client, close_clients
+
+    shared = str(tmp_path / "shared.db")
+    a = _tiny_project(tmp_path / "a", tiny_bi_encoder)
+    first = a.index(backend="milvus", uri=shared, collection="docs").generation
+    clash = "docs_" + first.replace("-", "_")
+    close_clients()
+    b = _tiny_project(tmp_path / "b", tiny_bi_encoder)
+    msg = only_message(rag_cli("index", "--backend", "milvus", "--uri", shared, "--collection", clash, "-p", b.root), 2)
+    assert f"--collection {clash}: Milvus at {shared} already has a collection named {clash}" in msg, msg
+    assert "nothing was changed" in msg
+    assert generations(b) == [] and not (b.root / "index" / "CURRENT").exists()
+    c = client(shared)
+    assert sorted(c.list_collections()) == [clash] and c.list_aliases()["aliases"] == ["docs"]
+
+    b.index(backend="milvus", uri=shared, collection="docs_b")
+    names, before = sorted(c.list_collections()), generations(b)
+    current = (b.root / "index" / "CURRENT").read_bytes()
+
+    def refuse(self, *args, **kwargs):
+        raise pymilvus.MilvusException(message="alias refused (by the test)")
+
+    real = pymilvus.MilvusClient.alter_alias
+    pymilvus.MilvusClient.alter_alias = refuse
+    try:
+        with pytest.raises(WorkFailed, match="switching the alias docs_b to the collection docs_b_gen_000002 failed"):
+            b.index()
+    finally:
+        pymilvus.MilvusClient.alter_alias = real
+    assert (b.root / "index" / "CURRENT").read_bytes() == current and generations(b) == before
+    assert sorted(c.list_collections()) == names
+    assert b.search("reciprocal rank fusion", mode="sparse").hits[0].doc_id == "hybrid_rrf.md"
+    close_clients()
+
+
+@pytest.mark.slow
 def test_a_lite_file_held_by_rag_serve_is_exit_1_for_every_command(tmp_path, tiny_bi_encoder, milvus_lite):
     """While `rag serve` holds a project's Milvus Lite file, `rag search`, `rag index`, `rag update` (with a
     changed source) and `rag rollback` in another shell exit 1 alike (a busy resource), each with one line
@@ -423,6 +527,7 @@ def test_a_lite_file_held_by_rag_serve_is_exit_1_for_every_command(tmp_path, tin
     close_clients()
     before = generations(p)
     current = (p.root / "index" / "CURRENT").read_bytes()
+    inode = (p.root / "index" / "CURRENT").stat().st_ino  # CURRENT never rewritten (the server would reload it)
     chunks = (p.root / "chunks.parquet").read_bytes()
     (docs / "new.md").write_text("# Zymurgy\n\nZymurgy is the chemistry of fermentation.\n")
     db = str(p.root / "m.db")
@@ -435,6 +540,7 @@ def test_a_lite_file_held_by_rag_serve_is_exit_1_for_every_command(tmp_path, tin
             assert f"the Milvus Lite file {db} is in use by pid {server.proc.pid} (" in msg, (args, msg)
             assert "serve" in msg and "Milvus Lite serves one process" in msg
         assert generations(p) == before and (p.root / "index" / "CURRENT").read_bytes() == current
+        assert (p.root / "index" / "CURRENT").stat().st_ino == inode
         assert not list((p.root / "index").glob(".gen-*"))  # no half-written generation left
         assert (p.root / "chunks.parquet").read_bytes() == chunks
     assert json.loads(rag_cli("search", "reciprocal rank fusion", "--mode", "sparse", "--json", "-p",

@@ -479,7 +479,9 @@ def publish_generation(gen: Path, params: dict) -> float:
                          "rebuild it with `rag index`")
     max_ids = max(256, max((len(s.encode()) for s in chunk_ids + doc_ids), default=0))
     root, alias = owner_root(gen.parent), params["alias"]
+    created, step = False, f"publishing {gen.name} to the collection {name}"
     try:
+        _check_names(c, uri, alias, name)
         if c.has_collection(name):
             if other := _foreign(c, uri, name, root):
                 raise BadInput(f"--collection {alias}: the collection {name} at {uri} belongs to another project "
@@ -490,6 +492,7 @@ def publish_generation(gen: Path, params: dict) -> float:
         if target is not None and (other := _foreign(c, uri, target, root)):
             raise BadInput(f"--collection {alias}: the alias {alias} at {uri} points at {target}, which belongs to "
                            f"another project ({other}); give this project its own --collection (nothing was changed)")
+        created = True
         c.create_collection(name, schema=_schema(pymilvus, c, dim, min(max_ids, 65535)))
         c.alter_collection_properties(name, properties={OWNER: root, TOKEN: params.get("token") or ""})
         indptr, indices, data = weights.indptr, weights.indices, weights.data
@@ -512,11 +515,31 @@ def publish_generation(gen: Path, params: dict) -> float:
         c.create_index(name, index)
         c.load_collection(name)
         mark_loaded(uri, name)
+        step = f"switching the alias {alias} to the collection {name}"
+        (c.alter_alias if target is not None else c.create_alias)(name, alias)  # last: then CURRENT moves
     except BadInput:
         raise
     except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
-        raise _failed(f"publishing {gen.name} to the collection {name}", uri, exc) from exc
+        if created:  # the generation is not published: its collection goes with its folder
+            try:
+                _drop(c, uri, name)
+            except Exception:  # noqa: BLE001 - the first failure is the one to report
+                pass
+        raise _failed(step, uri, exc) from exc
     return time.perf_counter() - t0
+
+
+def _check_names(c, uri: str, alias: str, name: str) -> None:
+    """BadInput naming --collection when the alias `alias` or the collection `name` of a publish cannot be
+    created at `uri`: Milvus keeps aliases and collections in one namespace, so an alias may not have the
+    name of an existing collection (anyone's), nor a new collection the name of an existing alias."""
+    if alias in c.list_collections():
+        raise BadInput(f"--collection {alias}: Milvus at {uri} already has a collection named {alias}, and the "
+                       f"alias {alias} cannot have a collection's name; give another --collection (nothing was "
+                       "changed)")
+    if name in (c.list_aliases().get("aliases") or []):
+        raise BadInput(f"--collection {alias}: the collection {name} cannot be created at {uri}, which has an "
+                       f"alias of that name; give another --collection (nothing was changed)")
 
 
 def check_served(gen: Path, params: dict, settings) -> None:
@@ -536,6 +559,41 @@ def check_served(gen: Path, params: dict, settings) -> None:
                        "not exist (deleted or moved?); `rag update` has no served index to update: run `rag index` "
                        "to publish the current chunks and embeddings again (or put the file back); the index was not "
                        "changed")
+
+
+def check_switch(gen: Path, params: dict) -> None:
+    """Before CURRENT moves back to the existing milvus generation `gen` (its rag_dense.json `params`) in
+    `rag rollback`: the alias switch that follows (`sync`) must be able to succeed, so nothing moves when
+    it could not. Opens the client (`client`: BadInput for a missing Lite file, WorkFailed for one another
+    process holds or a server that does not answer); BadInput when the generation's collection is gone
+    (the Lite file was replaced, e.g. deleted and published anew by `rag index`) or was replaced by
+    another project's publish (its `TOKEN` is not the generation's), or when the alias or the collection
+    belongs to another project (as `sync` refuses); WorkFailed when Milvus fails to answer."""
+    root = Path(gen).absolute().parent.parent
+    uri, alias = resolve_uri(params["uri"], root), params["alias"]
+    name = collection_of(alias, Path(gen).name)
+    c = client(uri)
+    fix = f"nothing was changed: {Path(gen).parent / 'CURRENT'} still points at the current generation"
+    try:
+        exists = name in c.list_collections()
+        props = properties(c, name) if exists else {}
+        target = _alias_target(c, alias)
+        foreign = [(coll, other) for coll in {name if exists else None, target} - {None}
+                   if (other := _foreign(c, uri, coll, owner_root(Path(gen).parent)))]
+    except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
+        raise _failed(f"reading the collection {name}", uri, exc) from exc
+    if not exists:
+        raise BadInput(f"cannot roll back to {gen.name}: its collection {name} is not in Milvus at {uri} (dropped, "
+                       "or the Milvus Lite file was deleted and published anew); run `rag index` to publish the "
+                       f"current chunks and embeddings again; {fix}")
+    if params.get("token") and props.get(TOKEN) != params["token"]:
+        raise BadInput(f"cannot roll back to {gen.name}: the collection {name} at {uri} is not this generation's "
+                       f"(published again by {props.get(OWNER) or 'another project'}); run `rag index` to publish "
+                       f"the current chunks and embeddings again; {fix}")
+    if foreign:
+        coll, other = foreign[0]
+        raise BadInput(f"--collection {alias}: cannot roll back to {gen.name}: {coll} at {uri} belongs to another "
+                       f"project ({other}); give this project its own --collection and run `rag index`; {fix}")
 
 
 def _build_params(uri: str, index_params: dict) -> dict:
