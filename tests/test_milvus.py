@@ -183,12 +183,13 @@ def test_a_backend_given_up_leaves_no_collection_once_pruned(tmp_path, tiny_bi_e
     assert c.list_collections() == [] and "given_up" not in c.list_aliases()["aliases"]
 
 
-def _tiny_project(folder: Path, encoder: Path, docs: Path | None = None):
-    """A project of `docs` (sample_corpus/docs) chunked and embedded with the tiny bi-encoder (not indexed)."""
+def _tiny_project(folder: Path, encoder: Path, docs: Path | None = None, **chunk):
+    """A project of `docs` (sample_corpus/docs) chunked (with [chunk] options `chunk`) and embedded with the
+    tiny bi-encoder (not indexed)."""
     from rag_cli import Project
 
     p = Project.create(folder, model={"embedder": str(encoder)})
-    p.chunk([docs or REPO / "sample_corpus" / "docs"])
+    p.chunk([docs or REPO / "sample_corpus" / "docs"], **chunk)
     p.embed()
     return p
 
@@ -567,6 +568,13 @@ def test_a_deleted_lite_file_is_named_and_never_recreated(tmp_path, tiny_bi_enco
         msg = only_message(rag_cli("search", "reciprocal rank fusion", "--mode", mode, "-p", p.root), 2)
         assert f"the Milvus Lite file {db} does not exist" in msg and "`rag index`" in msg
         assert not (p.root / "m.db").exists()
+    for verify in ((), ("--verify",)):  # status says so (its generation's files are intact)
+        res = rag_cli("status", *verify, "-p", p.root)
+        out = " ".join((res.stdout + res.stderr).split())
+        assert res.returncode == 2, (verify, out)
+        assert (f"the current generation {before[-1]} is served from the Milvus Lite file {db}, which does not "
+                "exist") in out and "run `rag index`" in out and "up to date" not in out
+        assert not (p.root / "m.db").exists()
     (docs / "new.md").write_text("# Zymurgy\n\nZymurgy is the chemistry of fermentation.\n")
     chunks = (p.root / "chunks.parquet").read_bytes()
     msg = only_message(rag_cli("update", "-p", p.root), 2)
@@ -579,6 +587,7 @@ def test_a_deleted_lite_file_is_named_and_never_recreated(tmp_path, tiny_bi_enco
     (p.root / "m.db").unlink()
     res = rag_cli("index", "-p", p.root)  # uri and alias from rag.toml
     assert res.returncode == 0, res.stderr
+    assert "Milvus Lite file" not in rag_cli("status", "-p", p.root).stdout
     res = rag_cli("search", "reciprocal rank fusion", "--mode", "sparse", "--json", "-p", p.root)
     assert res.returncode == 0 and res.stderr == "", res.stderr
     assert json.loads(res.stdout)["results"][0]["doc_id"] == "hybrid_rrf.md"
@@ -589,7 +598,8 @@ def test_lite_builds_the_index_parameters_asked_for(tmp_path, tiny_bi_encoder, m
     """Milvus Lite builds its faiss index with the parameters given (read back from the index files it
     writes), not its defaults (nlist 128, M 16, efConstruction 200, which it uses when the parameters come
     only as pymilvus 3 sends them): `--milvus-index ivf-sq8 --nlist 4` has 4 cells, as rag_dense.json
-    records; an nlist above the number of chunks is recorded and built as that number; `hnsw` has the
+    records; an nlist above n / 39 (157 chunks: 4) is recorded and built as that, so faiss's k-means has
+    the 39 training vectors per cell it wants and `rag index` prints no faiss warning; `hnsw` has the
     --hnsw-m and --ef-construction given."""
     faiss = require_module("faiss", "faiss-cpu")
     from rag_cli.index.milvus import close_clients
@@ -601,14 +611,18 @@ def test_lite_builds_the_index_parameters_asked_for(tmp_path, tiny_bi_encoder, m
             return [faiss.extract_index_ivf(i).nlist for i in indexes]
         return [(i.hnsw.nb_neighbors(1), i.hnsw.efConstruction) for i in indexes]
 
-    p = _tiny_project(tmp_path / "p", tiny_bi_encoder)
-    for nlist, db in ((4, "four.db"), (100_000, "many.db")):
-        gen = p.index(backend="milvus", uri=db, milvus_index="ivf-sq8", nlist=nlist, keep=0)
-        params = json.loads((p.root / "index" / gen.generation / "dense" / "rag_dense.json").read_text())
-        want = min(nlist, gen.n_chunks)
-        assert params["index_type"] == "IVF_SQ8" and params["index_params"]["nlist"] == want
+    p = _tiny_project(tmp_path / "p", tiny_bi_encoder, size=40, overlap=0)
+    n = p.status().chunks
+    assert n // 39 == 4, n
+    for nlist, db in ((4, "four.db"), (4096, "many.db")):
+        res = rag_cli("index", "--backend", "milvus", "--uri", db, "--milvus-index", "ivf-sq8", "--nlist", nlist,
+                      "--keep", 0, "-p", p.root)
+        assert res.returncode == 0 and "WARNING" not in res.stderr, res.stderr  # faiss's "clustering 157 points.."
+        gen = sorted((p.root / "index").glob("gen-*"))[-1]
+        params = json.loads((gen / "dense" / "rag_dense.json").read_text())
+        assert params["index_type"] == "IVF_SQ8" and params["index_params"]["nlist"] == 4
         assert p.search("reciprocal rank fusion", mode="dense", k=3).hits
-        assert built(p.root / db, "ivf_sq8") == [want]
+        assert built(p.root / db, "ivf_sq8") == [4]
         close_clients()
     p.index(backend="milvus", uri="hnsw.db", milvus_index="hnsw", hnsw_m=8, hnsw_ef_construction=40, keep=0)
     assert p.search("reciprocal rank fusion", mode="dense", k=3).hits

@@ -126,6 +126,18 @@ def check_served(gen: Path, params: dict, settings) -> None:
         check_milvus(gen, params, settings)
 
 
+def serving_problem(gen: Path, params: dict) -> str | None:
+    """What `rag status` says when the copy the generation `gen` (its meta.json `dense` `params`) is served
+    from is visibly gone (milvus: its Lite file missing or not a folder, `rag_cli.index.milvus.lite_problem`;
+    looked at on disk only: status opens no Milvus, which would take a Lite file from a `rag serve`),
+    else None. Nothing for the local backends."""
+    if not isinstance(params, dict) or params.get("backend") != "milvus":
+        return None
+    from rag_cli.index.milvus import lite_problem
+
+    return lite_problem(gen, params)
+
+
 def check_switch(gen: Path) -> None:
     """Before CURRENT moves to the existing generation `gen` (`rag rollback`): raise what switching its
     serving copy to it would raise, so a refusal changes nothing (milvus: `rag_cli.index.milvus.check_switch`:

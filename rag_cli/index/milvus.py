@@ -63,9 +63,11 @@ not IVF_PQ, which needs a server. Milvus Lite 3.2 reads build parameters
 (nlist, M, efConstruction) only in the JSON form earlier pymilvus sent, not
 the key-value pairs pymilvus 3 sends, and silently builds with its defaults
 otherwise: `_build_params` sends both forms to a Lite file. An IVF index is
-built per segment (as on a server), with at most one cell per row: the nlist
-recorded in rag_dense.json is bounded by the number of chunks (as the faiss
-backend bounds it).
+built per segment (as on a server); the nlist sent and recorded in
+rag_dense.json is at most n / 39 (`MIN_TRAIN_PER_CELL`, at least 1), so
+faiss's k-means (which Milvus Lite runs in this process) has the 39 training
+vectors per cell it wants and prints no warning; below 39 chunks one cell is
+still too few for it, and its one-line warning on stderr is harmless.
 
 Reaching Milvus (URIs, clients, an unreachable server, a busy or missing Lite
 file, pymilvus's logging) is `rag_cli.index.milvus_connection`.
@@ -100,6 +102,8 @@ SPARSE_METHODS = ("lucene", "robertson", "atire")
 #: The term id of a chunk without BM25 terms (Milvus refuses an empty sparse vector): no query holds it
 #: (term ids are below the vocabulary's size), so the chunk is never a sparse hit, as locally.
 NO_TERMS = 2**32 - 2
+#: faiss's `min_points_per_centroid`: k-means with fewer training vectors per cell prints a warning to stderr.
+MIN_TRAIN_PER_CELL = 39
 _GEN_COLLECTION = re.compile(r"^(?P<alias>.+)_gen_(?P<id>\d{6,})$")
 
 
@@ -180,7 +184,8 @@ def _index_params(settings, n: int, dim: int) -> dict:
         return {"index_type": "HNSW", "params": {"M": settings.hnsw_m, "efConstruction": settings.hnsw_ef_construction}}
     if kind == "flat":
         return {"index_type": "FLAT", "params": {}}
-    params = {"nlist": min(settings.nlist or auto_nlist(n), max(n, 1))}  # Milvus Lite takes at most n, as faiss
+    # at most n / 39 cells: faiss's k-means wants 39 training vectors per cell and prints a warning with fewer
+    params = {"nlist": min(settings.nlist or auto_nlist(n), max(n // MIN_TRAIN_PER_CELL, 1))}
     if kind == "ivf-pq":
         m = settings.pq_m or auto_pq_m(dim)
         if dim % m:
@@ -559,6 +564,26 @@ def check_served(gen: Path, params: dict, settings) -> None:
                        "not exist (deleted or moved?); `rag update` has no served index to update: run `rag index` "
                        "to publish the current chunks and embeddings again (or put the file back); the index was not "
                        "changed")
+
+
+def lite_problem(gen: Path, params: dict) -> str | None:
+    """For `rag status`: why the milvus generation `gen` (its rag_dense.json / meta `dense` `params`) cannot
+    be searched when its Milvus Lite file is missing or is not a folder (a search is then BadInput), else
+    None (also for a server, and for a uri that cannot be resolved: opening the generation says why).
+    Reads the file system only, without pymilvus."""
+    uri = params.get("uri")
+    if not uri or is_server(uri):
+        return None
+    try:
+        path = Path(resolve_uri(uri, Path(gen).absolute().parent.parent))
+    except BadInput:
+        return None
+    if path.is_dir():
+        return None
+    what = "is a file, not the folder Milvus Lite 3 keeps" if path.exists() else "does not exist (deleted or moved?)"
+    return (f"the current generation {Path(gen).name} is served from the Milvus Lite file {path}, which {what}: "
+            "every search fails; run `rag index` to publish the current chunks and embeddings again (or put the "
+            "file back)")
 
 
 def check_switch(gen: Path, params: dict) -> None:

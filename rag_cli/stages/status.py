@@ -192,13 +192,15 @@ def project_status(project: "ProjectFolder", verify: bool = False) -> dict[str, 
     bytes}, stale [{stage, why, command, files?}] (`stale_stages`), damaged
     [messages naming the file: an unreadable docs/chunks/embeddings.parquet,
     a damaged index/CURRENT, a current generation whose files do not match
-    files.json], sources [paths]}.
+    files.json, or whose serving copy is gone (`serving_problem`: a deleted
+    Milvus Lite file)], sources [paths]}.
     The current generation is checked as a search checks it when it opens
     it: every size, and the sha256 of every file up to
     VERIFY_SHA256_MAX_BYTES (so a flipped byte in a small file is found
     without `verify`; only bigger files get the size check alone). With
     `verify`, every file of every generation is hashed and each generation
     gets `verified`: None when intact, else the problem."""
+    from rag_cli.index.backends import serving_problem
     from rag_cli.store.index_folder import current_pointer, verify_generation
 
     pointer_problem = None
@@ -240,6 +242,9 @@ def project_status(project: "ProjectFolder", verify: bool = False) -> dict[str, 
                        "this index (the folder or its files.json is missing); write a new generation with `rag index`")
     if current is not None and current["damaged"]:
         damaged.append(current["damaged"])
+    elif current is not None and (served := serving_problem(project.index_dir / current["name"],
+                                                              current.get("dense"))):
+        damaged.append(served)  # its files are intact, but what serves it is gone (a deleted Milvus Lite file)
     return {
         "project": str(project.root),
         **{name: n for name, (n, _) in rows.items()},
