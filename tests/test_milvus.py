@@ -352,6 +352,34 @@ def test_a_refused_rollback_never_moves_current(tmp_path, tiny_bi_encoder, milvu
     close_clients()
 
 
+@pytest.mark.slow
+def test_rollback_moves_the_alias_of_the_generation_it_makes_current(tmp_path, tiny_bi_encoder, milvus_lite):
+    """The rule: `rag rollback` moves the alias the target generation was published under (its own
+    rag_dense.json), none for a local generation; another generation's alias is left serving what it
+    served, and `rag status` names it in its stale-index line."""
+    from rag_cli.index.milvus import client, close_clients, collection_of
+
+    p = _tiny_project(tmp_path / "p", tiny_bi_encoder)
+    first = p.index(backend="milvus", uri="m.db", collection="one").generation
+    second = p.index(collection="two").generation
+    c = client(str(p.root / "m.db"))
+    c.alter_alias(collection_of("two", second), "one")  # moved away behind the project's back
+    assert p.rollback().to == first
+    assert c.describe_alias("one")["collection_name"] == collection_of("one", first)
+    assert c.describe_alias("two")["collection_name"] == collection_of("two", second)
+    why = next(s for s in p.status().stale if s["stage"] == "index")["why"]
+    assert f"the Milvus alias two at {p.root / 'm.db'} still serves the collection it pointed at" in why, why
+    assert "one at" not in why
+    third = p.index(backend="exact").generation
+    p.index(backend="milvus", collection="two")
+    p.rollback()  # to the exact generation `third`: no alias moves
+    assert p.status().current == third
+    assert c.describe_alias("two")["collection_name"] != collection_of("two", third)
+    why = next(s for s in p.status().stale if s["stage"] == "index")["why"]
+    assert "the Milvus alias two at" in why and "which has none" in why, why
+    close_clients()
+
+
 # --------------------------------------------------------------------------- when Milvus cannot be used
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
 
