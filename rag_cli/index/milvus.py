@@ -3,9 +3,10 @@
 `rag index --backend milvus --uri URI` writes the generation folder as the
 `exact` backend does (`dense/vectors.npy`, `sparse/` of bm25s, the chunk and
 document tables: the folder stays the source of truth), then publishes it to
-the collection `ALIAS_gen_NNNNNN` (`collection_of`) before CURRENT moves to
-it, and switches the alias `ALIAS` (`index.collection`) to it with
-`alter_alias` once it is current. One row per chunk:
+the collection `ALIAS_gen_NNNNNN` (`collection_of`) and switches the alias
+`ALIAS` (`index.collection`) to it with `alter_alias`, both before CURRENT
+moves to it: a failure at any step (the alias's included) drops the new
+collection and leaves CURRENT where it was. One row per chunk:
 
 | field | type | holds |
 | --- | --- | --- |
@@ -42,7 +43,9 @@ with `rag_cli.index.fusion` (the Searcher does it, as for local backends).
 Ownership: every published collection carries the properties `OWNER` (the resolved project folder
 that published it) and `TOKEN` (the generation's random `token`, also in its rag_dense.json). A
 publish refuses (BadInput naming --collection and the owner) to overwrite another project's collection
-or to move an alias pointing at one; a search refuses a collection without its generation's token
+or to move an alias pointing at one, and (BadInput naming --collection: aliases and collections share one
+namespace) an alias named like an existing collection or a collection named like an existing alias
+(`_check_names`); a search refuses a collection without its generation's token
 (replaced by another project: BadInput, run `rag index`); pruning drops only this project's
 (`_droppable`: a collection without an owner, published before owners were recorded, only from a
 Lite file inside the project folder, and never the alias's target).
@@ -50,7 +53,9 @@ Lite file inside the project folder, and never the alias's target).
 Generations and collections: a generation's collection lives as long as its
 folder: `sync` (after every write and rollback) points the alias at the
 current generation's collection and drops `ALIAS_gen_*` collections whose
-generation folder is gone. `rag update` publishes the new generation whole
+generation folder is gone. A rollback moves only the alias recorded in the
+target generation's rag_dense.json (none for a local generation), after
+`check_switch` found everything that switch needs, before CURRENT moves. `rag update` publishes the new generation whole
 (not an upsert into the served collection): every chunk's BM25 weights depend
 on the corpus (N, document frequencies, average length), so one changed
 document changes every sparse vector, and a separate collection keeps the
