@@ -15,6 +15,9 @@ module's tests end. Proved here:
 - `--filter` gives the local filtered results;
 - a new generation is a new collection and the alias moves to it atomically;
   `rag rollback` moves it back; pruned generations' collections are dropped;
+- every refusal changes nothing: the alias moves before CURRENT (an alias
+  named like a collection is exit 2 before anything is published), and a
+  rollback is checked (a busy Lite file, a collection gone) before CURRENT moves;
 - `rag update` with a changed, a removed and an added document.
 
 The unit tests at the top need neither Milvus nor the default model.
