@@ -146,8 +146,9 @@ class IndexConfig:
     nprobe: int = setting(64, "faiss ivf-pq, milvus ivf-*: cells searched per query", limits=(1, None))
     rerank: int = setting(100, "faiss: candidates re-scored with the exact (memory-mapped) vectors before the "
                           "best k are kept; 0 = the codes' approximate scores", limits=(0, None))
-    uri: str = setting("", "milvus: a local file path (Milvus Lite, embedded; relative to the project folder) or "
-                       "http://host:19530 (a Milvus server or cluster); empty = milvus.db in the project folder")
+    uri: str = setting("", "milvus: a local path ending in .db (Milvus Lite, embedded: a folder; relative to the "
+                       "project folder) or http://host:19530 / https://host (a Milvus server or cluster; also "
+                       "tcp://, unix:); empty = milvus.db in the project folder")
     collection: str = setting("", "milvus: the alias of the current generation (each generation is the "
                               "collection ALIAS_gen_NNNNNN); empty = rag_ and 12 hex digits of the project "
                               "folder's path", check=collection_problem)

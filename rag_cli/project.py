@@ -311,19 +311,21 @@ class Project:
         embedding files are not changed: `status` shows them as newer); a
         Milvus alias is switched back with it (`rag_cli.index.milvus.sync`).
 
-        All or nothing: CURRENT moves first and the alias follows it (the
-        order `rag index` uses: publish, CURRENT, alias; the alias is derived
-        from CURRENT); when the alias switch fails (Milvus unreachable, the
-        collection or the Lite file gone), CURRENT is moved back (and the
-        alias with it, where it had moved), so the failed rollback leaves the
-        index and Milvus as they were. Raises BadInput when there is no older
-        generation, and what the alias switch raised."""
-        from rag_cli.index.backends import sync_serving
+        All or nothing: before CURRENT moves, the target generation's serving
+        copy is checked (`rag_cli.index.backends.check_switch`: its Milvus
+        reachable, its Lite file present and not held by another process,
+        its collection there and this project's), so a refusal never moves
+        CURRENT (a `rag serve` would hot-reload it); then CURRENT moves and
+        the alias follows it. When the alias switch still fails, CURRENT is
+        moved back (and the alias with it, where it had moved). Raises
+        BadInput when there is no older generation, and what the check or
+        the alias switch raised."""
+        from rag_cli.index.backends import check_switch, sync_serving
         from rag_cli.store.index_folder import rollback, switch_current
 
         self.folder.require_exists()
         with self.folder.writing("rollback", wait):
-            old, new = rollback(self.index_dir)
+            old, new = rollback(self.index_dir, before=check_switch)
             try:
                 sync_serving(self.index_dir)
             except BaseException:

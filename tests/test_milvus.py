@@ -15,6 +15,9 @@ module's tests end. Proved here:
 - `--filter` gives the local filtered results;
 - a new generation is a new collection and the alias moves to it atomically;
   `rag rollback` moves it back; pruned generations' collections are dropped;
+- every refusal changes nothing: the alias moves before CURRENT (an alias
+  named like a collection is exit 2 before anything is published), and a
+  rollback is checked (a busy Lite file, a collection gone) before CURRENT moves;
 - `rag update` with a changed, a removed and an added document.
 
 The unit tests at the top need neither Milvus nor the default model.
@@ -183,12 +186,13 @@ def test_a_backend_given_up_leaves_no_collection_once_pruned(tmp_path, tiny_bi_e
     assert c.list_collections() == [] and "given_up" not in c.list_aliases()["aliases"]
 
 
-def _tiny_project(folder: Path, encoder: Path, docs: Path | None = None):
-    """A project of `docs` (sample_corpus/docs) chunked and embedded with the tiny bi-encoder (not indexed)."""
+def _tiny_project(folder: Path, encoder: Path, docs: Path | None = None, **chunk):
+    """A project of `docs` (sample_corpus/docs) chunked (with [chunk] options `chunk`) and embedded with the
+    tiny bi-encoder (not indexed)."""
     from rag_cli import Project
 
     p = Project.create(folder, model={"embedder": str(encoder)})
-    p.chunk([docs or REPO / "sample_corpus" / "docs"])
+    p.chunk([docs or REPO / "sample_corpus" / "docs"], **chunk)
     p.embed()
     return p
 
@@ -312,6 +316,73 @@ def test_a_rollback_whose_alias_switch_fails_changes_nothing(tmp_path, tiny_bi_e
     close_clients()
 
 
+@pytest.mark.slow
+def test_a_refused_rollback_never_moves_current(tmp_path, tiny_bi_encoder, milvus_lite):
+    """`rag rollback` is checked before CURRENT moves (a `rag serve` would hot-reload every move): with the
+    Lite file held by another process it is WorkFailed naming the holder, and to a generation whose
+    collection is gone (the file deleted and published anew by `rag index`) BadInput naming `rag index`;
+    either way CURRENT is never rewritten (the same file, not moved and moved back)."""
+    from rag_cli.errors import BadInput, WorkFailed
+    from rag_cli.index.milvus import close_clients
+
+    p = _tiny_project(tmp_path / "p", tiny_bi_encoder)
+    p.index(backend="milvus", uri="m.db")
+    second = p.index(backend="milvus", uri="m.db").generation
+    close_clients()
+    current = p.root / "index" / "CURRENT"
+    before = (current.stat().st_ino, current.read_bytes())
+    code = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+            "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('held', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(p.root / "m.db" / "LOCK")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(WorkFailed, match=re.escape(str(p.root / "m.db")) + f" is in use by pid {holder.pid}"):
+            p.rollback()
+        assert (current.stat().st_ino, current.read_bytes()) == before
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    shutil.rmtree(p.root / "m.db")
+    third = p.index(keep=5).generation  # a new file: only the new generation's collection
+    before = (current.stat().st_ino, current.read_bytes())
+    with pytest.raises(BadInput, match=f"cannot roll back to {second}: its collection .* is not in Milvus at "
+                                       f".*run `rag index`.*nothing was changed"):
+        p.rollback()
+    assert (current.stat().st_ino, current.read_bytes()) == before
+    assert p.search("reciprocal rank fusion", mode="sparse").hits[0].doc_id == "hybrid_rrf.md"
+    assert third in current.read_text()
+    close_clients()
+
+
+@pytest.mark.slow
+def test_rollback_moves_the_alias_of_the_generation_it_makes_current(tmp_path, tiny_bi_encoder, milvus_lite):
+    """The rule: `rag rollback` moves the alias the target generation was published under (its own
+    rag_dense.json), none for a local generation; another generation's alias is left serving what it
+    served, and `rag status` names it in its stale-index line."""
+    from rag_cli.index.milvus import client, close_clients, collection_of
+
+    p = _tiny_project(tmp_path / "p", tiny_bi_encoder)
+    first = p.index(backend="milvus", uri="m.db", collection="one").generation
+    second = p.index(collection="two").generation
+    c = client(str(p.root / "m.db"))
+    c.alter_alias(collection_of("two", second), "one")  # moved away behind the project's back
+    assert p.rollback().to == first
+    assert c.describe_alias("one")["collection_name"] == collection_of("one", first)
+    assert c.describe_alias("two")["collection_name"] == collection_of("two", second)
+    why = next(s for s in p.status().stale if s["stage"] == "index")["why"]
+    assert f"the Milvus alias two at {p.root / 'm.db'} still serves the collection it pointed at" in why, why
+    assert "one at" not in why
+    third = p.index(backend="exact").generation
+    p.index(backend="milvus", collection="two")
+    p.rollback()  # to the exact generation `third`: no alias moves
+    assert p.status().current == third
+    assert c.describe_alias("two")["collection_name"] != collection_of("two", third)
+    why = next(s for s in p.status().stale if s["stage"] == "index")["why"]
+    assert "the Milvus alias two at" in why and "which has none" in why, why
+    close_clients()
+
+
 # --------------------------------------------------------------------------- when Milvus cannot be used
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
 
@@ -378,6 +449,25 @@ def test_an_unreachable_server_is_exit_1_naming_the_uri(tmp_path, tiny_bi_encode
     assert hung_uri not in conn._clients
 
 
+def test_a_uri_of_another_scheme_is_exit_2_naming_the_accepted_forms(tmp_path, tiny_bi_encoder):
+    """`--uri ftp://x/y.db` (not a path: no folder `ftp:` made) and `--uri grpc://127.0.0.1:19530` (not a
+    scheme pymilvus connects with; it would call it illegal, after a connection wait): exit 2 at once,
+    naming --uri and the accepted forms, nothing written. The schemes pymilvus takes are servers."""
+    require_module("pymilvus", "pymilvus")
+    from rag_cli.index.milvus_connection import is_server
+
+    assert all(map(is_server, ("http://h:19530", "HTTPS://h", "tcp://h:19530", "unix:/run/milvus.sock")))
+    assert not any(map(is_server, ("grpc://h:19530", "m.db", "/abs/unix:x.db")))
+    p = _tiny_project(tmp_path / "p", tiny_bi_encoder)
+    config = (p.root / "rag.toml").read_bytes()
+    for uri in ("ftp://x/y.db", "grpc://127.0.0.1:19530"):
+        msg = only_message(rag_cli("index", "--backend", "milvus", "--uri", uri, "-p", p.root), 2)
+        assert f"--uri {uri}: the scheme {uri.split(':')[0]}:// is not one Milvus is reached with" in msg
+        assert "a local path ending in .db" in msg and "http://host:19530" in msg
+        assert generations(p) == [] and not (p.root / "ftp:").exists() and not (p.root / "grpc:").exists()
+        assert (p.root / "rag.toml").read_bytes() == config
+
+
 def test_lite_holders_names_the_process_holding_the_lock(tmp_path):
     """`lite_holders` finds the process that holds a Lite folder's LOCK (from /proc/locks, without taking
     the lock), and `lite_busy` sees it held; both see it free once that process is gone."""
@@ -405,6 +495,52 @@ def test_lite_holders_names_the_process_holding_the_lock(tmp_path):
 
 
 @pytest.mark.slow
+def test_an_alias_named_like_a_collection_and_a_failed_alias_switch_change_nothing(tmp_path, tiny_bi_encoder,
+                                                                                     milvus_lite):
+    """`--collection X` where the Milvus already has a collection named X (another project's
+    `docs_gen_000001`): exit 2 naming --collection, checked before anything is published (no generation,
+    no CURRENT, no new collection). An alias switch that fails anyway (here: Milvus refuses it) is
+    WorkFailed and leaves CURRENT, the generations and the collections as they were: the alias moves
+    before CURRENT, and the unpublished generation's collection is dropped."""
+    import pymilvus
+
+    from rag_cli.errors import WorkFailed
+    from rag_cli.index.milvus import client, close_clients
+
+    shared = str(tmp_path / "shared.db")
+    a = _tiny_project(tmp_path / "a", tiny_bi_encoder)
+    first = a.index(backend="milvus", uri=shared, collection="docs").generation
+    clash = "docs_" + first.replace("-", "_")
+    close_clients()
+    b = _tiny_project(tmp_path / "b", tiny_bi_encoder)
+    msg = only_message(rag_cli("index", "--backend", "milvus", "--uri", shared, "--collection", clash, "-p", b.root), 2)
+    assert f"--collection {clash}: Milvus at {shared} already has a collection named {clash}" in msg, msg
+    assert "nothing was changed" in msg
+    assert generations(b) == [] and not (b.root / "index" / "CURRENT").exists()
+    c = client(shared)
+    assert sorted(c.list_collections()) == [clash] and c.list_aliases()["aliases"] == ["docs"]
+
+    b.index(backend="milvus", uri=shared, collection="docs_b")
+    names, before = sorted(c.list_collections()), generations(b)
+    current = (b.root / "index" / "CURRENT").read_bytes()
+
+    def refuse(self, *args, **kwargs):
+        raise pymilvus.MilvusException(message="alias refused (by the test)")
+
+    real = pymilvus.MilvusClient.alter_alias
+    pymilvus.MilvusClient.alter_alias = refuse
+    try:
+        with pytest.raises(WorkFailed, match="switching the alias docs_b to the collection docs_b_gen_000002 failed"):
+            b.index()
+    finally:
+        pymilvus.MilvusClient.alter_alias = real
+    assert (b.root / "index" / "CURRENT").read_bytes() == current and generations(b) == before
+    assert sorted(c.list_collections()) == names
+    assert b.search("reciprocal rank fusion", mode="sparse").hits[0].doc_id == "hybrid_rrf.md"
+    close_clients()
+
+
+@pytest.mark.slow
 def test_a_lite_file_held_by_rag_serve_is_exit_1_for_every_command(tmp_path, tiny_bi_encoder, milvus_lite):
     """While `rag serve` holds a project's Milvus Lite file, `rag search`, `rag index`, `rag update` (with a
     changed source) and `rag rollback` in another shell exit 1 alike (a busy resource), each with one line
@@ -423,6 +559,7 @@ def test_a_lite_file_held_by_rag_serve_is_exit_1_for_every_command(tmp_path, tin
     close_clients()
     before = generations(p)
     current = (p.root / "index" / "CURRENT").read_bytes()
+    inode = (p.root / "index" / "CURRENT").stat().st_ino  # CURRENT never rewritten (the server would reload it)
     chunks = (p.root / "chunks.parquet").read_bytes()
     (docs / "new.md").write_text("# Zymurgy\n\nZymurgy is the chemistry of fermentation.\n")
     db = str(p.root / "m.db")
@@ -435,6 +572,7 @@ def test_a_lite_file_held_by_rag_serve_is_exit_1_for_every_command(tmp_path, tin
             assert f"the Milvus Lite file {db} is in use by pid {server.proc.pid} (" in msg, (args, msg)
             assert "serve" in msg and "Milvus Lite serves one process" in msg
         assert generations(p) == before and (p.root / "index" / "CURRENT").read_bytes() == current
+        assert (p.root / "index" / "CURRENT").stat().st_ino == inode
         assert not list((p.root / "index").glob(".gen-*"))  # no half-written generation left
         assert (p.root / "chunks.parquet").read_bytes() == chunks
     assert json.loads(rag_cli("search", "reciprocal rank fusion", "--mode", "sparse", "--json", "-p",
@@ -461,6 +599,13 @@ def test_a_deleted_lite_file_is_named_and_never_recreated(tmp_path, tiny_bi_enco
         msg = only_message(rag_cli("search", "reciprocal rank fusion", "--mode", mode, "-p", p.root), 2)
         assert f"the Milvus Lite file {db} does not exist" in msg and "`rag index`" in msg
         assert not (p.root / "m.db").exists()
+    for verify in ((), ("--verify",)):  # status says so (its generation's files are intact)
+        res = rag_cli("status", *verify, "-p", p.root)
+        out = " ".join((res.stdout + res.stderr).split())
+        assert res.returncode == 2, (verify, out)
+        assert (f"the current generation {before[-1]} is served from the Milvus Lite file {db}, which does not "
+                "exist") in out and "run `rag index`" in out and "up to date" not in out
+        assert not (p.root / "m.db").exists()
     (docs / "new.md").write_text("# Zymurgy\n\nZymurgy is the chemistry of fermentation.\n")
     chunks = (p.root / "chunks.parquet").read_bytes()
     msg = only_message(rag_cli("update", "-p", p.root), 2)
@@ -473,6 +618,7 @@ def test_a_deleted_lite_file_is_named_and_never_recreated(tmp_path, tiny_bi_enco
     (p.root / "m.db").unlink()
     res = rag_cli("index", "-p", p.root)  # uri and alias from rag.toml
     assert res.returncode == 0, res.stderr
+    assert "Milvus Lite file" not in rag_cli("status", "-p", p.root).stdout
     res = rag_cli("search", "reciprocal rank fusion", "--mode", "sparse", "--json", "-p", p.root)
     assert res.returncode == 0 and res.stderr == "", res.stderr
     assert json.loads(res.stdout)["results"][0]["doc_id"] == "hybrid_rrf.md"
@@ -483,7 +629,8 @@ def test_lite_builds_the_index_parameters_asked_for(tmp_path, tiny_bi_encoder, m
     """Milvus Lite builds its faiss index with the parameters given (read back from the index files it
     writes), not its defaults (nlist 128, M 16, efConstruction 200, which it uses when the parameters come
     only as pymilvus 3 sends them): `--milvus-index ivf-sq8 --nlist 4` has 4 cells, as rag_dense.json
-    records; an nlist above the number of chunks is recorded and built as that number; `hnsw` has the
+    records; an nlist above n / 39 (157 chunks: 4) is recorded and built as that, so faiss's k-means has
+    the 39 training vectors per cell it wants and `rag index` prints no faiss warning; `hnsw` has the
     --hnsw-m and --ef-construction given."""
     faiss = require_module("faiss", "faiss-cpu")
     from rag_cli.index.milvus import close_clients
@@ -495,14 +642,18 @@ def test_lite_builds_the_index_parameters_asked_for(tmp_path, tiny_bi_encoder, m
             return [faiss.extract_index_ivf(i).nlist for i in indexes]
         return [(i.hnsw.nb_neighbors(1), i.hnsw.efConstruction) for i in indexes]
 
-    p = _tiny_project(tmp_path / "p", tiny_bi_encoder)
-    for nlist, db in ((4, "four.db"), (100_000, "many.db")):
-        gen = p.index(backend="milvus", uri=db, milvus_index="ivf-sq8", nlist=nlist, keep=0)
-        params = json.loads((p.root / "index" / gen.generation / "dense" / "rag_dense.json").read_text())
-        want = min(nlist, gen.n_chunks)
-        assert params["index_type"] == "IVF_SQ8" and params["index_params"]["nlist"] == want
+    p = _tiny_project(tmp_path / "p", tiny_bi_encoder, size=40, overlap=0)
+    n = p.status().chunks
+    assert n // 39 == 4, n
+    for nlist, db in ((4, "four.db"), (4096, "many.db")):
+        res = rag_cli("index", "--backend", "milvus", "--uri", db, "--milvus-index", "ivf-sq8", "--nlist", nlist,
+                      "--keep", 0, "-p", p.root)
+        assert res.returncode == 0 and "WARNING" not in res.stderr, res.stderr  # faiss's "clustering 157 points.."
+        gen = sorted((p.root / "index").glob("gen-*"))[-1]
+        params = json.loads((gen / "dense" / "rag_dense.json").read_text())
+        assert params["index_type"] == "IVF_SQ8" and params["index_params"]["nlist"] == 4
         assert p.search("reciprocal rank fusion", mode="dense", k=3).hits
-        assert built(p.root / db, "ivf_sq8") == [want]
+        assert built(p.root / db, "ivf_sq8") == [4]
         close_clients()
     p.index(backend="milvus", uri="hnsw.db", milvus_index="hnsw", hnsw_m=8, hnsw_ef_construction=40, keep=0)
     assert p.search("reciprocal rank fusion", mode="dense", k=3).hits

@@ -126,6 +126,33 @@ def check_served(gen: Path, params: dict, settings) -> None:
         check_milvus(gen, params, settings)
 
 
+def serving_problem(gen: Path, params: dict) -> str | None:
+    """What `rag status` says when the copy the generation `gen` (its meta.json `dense` `params`) is served
+    from is visibly gone (milvus: its Lite file missing or not a folder, `rag_cli.index.milvus.lite_problem`;
+    looked at on disk only: status opens no Milvus, which would take a Lite file from a `rag serve`),
+    else None. Nothing for the local backends."""
+    if not isinstance(params, dict) or params.get("backend") != "milvus":
+        return None
+    from rag_cli.index.milvus import lite_problem
+
+    return lite_problem(gen, params)
+
+
+def check_switch(gen: Path) -> None:
+    """Before CURRENT moves to the existing generation `gen` (`rag rollback`): raise what switching its
+    serving copy to it would raise, so a refusal changes nothing (milvus: `rag_cli.index.milvus.check_switch`:
+    the Lite file missing or held by another process, the server unreachable, the collection gone or
+    another project's). Nothing for the local backends (their files are `gen`'s own, already verified)."""
+    try:
+        params = json.loads((Path(gen) / "dense" / "rag_dense.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # verified before: a generation of the time before rag_dense.json (hnswlib)
+    if isinstance(params, dict) and params.get("backend") == "milvus":
+        from rag_cli.index.milvus import check_switch as check_milvus
+
+        check_milvus(gen, params)
+
+
 def serving_targets(index_dir: Path) -> set:
     """The external copies of the generations in `index_dir` (milvus: {(uri, alias, collection)}); read
     before a write, given to `sync_serving` after it. Empty (and nothing imported) when there are none."""

@@ -3,9 +3,10 @@
 `rag index --backend milvus --uri URI` writes the generation folder as the
 `exact` backend does (`dense/vectors.npy`, `sparse/` of bm25s, the chunk and
 document tables: the folder stays the source of truth), then publishes it to
-the collection `ALIAS_gen_NNNNNN` (`collection_of`) before CURRENT moves to
-it, and switches the alias `ALIAS` (`index.collection`) to it with
-`alter_alias` once it is current. One row per chunk:
+the collection `ALIAS_gen_NNNNNN` (`collection_of`) and switches the alias
+`ALIAS` (`index.collection`) to it with `alter_alias`, both before CURRENT
+moves to it: a failure at any step (the alias's included) drops the new
+collection and leaves CURRENT where it was. One row per chunk:
 
 | field | type | holds |
 | --- | --- | --- |
@@ -42,7 +43,9 @@ with `rag_cli.index.fusion` (the Searcher does it, as for local backends).
 Ownership: every published collection carries the properties `OWNER` (the resolved project folder
 that published it) and `TOKEN` (the generation's random `token`, also in its rag_dense.json). A
 publish refuses (BadInput naming --collection and the owner) to overwrite another project's collection
-or to move an alias pointing at one; a search refuses a collection without its generation's token
+or to move an alias pointing at one, and (BadInput naming --collection: aliases and collections share one
+namespace) an alias named like an existing collection or a collection named like an existing alias
+(`_check_names`); a search refuses a collection without its generation's token
 (replaced by another project: BadInput, run `rag index`); pruning drops only this project's
 (`_droppable`: a collection without an owner, published before owners were recorded, only from a
 Lite file inside the project folder, and never the alias's target).
@@ -50,7 +53,9 @@ Lite file inside the project folder, and never the alias's target).
 Generations and collections: a generation's collection lives as long as its
 folder: `sync` (after every write and rollback) points the alias at the
 current generation's collection and drops `ALIAS_gen_*` collections whose
-generation folder is gone. `rag update` publishes the new generation whole
+generation folder is gone. A rollback moves only the alias recorded in the
+target generation's rag_dense.json (none for a local generation), after
+`check_switch` found everything that switch needs, before CURRENT moves. `rag update` publishes the new generation whole
 (not an upsert into the served collection): every chunk's BM25 weights depend
 on the corpus (N, document frequencies, average length), so one changed
 document changes every sparse vector, and a separate collection keeps the
@@ -63,9 +68,11 @@ not IVF_PQ, which needs a server. Milvus Lite 3.2 reads build parameters
 (nlist, M, efConstruction) only in the JSON form earlier pymilvus sent, not
 the key-value pairs pymilvus 3 sends, and silently builds with its defaults
 otherwise: `_build_params` sends both forms to a Lite file. An IVF index is
-built per segment (as on a server), with at most one cell per row: the nlist
-recorded in rag_dense.json is bounded by the number of chunks (as the faiss
-backend bounds it).
+built per segment (as on a server); the nlist sent and recorded in
+rag_dense.json is at most n / 39 (`MIN_TRAIN_PER_CELL`, at least 1), so
+faiss's k-means (which Milvus Lite runs in this process) has the 39 training
+vectors per cell it wants and prints no warning; below 39 chunks one cell is
+still too few for it, and its one-line warning on stderr is harmless.
 
 Reaching Milvus (URIs, clients, an unreachable server, a busy or missing Lite
 file, pymilvus's logging) is `rag_cli.index.milvus_connection`.
@@ -100,6 +107,8 @@ SPARSE_METHODS = ("lucene", "robertson", "atire")
 #: The term id of a chunk without BM25 terms (Milvus refuses an empty sparse vector): no query holds it
 #: (term ids are below the vocabulary's size), so the chunk is never a sparse hit, as locally.
 NO_TERMS = 2**32 - 2
+#: faiss's `min_points_per_centroid`: k-means with fewer training vectors per cell prints a warning to stderr.
+MIN_TRAIN_PER_CELL = 39
 _GEN_COLLECTION = re.compile(r"^(?P<alias>.+)_gen_(?P<id>\d{6,})$")
 
 
@@ -180,7 +189,8 @@ def _index_params(settings, n: int, dim: int) -> dict:
         return {"index_type": "HNSW", "params": {"M": settings.hnsw_m, "efConstruction": settings.hnsw_ef_construction}}
     if kind == "flat":
         return {"index_type": "FLAT", "params": {}}
-    params = {"nlist": min(settings.nlist or auto_nlist(n), max(n, 1))}  # Milvus Lite takes at most n, as faiss
+    # at most n / 39 cells: faiss's k-means wants 39 training vectors per cell and prints a warning with fewer
+    params = {"nlist": min(settings.nlist or auto_nlist(n), max(n // MIN_TRAIN_PER_CELL, 1))}
     if kind == "ivf-pq":
         m = settings.pq_m or auto_pq_m(dim)
         if dim % m:
@@ -479,7 +489,9 @@ def publish_generation(gen: Path, params: dict) -> float:
                          "rebuild it with `rag index`")
     max_ids = max(256, max((len(s.encode()) for s in chunk_ids + doc_ids), default=0))
     root, alias = owner_root(gen.parent), params["alias"]
+    created, step = False, f"publishing {gen.name} to the collection {name}"
     try:
+        _check_names(c, uri, alias, name)
         if c.has_collection(name):
             if other := _foreign(c, uri, name, root):
                 raise BadInput(f"--collection {alias}: the collection {name} at {uri} belongs to another project "
@@ -490,6 +502,7 @@ def publish_generation(gen: Path, params: dict) -> float:
         if target is not None and (other := _foreign(c, uri, target, root)):
             raise BadInput(f"--collection {alias}: the alias {alias} at {uri} points at {target}, which belongs to "
                            f"another project ({other}); give this project its own --collection (nothing was changed)")
+        created = True
         c.create_collection(name, schema=_schema(pymilvus, c, dim, min(max_ids, 65535)))
         c.alter_collection_properties(name, properties={OWNER: root, TOKEN: params.get("token") or ""})
         indptr, indices, data = weights.indptr, weights.indices, weights.data
@@ -512,11 +525,31 @@ def publish_generation(gen: Path, params: dict) -> float:
         c.create_index(name, index)
         c.load_collection(name)
         mark_loaded(uri, name)
+        step = f"switching the alias {alias} to the collection {name}"
+        (c.alter_alias if target is not None else c.create_alias)(name, alias)  # last: then CURRENT moves
     except BadInput:
         raise
     except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
-        raise _failed(f"publishing {gen.name} to the collection {name}", uri, exc) from exc
+        if created:  # the generation is not published: its collection goes with its folder
+            try:
+                _drop(c, uri, name)
+            except Exception:  # noqa: BLE001 - the first failure is the one to report
+                pass
+        raise _failed(step, uri, exc) from exc
     return time.perf_counter() - t0
+
+
+def _check_names(c, uri: str, alias: str, name: str) -> None:
+    """BadInput naming --collection when the alias `alias` or the collection `name` of a publish cannot be
+    created at `uri`: Milvus keeps aliases and collections in one namespace, so an alias may not have the
+    name of an existing collection (anyone's), nor a new collection the name of an existing alias."""
+    if alias in c.list_collections():
+        raise BadInput(f"--collection {alias}: Milvus at {uri} already has a collection named {alias}, and the "
+                       f"alias {alias} cannot have a collection's name; give another --collection (nothing was "
+                       "changed)")
+    if name in (c.list_aliases().get("aliases") or []):
+        raise BadInput(f"--collection {alias}: the collection {name} cannot be created at {uri}, which has an "
+                       f"alias of that name; give another --collection (nothing was changed)")
 
 
 def check_served(gen: Path, params: dict, settings) -> None:
@@ -536,6 +569,61 @@ def check_served(gen: Path, params: dict, settings) -> None:
                        "not exist (deleted or moved?); `rag update` has no served index to update: run `rag index` "
                        "to publish the current chunks and embeddings again (or put the file back); the index was not "
                        "changed")
+
+
+def lite_problem(gen: Path, params: dict) -> str | None:
+    """For `rag status`: why the milvus generation `gen` (its rag_dense.json / meta `dense` `params`) cannot
+    be searched when its Milvus Lite file is missing or is not a folder (a search is then BadInput), else
+    None (also for a server, and for a uri that cannot be resolved: opening the generation says why).
+    Reads the file system only, without pymilvus."""
+    uri = params.get("uri")
+    if not uri or is_server(uri):
+        return None
+    try:
+        path = Path(resolve_uri(uri, Path(gen).absolute().parent.parent))
+    except BadInput:
+        return None
+    if path.is_dir():
+        return None
+    what = "is a file, not the folder Milvus Lite 3 keeps" if path.exists() else "does not exist (deleted or moved?)"
+    return (f"the current generation {Path(gen).name} is served from the Milvus Lite file {path}, which {what}: "
+            "every search fails; run `rag index` to publish the current chunks and embeddings again (or put the "
+            "file back)")
+
+
+def check_switch(gen: Path, params: dict) -> None:
+    """Before CURRENT moves back to the existing milvus generation `gen` (its rag_dense.json `params`) in
+    `rag rollback`: the alias switch that follows (`sync`) must be able to succeed, so nothing moves when
+    it could not. Opens the client (`client`: BadInput for a missing Lite file, WorkFailed for one another
+    process holds or a server that does not answer); BadInput when the generation's collection is gone
+    (the Lite file was replaced, e.g. deleted and published anew by `rag index`) or was replaced by
+    another project's publish (its `TOKEN` is not the generation's), or when the alias or the collection
+    belongs to another project (as `sync` refuses); WorkFailed when Milvus fails to answer."""
+    root = Path(gen).absolute().parent.parent
+    uri, alias = resolve_uri(params["uri"], root), params["alias"]
+    name = collection_of(alias, Path(gen).name)
+    c = client(uri)
+    fix = f"nothing was changed: {Path(gen).parent / 'CURRENT'} still points at the current generation"
+    try:
+        exists = name in c.list_collections()
+        props = properties(c, name) if exists else {}
+        target = _alias_target(c, alias)
+        foreign = [(coll, other) for coll in {name if exists else None, target} - {None}
+                   if (other := _foreign(c, uri, coll, owner_root(Path(gen).parent)))]
+    except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
+        raise _failed(f"reading the collection {name}", uri, exc) from exc
+    if not exists:
+        raise BadInput(f"cannot roll back to {gen.name}: its collection {name} is not in Milvus at {uri} (dropped, "
+                       "or the Milvus Lite file was deleted and published anew); run `rag index` to publish the "
+                       f"current chunks and embeddings again; {fix}")
+    if params.get("token") and props.get(TOKEN) != params["token"]:
+        raise BadInput(f"cannot roll back to {gen.name}: the collection {name} at {uri} is not this generation's "
+                       f"(published again by {props.get(OWNER) or 'another project'}); run `rag index` to publish "
+                       f"the current chunks and embeddings again; {fix}")
+    if foreign:
+        coll, other = foreign[0]
+        raise BadInput(f"--collection {alias}: cannot roll back to {gen.name}: {coll} at {uri} belongs to another "
+                       f"project ({other}); give this project its own --collection and run `rag index`; {fix}")
 
 
 def _build_params(uri: str, index_params: dict) -> dict:

@@ -3,9 +3,11 @@
 The `milvus` backend (`rag_cli.index.milvus`) asks this module for a client and for a collection
 ready to search; everything about *where* Milvus is lives here:
 
-- URIs: `http://` / `https://` (also `tcp://`, `grpc://`, `unix://`) name a server or cluster, used
-  unchanged (a token, if any, from $MILVUS_TOKEN); anything else is a local folder run by Milvus Lite
-  in this process (`resolve_uri`: relative to the project folder; it must end in .db).
+- URIs: `http://` / `https://` (also `tcp://` and `unix:`, the other schemes pymilvus connects with)
+  name a server or cluster, used unchanged (a token, if any, from $MILVUS_TOKEN); a path ending in .db
+  is a local folder run by Milvus Lite in this process (`resolve_uri`: relative to the project folder).
+  Any other `scheme://` (grpc://, ftp://, ...) is BadInput naming --uri and the accepted forms, before
+  anything is created (it is neither: pymilvus refuses it, and as a path it would make a folder `ftp:`).
 - A server that does not answer within `CONNECT_TIMEOUT` seconds is WorkFailed (exit 1: a service that
   is down is a failure of the work, not bad input), naming the URI and what to check. Only the
   connection is bounded: once connected, a request to a server that then goes away is retried by
@@ -49,21 +51,30 @@ QUIET_LOGGERS = ("pymilvus", "pymilvus.milvus_client", "milvus_lite")
 #: What to do about a Lite file another process holds.
 _BUSY_FIX = ("Milvus Lite serves one process at a time: stop that process (a `rag serve` of this project holds "
              "the file while it runs), or serve the project from a Milvus server (--uri http://host:19530)")
-_SERVER = re.compile(r"^(https?|tcp|grpc|unix)://", re.I)
+#: The server URIs pymilvus connects to (its `ConnectionManager`: http, https, tcp in any case; `unix:` as is).
+_SERVER = re.compile(r"^((?i:https?|tcp)://|unix:)")
+#: Any other scheme: neither a server pymilvus reaches nor a local path.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+#: The accepted forms of --uri, as messages give them.
+URI_FORMS = ("a local path ending in .db (Milvus Lite), or a Milvus server as http://host:19530 or https://host "
+             "(also tcp://host:19530 or unix:/path/to/socket)")
 
 
 # --------------------------------------------------------------------------- names
 def is_server(uri: str) -> bool:
-    """Whether `uri` names a Milvus server (http://, https://, tcp://, grpc://, unix://), not a Lite file."""
+    """Whether `uri` names a Milvus server (http://, https://, tcp://, unix:), not a Lite file."""
     return bool(_SERVER.match(uri))
 
 
 def resolve_uri(uri: str, root: Path) -> str:
     """`index.uri` made concrete: a server URI unchanged; "" -> `root`/milvus.db; a relative file path
-    relative to `root` (the project folder), made absolute. Raises BadInput for a file path that does
-    not end in .db (the name Milvus Lite takes)."""
+    relative to `root` (the project folder), made absolute. Raises BadInput for another `scheme://`
+    (`URI_FORMS`) and for a file path that does not end in .db (the name Milvus Lite takes)."""
     if is_server(uri):
         return uri
+    if _SCHEME.match(uri):
+        raise BadInput(f"--uri {uri}: the scheme {uri.split('://')[0]}:// is not one Milvus is reached with; give "
+                       f"{URI_FORMS}")
     path = Path(uri or "milvus.db").expanduser()
     if path.suffix != ".db":
         raise BadInput(f"--uri {uri}: a Milvus Lite file must end in .db (like {path.with_suffix('.db')}); "

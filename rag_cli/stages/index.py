@@ -29,8 +29,8 @@ def build_index(project: "ProjectFolder", params: IndexConfig, threads: int = 0,
     `embeddings.parquet` and make it current, keeping `keep` older ones.
 
     Progress: ("indexing", steps done, 3): read, dense (params.backend), sparse (BM25).
-    A milvus generation is published to its collection before it becomes
-    current, and the alias then switched to it (`rag_cli.index.milvus`).
+    A milvus generation is published to its collection and the alias switched
+    to it before it becomes current (`rag_cli.index.milvus`).
     Raises BadInput when the backend is faiss (milvus) and faiss (pymilvus) is not installed, or Milvus
     cannot be reached, an input is missing or the embeddings do not cover
     every chunk (names the first missing chunk and says to run `rag embed`),
@@ -51,7 +51,7 @@ def build_index(project: "ProjectFolder", params: IndexConfig, threads: int = 0,
     gen = write_index_folder(project.index_dir, dense=dense, sparse=sparse, chunks=chunks, meta=meta, keep=keep,
                              command=command, counts=counts, docs=index_docs(project.docs_path),
                              publish=publisher(dense))
-    sync_serving(project.index_dir, known)  # a Milvus alias follows CURRENT; pruned generations' collections go
+    sync_serving(project.index_dir, known)  # pruned generations' collections go (the alias moved at the publish)
     seconds = time.perf_counter() - t0
     record_index(project, params, emb, gen.name, counts, seconds)
     return {"n_chunks": chunks.num_rows, "dim": meta["dim"], "seconds": seconds, "fingerprint": emb.fingerprint,

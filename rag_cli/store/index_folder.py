@@ -435,12 +435,14 @@ def generation_bytes(dense, chunks: pa.Table, docs: pa.Table | None, index_dir: 
     return graph + sparse + chunks.nbytes + (docs.nbytes if docs is not None else 0)
 
 
-def rollback(path: Path) -> tuple[str, str]:
+def rollback(path: Path, before=None) -> tuple[str, str]:
     """Make the newest complete generation older than the current one current.
     The target is checked first, every file hashed against its files.json
-    (as `rag status --verify` does). Call under the project lock. Returns
-    (from name, to name); raises BadInput when there is no older generation,
-    or when the target is damaged (naming the file; CURRENT is left as it was)."""
+    (as `rag status --verify` does), then `before(target folder)` is called
+    when given (a serving backend checks it can switch: Milvus). Call under
+    the project lock. Returns (from name, to name); raises BadInput when there
+    is no older generation, or when the target is damaged (naming the file),
+    and what `before` raises; CURRENT is then left as it was."""
     path = Path(path)
     current = current_generation(path)
     if current is None or current == path:
@@ -453,6 +455,8 @@ def rollback(path: Path) -> tuple[str, str]:
     target = older[-1]
     verify_generation(target, full=True, fix=f"not rolled back: {path / CURRENT} still points at {current.name} "
                                               f"(remove the damaged generation {target} to roll back past it)")
+    if before is not None:
+        before(target)
     switch_current(path, target.name)
     return current.name, target.name
 
