@@ -373,3 +373,63 @@ def test_an_unreachable_head_node_fails_at_once_not_after_minutes_of_retries():
         reachable(f"127.0.0.1:{listening.getsockname()[1]}")  # something answers: left to Ray
     for other in ("local", "auto", "ray://127.0.0.1:1"):
         reachable(other)  # Ray's own checks
+
+
+def _rag_process(*args: str) -> subprocess.Popen:
+    """`python -m rag_cli ARGS` in a subprocess (this checkout first on the path), stdout and stderr piped."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    env.pop("RAG_DEBUG", None)
+    return subprocess.Popen([sys.executable, "-m", "rag_cli", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_ray_run_exits_130_with_the_previous_files_intact(ray, chunked, tmp_path):
+    """SIGTERM (a cron timeout, `kill`) while a local Ray instance started by the command embeds: exit 130 and
+    "interrupted; the previous files are intact", as without --ray; not Ray's own handler (exit 15 and a C++
+    stack dump), and Ray shut down (a fresh-user review)."""
+    p = _copy(chunked, tmp_path)
+    before = {f.name: f.read_bytes() for f in p.iterdir() if f.is_file()}
+    proc = _rag_process("embed", "--ray", "-p", str(p))
+    try:
+        deadline = time.monotonic() + 300
+        while not any((p / "cache").rglob("part-*.parquet")):  # the run has started: its first part is cached
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err == "interrupted; the previous files are intact\n" and out == ""  # no Ray line on either stream
+    assert {f.name: f.read_bytes() for f in p.iterdir() if f.is_file()} == before  # no embeddings.parquet
+
+
+@pytest.fixture
+def tiny_chunked(tiny_bi_encoder, tmp_path) -> Path:
+    """sample_corpus/docs chunked for the tiny bi-encoder, not embedded yet."""
+    p = Project.create(tmp_path / "tiny", model={"embedder": str(tiny_bi_encoder)})
+    p.chunk([SAMPLE_DOCS])
+    return p.root
+
+
+@pytest.mark.slow
+def test_a_ray_run_prints_only_rag_cli_output(ray, tiny_chunked):
+    """`rag embed --ray --json` with a local Ray instance: stdout is the JSON summary alone, and stderr is empty
+    (Ray's token-authentication warning, its C++ log lines and the driver's error listener, which prints to
+    stdout, are kept off; RAG_DEBUG=1 shows them)."""
+    proc = _rag_process("embed", "--ray", "--json", "-p", str(tiny_chunked))
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert err == ""
+    summary = json.loads(out)
+    assert summary["n_embedded"] == summary["n_chunks"] > 0 and summary["ray"]["actors"] >= 1
