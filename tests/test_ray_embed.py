@@ -352,28 +352,66 @@ def test_lost_actors_are_told_from_failing_code():
     assert not _lost_actors(RayTaskError("ValueError: a bug in the model code"))
 
 
+def _free_port() -> int:
+    """A port of 127.0.0.1 that was free a moment ago: nothing listens on it."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_an_unreachable_head_node_fails_at_once_not_after_minutes_of_retries():
-    """`--ray HOST:PORT` with nothing listening there is exit 1 (WorkFailed) from a 5 s TCP probe:
-    `ray.init` itself retried such an address for minutes (a fresh-user review)."""
+    """`--ray HOST:PORT` or `ray://HOST:PORT` with nothing listening there is exit 1 (WorkFailed) from a 5 s TCP
+    probe: `ray.init` itself retried such an address for 30 to 40 s (a fresh-user review)."""
     import socket
 
     from rag_cli.errors import WorkFailed
     from rag_cli.models.ray_cluster import reachable
 
-    with socket.socket() as s:  # a port that was free a moment ago: nothing listens on it
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    t0 = time.perf_counter()
-    with pytest.raises(WorkFailed, match=f"--ray 127.0.0.1:{port}: no Ray head node answers"):
-        reachable(f"127.0.0.1:{port}")
-    assert time.perf_counter() - t0 < 10
+    port = _free_port()
+    for address, what in ((f"127.0.0.1:{port}", "no Ray head node"), (f"ray://127.0.0.1:{port}",
+                                                                      "no Ray Client server")):
+        t0 = time.perf_counter()
+        with pytest.raises(WorkFailed, match=f"--ray {address}: {what} answers there"):
+            reachable(address)
+        assert time.perf_counter() - t0 < 10
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
         listening.listen()
         reachable(f"127.0.0.1:{listening.getsockname()[1]}")  # something answers: left to Ray
-    for other in ("local", "auto", "ray://127.0.0.1:1"):
+        reachable(f"ray://127.0.0.1:{listening.getsockname()[1]}")
+    for other in ("local", "auto"):
         reachable(other)  # Ray's own checks
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_a_closed_port_exits_1_fast_with_one_line(ray, tiny_chunked, scheme):
+    """The whole command, as a user runs it: exit 1 within seconds, one line on stderr (rag-cli's, naming the
+    address), none of Ray's, nothing on stdout."""
+    address = f"{scheme}127.0.0.1:{_free_port()}"
+    t0 = time.perf_counter()
+    proc = _rag_process("embed", "--ray", address, "-p", str(tiny_chunked))
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, err
+    assert time.perf_counter() - t0 < 20  # Python and the imports, then a refused connection
+    assert out == "" and len(err.splitlines()) == 1 and err.startswith(f"error: --ray {address}: "), err
+    assert not (tiny_chunked / "embeddings.parquet").exists()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:99999", "ray://head:0", "[::1]:70000"])
+def test_a_port_out_of_range_is_bad_input(make_sample_project, tmp_path, address):
+    p = make_sample_project(tmp_path / "p").root
+    res = CliRunner().invoke(app, ["embed", "--ray", address, "-p", str(p)])
+    assert res.exit_code == 2, res.output
+    assert f"--ray {address!r}: port" in res.output and "out of range (1-65535)" in res.output
+    assert "HOST:PORT" in res.output
 
 def _rag_process(*args: str) -> subprocess.Popen:
     """`python -m rag_cli ARGS` in a subprocess (this checkout first on the path), stdout and stderr piped."""

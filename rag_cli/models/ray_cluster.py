@@ -47,31 +47,50 @@ def check_address(address: str) -> str:
         BadInput: anything else (naming --ray and what it takes).
     """
     address = (address or LOCAL).strip()
-    if is_address(address):
-        return address
-    raise BadInput(f"--ray {address!r}: give no address (a local Ray instance), auto (the cluster of this "
-                   "machine), ray://HOST:PORT (Ray Client) or HOST:PORT (the head node's address)")
+    forms = ("give no address (a local Ray instance), auto (the cluster of this machine), ray://HOST:PORT "
+             "(Ray Client) or HOST:PORT (the head node's address)")
+    if not is_address(address):
+        raise BadInput(f"--ray {address!r}: {forms}")
+    port = host_port(address)
+    if port is not None and not 1 <= port[1] <= 65535:
+        raise BadInput(f"--ray {address!r}: port {port[1]} is out of range (1-65535); {forms}")
+    return address
 
 
-#: Seconds `reachable` waits for a HOST:PORT head node to accept a connection.
+def host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of a `ray://HOST:PORT` or `HOST:PORT` address (an IPv6
+    host without its brackets); None for `local` and `auto`."""
+    if address in (LOCAL, "auto"):
+        return None
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+#: Seconds `reachable` waits for a head node (or a Ray Client server) to accept a connection.
 CONNECT_TIMEOUT = 5.0
 
 
 def reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
-    """For a `HOST:PORT` address: WorkFailed unless a TCP connection to it opens within `timeout`
-    seconds (`ray.init` itself retries an unreachable head node for minutes). Other addresses
-    (local, auto, ray://) are left to Ray."""
+    """For a `HOST:PORT` address (the head node's GCS) or `ray://HOST:PORT`
+    (its Ray Client server): WorkFailed unless a TCP connection to it opens
+    within `timeout` seconds. `ray.init` itself retries an unreachable GCS
+    for half a minute or more, printing a log line per try, and Ray Client
+    for about 40 s. `local` and `auto` are left to Ray."""
     import socket
 
-    if address in (LOCAL, "auto") or address.startswith("ray://"):
+    where = host_port(address)
+    if where is None:
         return
-    host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+        with socket.create_connection(where, timeout=timeout):
             pass
-    except (OSError, ValueError) as exc:
-        raise WorkFailed(f"--ray {address}: no Ray head node answers there ({exc}); start one with "
-                         "`ray start --head` or give its address") from None
+    except OSError as exc:
+        if address.startswith("ray://"):
+            what, hint = "no Ray Client server", " (its Ray Client server listens on port 10001)"
+        else:
+            what, hint = "no Ray head node", ""
+        raise WorkFailed(f"--ray {address}: {what} answers there within {timeout:g}s ({exc}); start a head node "
+                         f"with `ray start --head`{hint} or give its address") from None
 
 
 @contextlib.contextmanager
