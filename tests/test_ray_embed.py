@@ -484,3 +484,34 @@ def test_build_with_ray_says_where_it_embedded_as_embed_does(ray, tiny_bi_encode
     shutil.rmtree(p)
     out = rag_json("build", SAMPLE_DOCS, "--ray", "--model", tiny_bi_encoder, "-p", p)
     assert out["embed"]["n_embedded"] > 0 and out["embed"]["ray"]["address"] and out["embed"]["ray"]["actors"] >= 1
+
+
+@pytest.mark.slow
+def test_provider_cuda_is_checked_on_the_nodes_not_on_the_driver(ray, cluster, tiny_chunked):
+    """`--ray --provider cuda`: the driver's onnxruntime (CPU-only here) is not asked; the cluster is. No GPU
+    in the cluster: exit 2 saying so. A node that declares a GPU (Ray's GPU resource) but whose onnxruntime
+    lacks CUDAExecutionProvider: exit 2 naming that node and onnxruntime-gpu, from the actor's own check;
+    nothing written either way."""
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has CUDA: the nodes' check would pass")
+    argv = ["embed", "--ray", cluster.address, "--provider", "cuda", "-p", str(tiny_chunked)]
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 2, res.output
+    assert "the Ray cluster has no GPU" in res.output and "this onnxruntime" not in res.output
+    gpu_node = cluster.add_node(num_cpus=1, num_gpus=1, object_store_memory=OBJECT_STORE,
+                                node_ip_address="127.0.0.1")
+    try:
+        cluster.wait_for_nodes()
+        t0 = time.perf_counter()
+        res = CliRunner().invoke(app, argv)
+        assert time.perf_counter() - t0 < 120
+    finally:
+        cluster.remove_node(gpu_node)
+    assert res.exit_code == 2, res.output
+    assert "--ray: node 127.0.0.1: its onnxruntime" in res.output, res.output
+    assert "has no CUDAExecutionProvider for --provider cuda" in res.output and "onnxruntime-gpu" in res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output
+    assert not (tiny_chunked / "embeddings.parquet").exists()
+    assert "cuda" not in (tiny_chunked / "rag.toml").read_text()

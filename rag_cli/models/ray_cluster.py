@@ -148,7 +148,8 @@ def _debug() -> bool:
 @contextlib.contextmanager
 def _quiet(ray) -> Iterator[dict[str, Any]]:
     """For the time of `ray.init` (unless RAG_DEBUG): Ray's Python loggers at
-    ERROR (its token-authentication and client warnings), the C++ log level of
+    CRITICAL (its token-authentication and client warnings, Ray Data's errors,
+    which reach rag-cli as exceptions), the C++ log level of
     this process's core worker and of the processes Ray starts at `fatal`
     (`RAY_BACKEND_LOG_LEVEL`, read when each starts: no `core_worker.cc` or
     `gcs_client.cc` lines), Python warnings ignored, and workers' output not
@@ -157,13 +158,13 @@ def _quiet(ray) -> Iterator[dict[str, Any]]:
     variable ...`) is dropped: what reaches file descriptor 2 during the block
     is held in a temporary file and written out after it without the lines of
     Ray's C++ log format (`_RAY_LOG_LINE`). Yields the `ray.init` keyword
-    arguments; Ray Data's loggers are set to ERROR after."""
+    arguments; Ray Data's loggers are set to the same level after."""
     import logging
     import os
     import warnings
 
     debug = _debug()
-    level = logging.WARNING if debug else logging.ERROR
+    level = logging.WARNING if debug else logging.CRITICAL
     logging.getLogger("ray").setLevel(level)
     opts = {"log_to_driver": False, "logging_level": level, "configure_logging": True}
     saved = os.environ.get("RAY_BACKEND_LOG_LEVEL")
@@ -178,7 +179,7 @@ def _quiet(ray) -> Iterator[dict[str, Any]]:
         if saved is None:
             os.environ.pop("RAY_BACKEND_LOG_LEVEL", None)
         logging.getLogger("ray.data").setLevel(level)  # Ray Data sets its own level at init
-        logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # "progress bars disabled": we did
+        logging.getLogger("ray.data._internal.progress").setLevel(max(level, logging.ERROR))  # "progress bars off"
 
 
 #: A line of Ray's C++ logging: `[2026-01-02 10:11:12,345 I 123 456] file.cc:78: message`.
