@@ -474,15 +474,16 @@ def test_a_ray_run_prints_only_rag_cli_output(ray, tiny_chunked):
 
 
 @pytest.mark.slow
-def test_build_with_ray_says_where_it_embedded_as_embed_does(ray, tiny_bi_encoder, tmp_path):
+def test_build_with_ray_says_where_it_embedded_as_embed_does(two_nodes, tiny_bi_encoder, tmp_path):
     """`rag build --ray` names the Ray cluster in its summary line and in --json (`embed.ray`), as `rag embed
     --ray` and `rag update --ray` do (a fresh-user review found it missing)."""
     p = tmp_path / "p"
-    res = CliRunner().invoke(app, ["build", str(SAMPLE_DOCS), "--ray", "--model", str(tiny_bi_encoder), "-p", str(p)])
+    argv = ["build", str(SAMPLE_DOCS), "--ray", two_nodes.address, "--model", str(tiny_bi_encoder), "-p", str(p)]
+    res = CliRunner().invoke(app, argv)
     assert res.exit_code == 0, res.output
-    assert " embedded on Ray at " in res.output and "actor" in res.output, res.output
+    assert f" embedded on Ray at {two_nodes.address} (2 actors x 1 thread), " in res.output, res.output
     shutil.rmtree(p)
-    out = rag_json("build", SAMPLE_DOCS, "--ray", "--model", tiny_bi_encoder, "-p", p)
+    out = rag_json(*argv)
     assert out["embed"]["n_embedded"] > 0 and out["embed"]["ray"]["address"] and out["embed"]["ray"]["actors"] >= 1
 
 
