@@ -100,12 +100,15 @@ def ray_cluster(address: str = LOCAL) -> Iterator[Any]:
     `RAY_ADDRESS` or an earlier `ray start` names), for the time of the
     block, and shut it down (or disconnect) after; yields the `ray` module. A
     Ray already initialised in this process (a caller's `ray.init`) is used
-    as it is and left running. Ray Data's progress bars and Ray's Python log
-    lines below WARNING are kept off stderr.
+    as it is and left running. Ray's own output (progress bars, log lines,
+    the cluster's error messages) is kept off stdout and stderr (`_quiet`,
+    `_driver_output_off`; RAG_DEBUG=1 leaves it), and SIGTERM keeps this
+    process's handler (`_own_sigterm`).
 
     Raises:
         BadInput: a bad address, or the ray extra is missing.
-        WorkFailed: no cluster answers at `address`.
+        WorkFailed: no cluster answers at `address` (`reachable`), or Ray fails to start or connect.
+        KeyboardInterrupt: Ctrl-C or SIGTERM while Ray starts (what it started is shut down).
     """
     address = check_address(address)
     ray = import_ray()
