@@ -36,11 +36,13 @@ class Engines:
     folder: ProjectFolder
     _searchers: dict = field(default_factory=dict, repr=False, init=False)
 
-    def embedder(self, config: Config):
-        """The configured bi-encoder (`BiEncoder`). Raises BadInput for a bad model setting."""
+    def embedder(self, config: Config, on_ray: bool = False):
+        """The configured bi-encoder (`BiEncoder`); `on_ray`: for `on_ray`
+        (its provider is checked on Ray's nodes, not here: `load_embedder`).
+        Raises BadInput for a bad model setting."""
         from rag_cli.models.loading import load_embedder
 
-        return load_embedder(asdict(config.model))
+        return load_embedder(asdict(config.model), on_ray=on_ray)
 
     @staticmethod
     @contextlib.contextmanager
@@ -55,12 +57,14 @@ class Engines:
         if address is None:
             yield encoder
             return
+        from rag_cli.models.onnx_runtime import execution_providers
         from rag_cli.models.ray_cluster import ray_cluster
         from rag_cli.models.ray_encoder import RayEncoder
 
         with contextlib.ExitStack() as stack:  # connected when there are texts to embed, shut down at the end
             yield RayEncoder(encoder.folder, lambda: stack.enter_context(ray_cluster(address)),
-                             threads=config.model.threads or None, providers=encoder.providers)
+                             threads=config.model.threads or None,
+                             providers=execution_providers(config.model.provider or "cpu", here=False))
 
     @staticmethod
     def cross_encoder(config: Config):

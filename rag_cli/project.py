@@ -178,7 +178,7 @@ class Project:
         self.require(self.chunks_path, "chunk")
         opts = _options(options, "model")
         config = self.folder.with_options("model", opts.get("model"))
-        encoder = self.engines.embedder(config)  # checks every option before rag.toml records it
+        encoder = self.engines.embedder(config, on_ray=ray is not None)  # checks the options before rag.toml has them
         _check_ray(ray)
         with self.folder.writing("embed", wait), self.engines.on_ray(encoder, config, ray) as encoder:
             summary = embed_chunks(self.folder, encoder, progress, on_truncate=config.model.on_truncate)
@@ -257,7 +257,8 @@ class Project:
                               full=rechunk is not None, progress=progress)
             c = add_pending(c, pending)
             with _chunks_written("update"):
-                with self.engines.on_ray(self.engines.embedder(config), config, ray) as encoder:
+                with self.engines.on_ray(self.engines.embedder(config, on_ray=ray is not None), config,
+                                         ray) as encoder:
                     e = embed_chunks(f, encoder, progress)
                     if ray is not None:
                         e["ray"] = encoder.report()

@@ -352,24 +352,167 @@ def test_lost_actors_are_told_from_failing_code():
     assert not _lost_actors(RayTaskError("ValueError: a bug in the model code"))
 
 
+def _free_port() -> int:
+    """A port of 127.0.0.1 that was free a moment ago: nothing listens on it."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_an_unreachable_head_node_fails_at_once_not_after_minutes_of_retries():
-    """`--ray HOST:PORT` with nothing listening there is exit 1 (WorkFailed) from a 5 s TCP probe:
-    `ray.init` itself retried such an address for minutes (a fresh-user review)."""
+    """`--ray HOST:PORT` or `ray://HOST:PORT` with nothing listening there is exit 1 (WorkFailed) from a 5 s TCP
+    probe: `ray.init` itself retried such an address for 30 to 40 s (a fresh-user review)."""
     import socket
 
     from rag_cli.errors import WorkFailed
     from rag_cli.models.ray_cluster import reachable
 
-    with socket.socket() as s:  # a port that was free a moment ago: nothing listens on it
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    t0 = time.perf_counter()
-    with pytest.raises(WorkFailed, match=f"--ray 127.0.0.1:{port}: no Ray head node answers"):
-        reachable(f"127.0.0.1:{port}")
-    assert time.perf_counter() - t0 < 10
+    port = _free_port()
+    for address, what in ((f"127.0.0.1:{port}", "no Ray head node"), (f"ray://127.0.0.1:{port}",
+                                                                      "no Ray Client server")):
+        t0 = time.perf_counter()
+        with pytest.raises(WorkFailed, match=f"--ray {address}: {what} answers there"):
+            reachable(address)
+        assert time.perf_counter() - t0 < 10
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
         listening.listen()
         reachable(f"127.0.0.1:{listening.getsockname()[1]}")  # something answers: left to Ray
-    for other in ("local", "auto", "ray://127.0.0.1:1"):
+        reachable(f"ray://127.0.0.1:{listening.getsockname()[1]}")
+    for other in ("local", "auto"):
         reachable(other)  # Ray's own checks
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_a_closed_port_exits_1_fast_with_one_line(ray, tiny_chunked, scheme):
+    """The whole command, as a user runs it: exit 1 within seconds, one line on stderr (rag-cli's, naming the
+    address), none of Ray's, nothing on stdout."""
+    address = f"{scheme}127.0.0.1:{_free_port()}"
+    t0 = time.perf_counter()
+    proc = _rag_process("embed", "--ray", address, "-p", str(tiny_chunked))
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, err
+    assert time.perf_counter() - t0 < 20  # Python and the imports, then a refused connection
+    assert out == "" and len(err.splitlines()) == 1 and err.startswith(f"error: --ray {address}: "), err
+    assert not (tiny_chunked / "embeddings.parquet").exists()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:99999", "ray://head:0", "[::1]:70000"])
+def test_a_port_out_of_range_is_bad_input(make_sample_project, tmp_path, address):
+    p = make_sample_project(tmp_path / "p").root
+    res = CliRunner().invoke(app, ["embed", "--ray", address, "-p", str(p)])
+    assert res.exit_code == 2, res.output
+    assert f"--ray {address!r}: port" in res.output and "out of range (1-65535)" in res.output
+    assert "HOST:PORT" in res.output
+
+def _rag_process(*args: str) -> subprocess.Popen:
+    """`python -m rag_cli ARGS` in a subprocess (this checkout first on the path), stdout and stderr piped."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    env.pop("RAG_DEBUG", None)
+    return subprocess.Popen([sys.executable, "-m", "rag_cli", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_ray_run_exits_130_with_the_previous_files_intact(ray, chunked, tmp_path):
+    """SIGTERM (a cron timeout, `kill`) while a local Ray instance started by the command embeds: exit 130 and
+    "interrupted; the previous files are intact", as without --ray; not Ray's own handler (exit 15 and a C++
+    stack dump), and Ray shut down (a fresh-user review)."""
+    p = _copy(chunked, tmp_path)
+    before = {f.name: f.read_bytes() for f in p.iterdir() if f.is_file()}
+    proc = _rag_process("embed", "--ray", "-p", str(p))
+    try:
+        deadline = time.monotonic() + 300
+        while not any((p / "cache").rglob("part-*.parquet")):  # the run has started: its first part is cached
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err == "interrupted; the previous files are intact\n" and out == ""  # no Ray line on either stream
+    assert {f.name: f.read_bytes() for f in p.iterdir() if f.is_file()} == before  # no embeddings.parquet
+
+
+@pytest.fixture
+def tiny_chunked(tiny_bi_encoder, tmp_path) -> Path:
+    """sample_corpus/docs chunked for the tiny bi-encoder, not embedded yet."""
+    p = Project.create(tmp_path / "tiny", model={"embedder": str(tiny_bi_encoder)})
+    p.chunk([SAMPLE_DOCS])
+    return p.root
+
+
+@pytest.mark.slow
+def test_a_ray_run_prints_only_rag_cli_output(ray, tiny_chunked):
+    """`rag embed --ray --json` with a local Ray instance: stdout is the JSON summary alone, and stderr is empty
+    (Ray's token-authentication warning, its C++ log lines and the driver's error listener, which prints to
+    stdout, are kept off; RAG_DEBUG=1 shows them)."""
+    proc = _rag_process("embed", "--ray", "--json", "-p", str(tiny_chunked))
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert err == ""
+    summary = json.loads(out)
+    assert summary["n_embedded"] == summary["n_chunks"] > 0 and summary["ray"]["actors"] >= 1
+
+
+@pytest.mark.slow
+def test_build_with_ray_says_where_it_embedded_as_embed_does(two_nodes, tiny_bi_encoder, tmp_path):
+    """`rag build --ray` names the Ray cluster in its summary line and in --json (`embed.ray`), as `rag embed
+    --ray` and `rag update --ray` do (a fresh-user review found it missing)."""
+    p = tmp_path / "p"
+    argv = ["build", str(SAMPLE_DOCS), "--ray", two_nodes.address, "--model", str(tiny_bi_encoder), "-p", str(p)]
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 0, res.output
+    assert f" embedded on Ray at {two_nodes.address} (2 actors x 1 thread), " in res.output, res.output
+    shutil.rmtree(p)
+    out = rag_json(*argv)
+    assert out["embed"]["n_embedded"] > 0 and out["embed"]["ray"]["address"] and out["embed"]["ray"]["actors"] >= 1
+
+
+@pytest.mark.slow
+def test_provider_cuda_is_checked_on_the_nodes_not_on_the_driver(ray, cluster, tiny_chunked):
+    """`--ray --provider cuda`: the driver's onnxruntime (CPU-only here) is not asked; the cluster is. No GPU
+    in the cluster: exit 2 saying so. A node that declares a GPU (Ray's GPU resource) but whose onnxruntime
+    lacks CUDAExecutionProvider: exit 2 naming that node and onnxruntime-gpu, from the actor's own check;
+    nothing written either way."""
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has CUDA: the nodes' check would pass")
+    argv = ["embed", "--ray", cluster.address, "--provider", "cuda", "-p", str(tiny_chunked)]
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 2, res.output
+    assert "the Ray cluster has no GPU" in res.output and "this onnxruntime" not in res.output
+    gpu_node = cluster.add_node(num_cpus=1, num_gpus=1, object_store_memory=OBJECT_STORE,
+                                node_ip_address="127.0.0.1")
+    try:
+        cluster.wait_for_nodes()
+        t0 = time.perf_counter()
+        res = CliRunner().invoke(app, argv)
+        assert time.perf_counter() - t0 < 120
+    finally:
+        cluster.remove_node(gpu_node)
+    assert res.exit_code == 2, res.output
+    assert "--ray: node 127.0.0.1: its onnxruntime" in res.output, res.output
+    assert "has no CUDAExecutionProvider for --provider cuda" in res.output and "onnxruntime-gpu" in res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output
+    assert not (tiny_chunked / "embeddings.parquet").exists()
+    assert "cuda" not in (tiny_chunked / "rag.toml").read_text()

@@ -20,11 +20,17 @@ def embedded(summary: dict) -> str:
     """`N chunks embedded`, with the distinct texts (what the progress bar counts) when fewer, and where
     (`on Ray at ADDRESS: 2 actors x 1 thread`) with --ray."""
     n, texts = summary["n_embedded"], summary.get("n_texts_embedded", summary["n_embedded"])
+    return (f"{count(n, 'chunk')} embedded" + (f" ({count(texts, 'distinct text')})" if texts != n else "")
+            + on_ray(summary))
+
+
+def on_ray(summary: dict) -> str:
+    """` on Ray at ADDRESS (2 actors x 1 thread)` for an embed summary of a --ray run that used Ray, else ""."""
     ray = summary.get("ray")
-    where = (f" on Ray at {ray['address']} ({count(ray['actors'], 'actor')} x {count(ray['threads'], 'thread')}"
-             + (f", planned again {ray['retries']}x after lost actors" if ray["retries"] else "") + ")"
-             if ray and ray["actors"] else "")
-    return f"{count(n, 'chunk')} embedded" + (f" ({count(texts, 'distinct text')})" if texts != n else "") + where
+    if not ray or not ray["actors"]:
+        return ""
+    return (f" on Ray at {ray['address']} ({count(ray['actors'], 'actor')} x {count(ray['threads'], 'thread')}"
+            + (f", planned again {ray['retries']}x after lost actors" if ray["retries"] else "") + ")")
 
 
 def update_line(out: dict) -> str:
@@ -79,8 +85,8 @@ def built(out: dict, index_dir: Path) -> None:
     c, e, i = out["chunk"], out["embed"], out["index"]
     for message in e.get("cache_repaired") or []:
         warn(message)
-    note(f"{c['n_docs']} documents -> {c['n_chunks']} chunks; {e['n_embedded']} embedded, {e['n_reused']} "
-         f"reused; index {i['generation']} ({i['n_chunks']} chunks) -> {index_dir}")
+    note(f"{c['n_docs']} documents -> {c['n_chunks']} chunks; {e['n_embedded']} embedded{on_ray(e)}, "
+         f"{e['n_reused']} reused; index {i['generation']} ({i['n_chunks']} chunks) -> {index_dir}")
     skipped(c.get("skipped", []))
 
 

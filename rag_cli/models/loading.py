@@ -7,19 +7,25 @@ from pathlib import Path
 from rag_cli.errors import BadInput
 
 
-def load_embedder(model_cfg: dict):
+def load_embedder(model_cfg: dict, on_ray: bool = False):
     """The `[model]` config's bi-encoder as a `BiEncoder` (a default is converted on first use),
     on the config's execution provider (`provider`: cpu, cuda, coreml).
 
     `model_cfg` is a mapping with embedder, precision, threads, provider.
+    `on_ray`: the passages are embedded by Ray's actors, which check the
+    provider on their nodes (`rag_cli.models.ray_encoder`); this process
+    only checks that the provider is a known name, and its own session (the
+    output size, the query graph check) runs on the CPU.
     Raises BadInput for a bad precision or provider, or a missing model.
     """
     from rag_cli.models.defaults import resolve_model
     from rag_cli.models.encoder import BiEncoder
     from rag_cli.models.folder import ModelFolder
-    from rag_cli.models.onnx_runtime import execution_providers
+    from rag_cli.models.onnx_runtime import PROVIDERS, execution_providers
 
-    providers = execution_providers(model_cfg.get("provider") or "cpu")
+    providers = execution_providers(model_cfg.get("provider") or "cpu", here=not on_ray)
+    if on_ray:
+        providers = [PROVIDERS["cpu"]]
     if model_cfg.get("precision") not in ("int8", "fp32"):
         raise BadInput(f"--precision {model_cfg.get('precision')!r}: use int8 or fp32")
     ref = resolve_model(str(model_cfg["embedder"]), precision=model_cfg["precision"])

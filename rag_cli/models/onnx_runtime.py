@@ -44,11 +44,13 @@ Progress = Callable[[int, int], None]
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "coreml": "CoreMLExecutionProvider"}
 
 
-def execution_providers(provider: str = "cpu") -> list[str]:
+def execution_providers(provider: str = "cpu", here: bool = True) -> list[str]:
     """The onnxruntime providers for a `--provider` value (config `model.provider`).
 
     Args:
         provider: `cpu` (default), `cuda` or `coreml`.
+        here: check that this process's onnxruntime has the provider (False:
+            the model runs elsewhere, on Ray's nodes, which check it there).
 
     Returns:
         Provider names for `InferenceSession`, best first; the CPU provider
@@ -62,7 +64,7 @@ def execution_providers(provider: str = "cpu") -> list[str]:
     if name not in PROVIDERS:
         raise BadInput(f"--provider {provider!r}: expected one of {', '.join(PROVIDERS)}")
     available = ort.get_available_providers()
-    if PROVIDERS[name] not in available:
+    if here and PROVIDERS[name] not in available:
         have = [k for k, v in PROVIDERS.items() if v in available]
         raise BadInput(
             f"--provider {provider!r}: this onnxruntime ({ort.__version__}) has no {PROVIDERS[name]}; "

@@ -117,6 +117,7 @@ class _EmbedActor:
     def __init__(self, shipped: ShippedModel, threads: int, providers: list[str], prefix: str):
         import ray
 
+        check_node_providers(providers)
         self.encoder = BiEncoder(unpack_model(ray, shipped), threads=threads, providers=providers)
         self.prefix = prefix
         self.encoder.session  # noqa: B018  (load the graph now, not in the first call)
@@ -140,21 +141,65 @@ class _EmbedActor:
         return pa.Table.from_arrays([pa.array(out_keys, pa.string()), vector_array(matrix)], names=["key", "vector"])
 
 
+#: How the message of an actor that cannot run the model on its node starts (the driver exits 2 with it).
+NODE_CANNOT = "--ray: node "
+
+
+def check_node_providers(providers: Sequence[str]) -> None:
+    """In an actor: BadInput unless this node's onnxruntime has the first of
+    `providers` (what `--provider` asked for: `rag_cli.models.onnx_runtime.PROVIDERS`),
+    naming the node and what to do (`NODE_CANNOT` starts the message)."""
+    import onnxruntime as ort
+
+    from rag_cli.models.onnx_runtime import PROVIDERS
+
+    wanted = providers[0] if providers else PROVIDERS["cpu"]
+    if wanted in ort.get_available_providers():
+        return
+    import ray
+
+    flag = next((k for k, v in PROVIDERS.items() if v == wanted), wanted)
+    raise BadInput(f"{NODE_CANNOT}{ray.util.get_node_ip_address()}: its onnxruntime ({ort.__version__}) has no "
+                   f"{wanted} for --provider {flag}; install onnxruntime-gpu on the cluster's GPU nodes "
+                   "(in place of onnxruntime), or use --provider cpu")
+
+
+def _node_message(exc: BaseException) -> str | None:
+    """The message of `check_node_providers` when `exc` (a Ray error, or one it
+    was raised from or wraps, as text: Ray passes an actor's error on as
+    its traceback) carries one."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        for line in str(exc).splitlines():
+            at = line.find(NODE_CANNOT)
+            if at >= 0 and " has no " in line:
+                return line[at:].strip()
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 class RayEncoder(BiEncoder):
     """A `BiEncoder` whose `iter_encode_groups` runs on a Ray cluster;
     everything else (`dim`, the query graph check, re-embedding damaged
     cache parts) runs here, as the local encoder does.
 
     Args:
-        folder, threads, providers: as for `BiEncoder`; `threads` is per actor
+        folder, threads: as for `BiEncoder`; `threads` is per actor
             (0 or None: by the cluster's nodes, `actor_plan`).
+        providers: the actors' onnxruntime providers (`execution_providers`
+            of `--provider`), checked on their nodes (`check_node_providers`);
+            this process's own session (the output size, the query graph
+            check, damaged cache parts) runs on the CPU.
         connect: () -> the `ray` module, initialised (`ray_cluster`); called
             once, when there are texts to embed.
     """
 
     def __init__(self, folder: ModelFolder, connect: Callable[[], Any], threads: int | None = None,
                  providers: Sequence[str] | None = None):
-        super().__init__(folder, threads, providers)
+        super().__init__(folder, threads, ["CPUExecutionProvider"])
+        #: what the actors run the model on
+        self.actor_providers = list(providers or ["CPUExecutionProvider"])
         self._connect = connect
         self._ray = None
         self.actor_threads = int(threads or 0)
@@ -206,7 +251,7 @@ class RayEncoder(BiEncoder):
         first = next(groups, None)
         if first is None:  # nothing to embed: Ray is not started
             return
-        on_gpu = any(p != "CPUExecutionProvider" for p in self.providers)
+        on_gpu = any(p != "CPUExecutionProvider" for p in self.actor_providers)
         call = CALL_BATCHES_PER_THREAD * cluster_plan(self.ray, self.actor_threads, on_gpu).threads
         blocks: list[tuple[Any, list[int]]] = []  # (ref of a block, the sizes of its planned batches)
         for keys, texts, lengths in itertools.chain([first], groups):
@@ -276,19 +321,27 @@ class RayEncoder(BiEncoder):
         self.plan = plan = replace(plan, actors=min(plan.actors, len(refs)))  # no idle actors
         ray.data.DataContext.get_current().execution_options.preserve_order = True
         resources = {"num_cpus": plan.num_cpus, **({"num_gpus": plan.num_gpus} if plan.num_gpus else {})}
+        # a call per block; Ray Data wants a batch size with GPUs: a block's rows (a row is a planned batch, run
+        # whole whatever the call, so the vectors are the same)
+        batch_size = CALL_BATCHES_PER_THREAD * plan.threads if plan.num_gpus else None
         ds = ray.data.from_arrow_refs(refs).map_batches(
-            _EmbedActor, batch_format="pyarrow", batch_size=None,
+            _EmbedActor, batch_format="pyarrow", batch_size=batch_size,
             fn_constructor_kwargs={"shipped": ship_model(ray, self.folder), "threads": plan.threads,
-                                   "providers": list(self.providers), "prefix": prefix},
+                                   "providers": self.actor_providers, "prefix": prefix},
             compute=ray.data.ActorPoolStrategy(size=plan.actors), **resources)
         dim = self.dim
         try:
             for block in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
                 if block.num_rows:
                     yield block.column("key").to_pylist(), to_matrix(block.column("vector"), dim)
-        except (BadInput, WorkFailed, KeyboardInterrupt, GeneratorExit):
+        except (KeyboardInterrupt, GeneratorExit):
             raise
         except Exception as exc:  # Ray wraps the actors' errors in its own types
+            node = _node_message(exc)
+            if node:  # the nodes cannot run --provider: the local path's "this onnxruntime has no ..." (exit 2)
+                raise BadInput(node) from None
+            if isinstance(exc, (BadInput, WorkFailed)):
+                raise
             message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
             if _lost_actors(exc):
                 raise LostActors(message) from exc
