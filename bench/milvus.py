@@ -91,7 +91,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from rag_cli import Project
-    from rag_cli.index import milvus
+    from rag_cli.index import milvus, milvus_publish
     from rag_cli.evaluate.datasets import read_queries
     from rag_cli.lab.score import score_run
 
@@ -105,14 +105,14 @@ def main() -> None:
     uri = args.uri or str(work / "lite" / "milvus.db")
 
     published: list[float] = []
-    original = milvus.publish_generation
+    original = milvus_publish.publish_generation
 
     def timed(gen, params):
         seconds = original(gen, params)
         published.append(seconds)
         return seconds
 
-    milvus.publish_generation = timed
+    milvus_publish.publish_generation = timed
     t0 = time.perf_counter()
     exact.index(backend="exact")
     exact_seconds = time.perf_counter() - t0

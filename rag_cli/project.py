@@ -310,7 +310,7 @@ class Project:
     def rollback(self, *, wait: float | None = None) -> Rollback:
         """Make the previous index generation current again (the chunk and
         embedding files are not changed: `status` shows them as newer); a
-        Milvus alias is switched back with it (`rag_cli.index.milvus.sync`).
+        Milvus alias is switched back with it (`rag_cli.index.milvus_publish.sync`).
 
         All or nothing: before CURRENT moves, the target generation's serving
         copy is checked (`rag_cli.index.backends.check_switch`: its Milvus

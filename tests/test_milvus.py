@@ -48,7 +48,8 @@ TOLERANCE = 1e-5  # relative: Milvus sums float32 BM25 weights in its own order
 def test_sparse_vectors_reproduce_bm25s_scores():
     """A chunk's sparse vector (its column of bm25s's score matrix) dotted with the query's term counts
     is bm25s's score, repeated query terms included, for every chunk."""
-    from rag_cli.index.milvus import MilvusSparse, sparse_rows
+    from rag_cli.index.milvus import MilvusSparse
+    from rag_cli.index.milvus_publish import sparse_rows
     from rag_cli.index.sparse import SparseIndex
 
     texts = ["apple banana apple", "banana cherry", "cherry cherry durian apple", "elderberry", "苹果和香蕉",

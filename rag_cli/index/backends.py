@@ -21,7 +21,8 @@
   the generation is written as for `exact` and published to a Milvus
   collection (dense vectors under `index.milvus_index`, and rag-cli's own
   BM25 weights as sparse vectors), which then serves dense and sparse
-  search (`rag_cli.index.milvus`); `publish`, `serve_sparse` and `sync`
+  search (`rag_cli.index.milvus`; publishing, rollback checks and pruning:
+  `rag_cli.index.milvus_publish`); `publish`, `serve_sparse` and `sync`
   are the hooks the stages call.
 
 Every backend is a `VectorIndex`: `build(vectors, settings)`, `search`
@@ -119,36 +120,38 @@ def publisher(dense: VectorIndex):
 def check_served(gen: Path, params: dict, settings) -> None:
     """Before `rag update` builds on the generation `gen` (its rag_dense.json / meta `dense` `params`) with
     the [index] `settings`: BadInput when the copy it is served from is gone (milvus: its Lite file,
-    `rag_cli.index.milvus.check_served`). Nothing for the local backends (their files are `gen`'s own)."""
+    `rag_cli.index.milvus_publish.check_served`). Nothing for the local backends (their files are
+    `gen`'s own)."""
     if params.get("backend") == "milvus":
-        from rag_cli.index.milvus import check_served as check_milvus
+        from rag_cli.index.milvus_publish import check_served as check_milvus
 
         check_milvus(gen, params, settings)
 
 
 def serving_problem(gen: Path, params: dict) -> str | None:
     """What `rag status` says when the copy the generation `gen` (its meta.json `dense` `params`) is served
-    from is visibly gone (milvus: its Lite file missing or not a folder, `rag_cli.index.milvus.lite_problem`;
-    looked at on disk only: status opens no Milvus, which would take a Lite file from a `rag serve`),
-    else None. Nothing for the local backends."""
+    from is visibly gone (milvus: its Lite file missing or not a folder,
+    `rag_cli.index.milvus_publish.lite_problem`; looked at on disk only: status opens no Milvus, which would
+    take a Lite file from a `rag serve`), else None. Nothing for the local backends."""
     if not isinstance(params, dict) or params.get("backend") != "milvus":
         return None
-    from rag_cli.index.milvus import lite_problem
+    from rag_cli.index.milvus_publish import lite_problem
 
     return lite_problem(gen, params)
 
 
 def check_switch(gen: Path) -> None:
     """Before CURRENT moves to the existing generation `gen` (`rag rollback`): raise what switching its
-    serving copy to it would raise, so a refusal changes nothing (milvus: `rag_cli.index.milvus.check_switch`:
-    the Lite file missing or held by another process, the server unreachable, the collection gone or
-    another project's). Nothing for the local backends (their files are `gen`'s own, already verified)."""
+    serving copy to it would raise, so a refusal changes nothing (milvus:
+    `rag_cli.index.milvus_publish.check_switch`: the Lite file missing or held by another process, the server
+    unreachable, the collection gone or another project's). Nothing for the local backends (their files are
+    `gen`'s own, already verified)."""
     try:
         params = json.loads((Path(gen) / "dense" / "rag_dense.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return  # verified before: a generation of the time before rag_dense.json (hnswlib)
     if isinstance(params, dict) and params.get("backend") == "milvus":
-        from rag_cli.index.milvus import check_switch as check_milvus
+        from rag_cli.index.milvus_publish import check_switch as check_milvus
 
         check_milvus(gen, params)
 
@@ -158,22 +161,22 @@ def serving_targets(index_dir: Path) -> set:
     before a write, given to `sync_serving` after it. Empty (and nothing imported) when there are none."""
     if not any(Path(index_dir).glob("gen-*/dense/rag_dense.json")):
         return set()
-    from rag_cli.index.milvus import targets
+    from rag_cli.index.milvus_publish import targets
 
     return targets(index_dir)
 
 
 def sync_serving(index_dir: Path, known: set = frozenset()) -> dict | None:
     """After a write or a rollback of `index_dir`: point the Milvus alias at the current generation's
-    collection and drop the collections of generations that are gone (`rag_cli.index.milvus.sync`),
-    `known` being `serving_targets` before the write. None (nothing imported) when no generation
-    was ever a milvus one."""
+    collection and drop the collections of generations that are gone
+    (`rag_cli.index.milvus_publish.sync`), `known` being `serving_targets` before the write. None (nothing
+    imported) when no generation was ever a milvus one."""
     from rag_cli.store.index_folder import current_generation
 
     places = set(known) | serving_targets(index_dir)
     if not places:
         return None
-    from rag_cli.index.milvus import sync
+    from rag_cli.index.milvus_publish import sync
 
     return sync(index_dir, current_generation(index_dir), places)
 

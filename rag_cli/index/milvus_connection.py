@@ -1,7 +1,7 @@
 """Reaching Milvus: URIs, one client per URI, and what each way of not reaching it says.
 
-The `milvus` backend (`rag_cli.index.milvus`) asks this module for a client and for a collection
-ready to search; everything about *where* Milvus is lives here:
+The `milvus` backend (`rag_cli.index.milvus`, `rag_cli.index.milvus_publish`) asks this module for a
+client and for a collection ready to search; everything about *where* Milvus is lives here:
 
 - URIs: `http://` / `https://` (also `tcp://` and `unix:`, the other schemes pymilvus connects with)
   name a server or cluster, used unchanged (a token, if any, from $MILVUS_TOKEN); a path ending in .db
@@ -197,6 +197,11 @@ def missing_lite_file(uri: str) -> BadInput:
     return BadInput(f"the Milvus Lite file {uri} does not exist (deleted or moved?): the index's collections "
                     "were in it; run `rag index` to publish the current chunks and embeddings to it again (or "
                     "put the file back). Nothing was created")
+
+
+def failed(what: str, uri: str, exc: Exception) -> WorkFailed:
+    """WorkFailed (exit 1) for the step `what` of a request to Milvus at `uri` that raised `exc`."""
+    return WorkFailed(f"Milvus at {uri}: {what} failed ({type(exc).__name__}: {exc})")
 
 
 def _check_lite(uri: str, create: bool) -> None:

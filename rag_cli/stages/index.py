@@ -30,7 +30,7 @@ def build_index(project: "ProjectFolder", params: IndexConfig, threads: int = 0,
 
     Progress: ("indexing", steps done, 3): read, dense (params.backend), sparse (BM25).
     A milvus generation is published to its collection and the alias switched
-    to it before it becomes current (`rag_cli.index.milvus`).
+    to it before it becomes current (`rag_cli.index.milvus_publish`).
     Raises BadInput when the backend is faiss (milvus) and faiss (pymilvus) is not installed, or Milvus
     cannot be reached, an input is missing or the embeddings do not cover
     every chunk (names the first missing chunk and says to run `rag embed`),

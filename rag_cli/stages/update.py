@@ -27,7 +27,7 @@ is new):
    each backend's `update` says how it adds and deletes
    (`rag_cli.index.backends`). A milvus generation is published whole to
    a new collection and the alias switched to it (why not upserts into the
-   served collection: `rag_cli.index.milvus`).
+   served collection: `rag_cli.index.milvus_publish`).
 """
 
 from __future__ import annotations
