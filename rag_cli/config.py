@@ -298,6 +298,10 @@ class ServeConfig:
     max_body: int = setting(65536, "Largest request body, bytes (a larger one gets 413)", limits=(1024, None))
     max_concurrent: int = setting(8, "Requests computed at once, in threads of one process sharing one loaded index; "
                                   "more wait their turn", limits=(1, 256))
+    query_graph: str = setting("query", "What encodes the queries: query (the model's query graph when it has one, "
+                               "as `rag search` does) | passage (the graph the chunks were embedded with: for the "
+                               "default int8 model about half the CPU per dense or hybrid request, with query "
+                               "vectors a little further from fp32's; docs/serve.md)", limits=("query", "passage"))
     reload_poll: float = setting(0.5, "Seconds between looks at index/CURRENT: a new generation is loaded beside "
                                  "the served one and swapped in between requests", limits=(0.05, 3600))
 

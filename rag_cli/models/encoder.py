@@ -122,6 +122,7 @@ class BiEncoder(OnnxTextModel):
         super().__init__(folder, threads, providers, parallel_batches)
         self._output: tuple[str, bool] | None = None
         self._queries: BiEncoder | None = None
+        self.use_query_graph = True  # False: queries run this graph too (`rag serve --query-graph passage`)
         self._probed_dim: int | None = None
 
     @property
@@ -170,8 +171,11 @@ class BiEncoder(OnnxTextModel):
     def query_encoder(self) -> "BiEncoder":
         """What encodes queries: a `BiEncoder` on the folder's query graph
         (`ModelFolder.query_onnx_path`, loaded on first use, same threads and
-        providers), or this one when the folder has none."""
-        if self.folder.query_onnx_path is None:
+        providers), or this one when the folder has none or `use_query_graph`
+        is False. The fingerprint stays the folder's either way: the
+        passages' graph and vectors are the same, only the queries' vectors
+        differ (slightly: see docs/models.md)."""
+        if self.folder.query_onnx_path is None or not self.use_query_graph:
             return self
         if self._queries is None:
             self._queries = BiEncoder(self.folder.query_folder(), self.threads, self.providers,

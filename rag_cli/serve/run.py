@@ -51,7 +51,7 @@ def serve(project, *, mcp: str = "http", say: Callable[[str], None] | None = Non
     """Serve `project` (a `Project`) until SIGTERM or Ctrl-C.
 
     `options`: [serve] keys (host, port, api_key_env, log, max_k, max_body,
-    max_concurrent, reload_poll; None = rag.toml's); `mcp`: "http" (MCP at
+    max_concurrent, query_graph, reload_poll; None = rag.toml's); `mcp`: "http" (MCP at
     /mcp of the HTTP server), "stdio" (MCP on stdin/stdout, no HTTP), or
     "none"; `say(message)` gets the notes (the address, reloads).
 

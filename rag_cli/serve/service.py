@@ -79,7 +79,7 @@ class Service:
         self.p = project
         self.config = config
         self.say = say or (lambda message: None)
-        self.engines = WarmEngines(project.folder, poll=config.reload_poll)
+        self.engines = WarmEngines(project.folder, poll=config.reload_poll, query_graph=config.query_graph)
         project.engines = self.engines  # every library call of this project now takes the pinned searcher
         self.engines.on_reload = lambda old, new: self.say(f"serving {new} (was {old})")
         self.queries = self.feedbacks = None
@@ -208,9 +208,10 @@ class Service:
 
     def health(self) -> dict:
         """The server's own state: the generation served, reloads, the last reload error, the seconds the
-        served generation took to load (beside the one served before it), uptime, requests."""
+        served generation took to load (beside the one served before it), uptime, requests, and the graph that
+        encodes queries (serve.query_graph)."""
         e = self.engines
         return {"ok": True, "generation": self.generation, "reloads": e.n_reloads, "reload_error": e.reload_error,
                 "load_s": round(e.load_seconds, 2) if e.load_seconds is not None else None,
                 "uptime_s": round(time.time() - self.started, 1), "requests": self.n_requests,
-                "log": self.queries is not None}
+                "log": self.queries is not None, "query_graph": e.query_graph}

@@ -45,9 +45,10 @@ class WarmEngines(Engines):
     `WarmEngines(folder, poll=0.5)`; `load()` loads the first searcher
     (raises BadInput when there is no usable index), `start()` the reload thread."""
 
-    def __init__(self, folder, poll: float = 0.5):
+    def __init__(self, folder, poll: float = 0.5, query_graph: str = "query"):
         super().__init__(folder)
         self.poll = poll
+        self.query_graph = query_graph  # serve.query_graph: "passage" runs the queries on the passages' graph
         self.served = None  # the searcher new requests get
         self.reload_error: str | None = None
         self.n_reloads = 0
@@ -65,11 +66,14 @@ class WarmEngines(Engines):
         """The bi-encoder, loaded once per [model] config, running each call on
         one onnxruntime thread: requests run in parallel threads, and a
         session's own thread pool would spin on the cores they share (a
-        SciFact query took 33 ms of CPU on 2 intra-op threads, 15.6 ms on one)."""
+        SciFact query took 33 ms of CPU on 2 intra-op threads, 15.6 ms on one).
+        With `query_graph` "passage" the queries run on the graph the chunks
+        were embedded with, not the model's query graph (serve.query_graph)."""
         key = ("embedder", repr(asdict(config.model)))
         if key not in self._models:
             one = replace(config, model=replace(config.model, threads=1))
             self._models[key] = super().embedder(one)
+            self._models[key].use_query_graph = self.query_graph == "query"
             self._models[key].query_encoder.tokenizer.load_full()  # hours of queries: the full tokenizer
         return self._models[key]
 
