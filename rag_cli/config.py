@@ -300,7 +300,7 @@ class ServeConfig:
                                   "more wait their turn", limits=(1, 256))
     query_graph: str = setting("query", "What encodes the queries: query (the model's query graph when it has one, "
                                "as `rag search` does) | passage (the graph the chunks were embedded with: for the "
-                               "default int8 model about half the CPU per dense or hybrid request, with query "
+                               "default int8 model about a third less CPU per dense or hybrid request, with query "
                                "vectors a little further from fp32's; docs/serve.md)", limits=("query", "passage"))
     reload_poll: float = setting(0.5, "Seconds between looks at index/CURRENT: a new generation is loaded beside "
                                  "the served one and swapped in between requests", limits=(0.05, 3600))

@@ -48,12 +48,13 @@ def test_the_default_serves_queries_from_the_query_graph(project):
     via_query_graph = enc.encode_queries([QUERY])
     on_passage_graph = enc.encode([QUERY], enc.folder.query_prefix)
     assert not np.allclose(via_query_graph, on_passage_graph, atol=1e-3)  # two graphs, two vectors
+    assert engines.query_graph_used() == "query"  # what /healthz reports
 
 
 def test_passage_runs_queries_on_the_passage_graph_and_keeps_the_index(project):
     engines, s = _served(project, "passage")
     enc = s.embedder
-    assert enc.query_encoder is enc and engines.query_graph == "passage"
+    assert enc.query_encoder is enc and engines.query_graph_used() == "passage"
     np.testing.assert_array_equal(enc.encode_queries([QUERY]), enc.encode([QUERY], enc.folder.query_prefix))
     # the fingerprint is still the folder's (query graph included), so the index opened without complaint,
     # and the dense hits are the passage graph's query vector's exact neighbours
@@ -70,3 +71,24 @@ def test_passage_runs_queries_on_the_passage_graph_and_keeps_the_index(project):
 def test_a_bad_query_graph_setting_is_refused_naming_the_flag(project):
     with pytest.raises(BadInput, match=r"--query-graph"):
         project.folder.with_options("serve", {"query_graph": "int8"})
+
+
+def test_healthz_names_the_graph_used_not_the_setting(tmp_path, make_sample_project):
+    """A model without a query graph encodes queries on its one graph whatever serve.query_graph says."""
+    p = make_sample_project(tmp_path / "plain")
+    engines = WarmEngines(p.folder, query_graph="query")
+    assert engines.query_graph_used() is None  # nothing served yet
+    engines.load()
+    assert engines.served.embedder.folder.query_onnx_path is None and engines.query_graph_used() == "passage"
+
+
+def test_a_bad_query_graph_in_rag_toml_is_refused_naming_the_file(project, tmp_path):
+    from rag_cli.store.folder import ProjectFolder
+
+    bad = tmp_path / "bad"
+    shutil.copytree(project.root, bad)
+    toml = bad / "rag.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace('query_graph = "query"', 'query_graph = "x"'),
+                    encoding="utf-8")
+    with pytest.raises(BadInput, match=r"rag\.toml: \[serve\] query_graph = 'x': must be one of query, passage"):
+        ProjectFolder(bad).config

@@ -209,9 +209,9 @@ class Service:
     def health(self) -> dict:
         """The server's own state: the generation served, reloads, the last reload error, the seconds the
         served generation took to load (beside the one served before it), uptime, requests, and the graph that
-        encodes queries (serve.query_graph)."""
+        encodes queries (`WarmEngines.query_graph_used`)."""
         e = self.engines
         return {"ok": True, "generation": self.generation, "reloads": e.n_reloads, "reload_error": e.reload_error,
                 "load_s": round(e.load_seconds, 2) if e.load_seconds is not None else None,
                 "uptime_s": round(time.time() - self.started, 1), "requests": self.n_requests,
-                "log": self.queries is not None, "query_graph": e.query_graph}
+                "log": self.queries is not None, "query_graph": e.query_graph_used()}

@@ -77,6 +77,15 @@ class WarmEngines(Engines):
             self._models[key].query_encoder.tokenizer.load_full()  # hours of queries: the full tokenizer
         return self._models[key]
 
+    def query_graph_used(self) -> str | None:
+        """Which graph encodes the served searcher's queries: "query" (the model's query graph) or
+        "passage" (the chunks' graph: `query_graph` "passage", or a model without a query graph, whatever
+        serve.query_graph says); None before a searcher is loaded."""
+        enc = self.served.embedder if self.served is not None else None
+        if enc is None:
+            return None
+        return "passage" if enc.query_encoder is enc else "query"
+
     def ask_reranker(self):
         config = self.folder.config
         if not config.model.reranker:
