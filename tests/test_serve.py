@@ -187,6 +187,7 @@ def test_status_and_openapi(server, sample):
     assert {"/search", "/ask", "/status", "/healthz", "/feedback"} <= set(spec["paths"])
     health = httpx.get(server.url + "/healthz", timeout=30).json()
     assert health["ok"] and health["generation"] == "gen-000001" and health["reload_error"] is None
+    assert health["query_graph"] == "passage"  # the tiny model has no query graph: its one graph encodes queries
 
 
 # --------------------------------------------------------------------------- bad input: 400, never 500
