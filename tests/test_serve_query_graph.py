@@ -85,10 +85,9 @@ def test_healthz_names_the_graph_used_not_the_setting(tmp_path, make_sample_proj
 def test_a_bad_query_graph_in_rag_toml_is_refused_naming_the_file(project, tmp_path):
     from rag_cli.store.folder import ProjectFolder
 
+    text = project.folder.config_path.read_text(encoding="utf-8")  # only rag.toml is read
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "rag.toml").write_text(text.replace('query_graph = "query"', 'query_graph = "x"'))
     bad = tmp_path / "bad"
-    shutil.copytree(project.root, bad)
-    toml = bad / "rag.toml"
-    toml.write_text(toml.read_text(encoding="utf-8").replace('query_graph = "query"', 'query_graph = "x"'),
-                    encoding="utf-8")
     with pytest.raises(BadInput, match=r"rag\.toml: \[serve\] query_graph = 'x': must be one of query, passage"):
         ProjectFolder(bad).config
