@@ -319,8 +319,7 @@ def loaded(uri: str, collection: str, token: str | None = None):
         exists = c.has_collection(collection)
         props = properties(c, collection) if exists else {}
     except Exception as exc:  # noqa: BLE001 - pymilvus's MilvusException and gRPC errors
-        raise WorkFailed(f"Milvus at {uri}: reading the collection {collection} failed ({type(exc).__name__}: "
-                         f"{exc})") from exc
+        raise failed(f"reading the collection {collection}", uri, exc) from exc
     if not exists:
         raise BadInput(f"Milvus at {uri} has no collection {collection} (dropped, or the Milvus Lite file was "
                        "replaced); run `rag index` to publish the current chunks and embeddings again")
