@@ -93,8 +93,25 @@ def weights_problem(value: list) -> str | None:
 class ModelConfig:
     """`[model]`: which models run, and where."""
 
-    embedder: str = setting("multilingual-e5-small", "Bi-encoder: a model folder or a default name",
+    embedder: str = setting("multilingual-e5-small", "Bi-encoder: a model folder, a default name, or openai:MODEL "
+                            "(an OpenAI-compatible embeddings server at model.base_url; docs/models.md)",
                             flag="--model")
+    base_url: str = setting("http://127.0.0.1:8080/v1", "openai: embedder: the embeddings server's API root",
+                            check=url_problem, flag="--embed-url")
+    api_key_env: str = setting("", "openai: embedder: NAME of the environment variable holding the API key "
+                               "(named but not set: exit 2)", flag="--embed-key-env")
+    query_model: str = setting("", "openai: embedder: the model name sent for queries (e.g. e5-query); empty = "
+                               "the passages' model")
+    query_prefix: str = setting("", "openai: embedder: put before each query (e5: 'query: ')")
+    passage_prefix: str = setting("", "openai: embedder: put before each passage (e5: 'passage: ')")
+    api_batch: int = setting(64, "openai: embedder: texts per request at most", limits=(1, 100000))
+    api_batch_tokens: int = setting(8192, "openai: embedder: tokens per request at most (counted with the default "
+                                    "model's tokenizer; a longer text goes alone)", limits=(1, None))
+    api_max_length: int = setting(512, "openai: embedder: tokens per text the server embeds (longer ones are "
+                                  "reported as truncated)", limits=(1, None))
+    api_timeout: float = setting(60.0, "openai: embedder: seconds per request", limits=(0.001, None))
+    api_retries: int = setting(2, "openai: embedder: retries after a connection error, timeout, 429 or 5xx "
+                               "(exponential backoff from 0.5 s)", limits=(0, 10))
     precision: str = setting("int8", "int8 or fp32: which ONNX graph of the model runs", limits=("int8", "fp32"))
     reranker: str = setting("", "Cross-encoder: a model folder (none by default)", flag="--model")
     reader: str = setting("", "Extractive QA reader for `ask`: an ONNX question-answering export folder (none by "

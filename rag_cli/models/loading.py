@@ -5,6 +5,33 @@ from __future__ import annotations
 from pathlib import Path
 
 from rag_cli.errors import BadInput
+from rag_cli.models.api_embedder import is_api_embedder
+
+
+def _tokenizer_folder(model_cfg: dict) -> dict:
+    """`model_cfg` with the default model as the embedder when it names a server (its tokenizer counts
+    the tokens of an `openai:` embedder)."""
+    from rag_cli.models.defaults import DEFAULT_MODEL
+
+    return {**model_cfg, "embedder": DEFAULT_MODEL} if is_api_embedder(model_cfg["embedder"]) else model_cfg
+
+
+def load_api_embedder(model_cfg: dict):
+    """The `ApiEmbedder` of an `openai:MODEL` embedder (settings: see `ModelConfig`). Nothing is sent
+    to the server until its first use. Raises BadInput for an empty model name or an unset key variable."""
+    from rag_cli.models.api_embedder import PREFIX, ApiEmbedder
+    from rag_cli.models.defaults import ensure_default_model
+
+    name = str(model_cfg["embedder"])[len(PREFIX):]
+    if not name:
+        raise BadInput(f"--model {model_cfg['embedder']!r}: name the server's model after {PREFIX}, "
+                       f"e.g. {PREFIX}text-embedding-3-small (config model.embedder)")
+    c = model_cfg
+    return ApiEmbedder(name, c["base_url"], api_key_env=c["api_key_env"], query_model=c["query_model"],
+                       query_prefix=c["query_prefix"], passage_prefix=c["passage_prefix"], batch=c["api_batch"],
+                       batch_tokens=c["api_batch_tokens"], timeout=c["api_timeout"], max_retries=c["api_retries"],
+                       max_length=c["api_max_length"],
+                       tokenizer_path=str(ensure_default_model() / "tokenizer.json"))
 
 
 def load_embedder(model_cfg: dict, on_ray: bool = False):
@@ -17,7 +44,11 @@ def load_embedder(model_cfg: dict, on_ray: bool = False):
     only checks that the provider is a known name, and its own session (the
     output size, the query graph check) runs on the CPU.
     Raises BadInput for a bad precision or provider, or a missing model.
+    An `openai:MODEL` embedder is an `ApiEmbedder` over the server at
+    `base_url` (`rag_cli.models.api_embedder`; `on_ray` does not apply to it).
     """
+    if is_api_embedder(model_cfg["embedder"]):
+        return load_api_embedder(model_cfg)
     from rag_cli.models.defaults import resolve_model
     from rag_cli.models.encoder import BiEncoder
     from rag_cli.models.folder import ModelFolder
@@ -56,7 +87,7 @@ def load_embedder_tokenizer(model_cfg: dict):
     from rag_cli.models.defaults import resolve_model
     from rag_cli.models.tokens import load_tokenizer
 
-    ref = resolve_model(str(model_cfg["embedder"]), precision=model_cfg["precision"])
+    ref = resolve_model(str(_tokenizer_folder(model_cfg)["embedder"]), precision=model_cfg["precision"])
     return load_tokenizer(Path(ref.folder) / "tokenizer.json")
 
 
@@ -70,6 +101,11 @@ def embedder_token_room(model_cfg: dict) -> tuple[int, int] | None:
     from rag_cli.models.folder import ModelFolder
     from rag_cli.models.tokens import count_tokens
 
+    if is_api_embedder(model_cfg["embedder"]):
+        from rag_cli.models.defaults import ensure_default_model
+
+        added = int(count_tokens(ensure_default_model() / "tokenizer.json", [""], model_cfg["passage_prefix"])[0])
+        return model_cfg["api_max_length"], model_cfg["api_max_length"] - added
     try:
         ref = resolve_model(str(model_cfg["embedder"]), precision=model_cfg["precision"])
         folder = ModelFolder.load(ref.folder, onnx_file=ref.onnx_file)

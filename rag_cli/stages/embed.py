@@ -161,7 +161,8 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
             n_batches = 0
 
         groups = _texts_to_embed(chunks_path, col, window, shas, new, np.minimum(n_tokens, max_length))
-        for keys, vectors in encoder.iter_encode_groups(groups, folder.passage_prefix, **kwargs):
+        for keys, vectors in _flushed_on_failure(encoder.iter_encode_groups(groups, folder.passage_prefix, **kwargs),
+                                                 flush):
             bad = bad_vector_rows(vectors)
             if bad.size:
                 flush()
@@ -234,6 +235,16 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
                    n_embedded=n_embedded, n_truncated=n_truncated, seconds=round(seconds, 3),
                    vector_cache=str(cache_dir.relative_to(project.root)))
     return summary
+
+
+def _flushed_on_failure(batches: Iterator, flush: Callable[[], None]) -> Iterator:
+    """The items of `batches`; when getting the next one fails (a model server that dies mid-run),
+    `flush()` first (the vectors that came back before are cached: the rerun reuses them), then the error."""
+    try:
+        yield from batches
+    except Exception:
+        flush()
+        raise
 
 
 def _embed_again(encoder, cache: VectorCache, todo: dict[str, str], kwargs: dict, project: "ProjectFolder") -> None:
