@@ -175,7 +175,7 @@ def test_cli_server_dying_mid_run_keeps_the_finished_part(fake, tmp_path, defaul
     assert r.returncode == 1 and f"{fake.base_url}/embeddings failed 2 times" in r.stderr, r.stderr
     assert not (project / "embeddings.parquet").exists() and not (project / "index").exists()
     fake.fail_after = None
-    r = rag("embed", "--project", project, "--json")
+    r = rag("embed", "--project", project, "--json", *api_flags(fake.base_url), "--api-batch", "4")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["n_reused"] == 12 and summary["n_embedded"] == summary["n_chunks"] - 12
