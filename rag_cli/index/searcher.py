@@ -64,7 +64,7 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-@dataclass
+@dataclass(eq=False)  # a loaded index is itself: hashed and compared by identity (kept in weak maps)
 class Searcher:
     """A loaded index. `embedder` is needed for dense and hybrid modes only.
 
