@@ -77,3 +77,73 @@ def test_ask_gate_off_with_an_llm_generator_answers(project, fake):
     out = json.loads(res.stdout)
     assert out["generator"] == "openai" and out["answer"] == "Returns are handled in thirty days [1]."
     assert len(fake.requests) == 1
+
+
+# --------------------------------------------------------------------------- 2. all or nothing
+def cli(*args, cwd=None) -> subprocess.CompletedProcess:
+    """The real CLI in a subprocess (this checkout's code)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "rag_cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=120)
+
+
+@pytest.mark.e2e
+def test_build_with_a_missing_model_writes_nothing(tmp_path, tiny_bi_encoder):
+    src = write_docs(tmp_path / "src", DOCS)
+    fresh = tmp_path / "fresh.rag"
+    for unit in ("chars", "tokens"):
+        res = cli("build", src, "--unit", unit, "--model", "/no/such/dir", "-p", fresh)
+        assert res.returncode == 2 and "/no/such/dir" in res.stderr, res.stderr
+        assert not fresh.exists()
+    root = tmp_path / "p.rag"
+    assert cli("build", src, "--unit", "chars", "--model", tiny_bi_encoder, "-q", "-p", root).returncode == 0
+    (src / "new.md").write_text("# New\n\nA new document about rivers.\n", encoding="utf-8")
+    before = snapshot(root)
+    res = cli("build", src, "--unit", "chars", "--model", "/no/such/dir", "-p", root)
+    assert res.returncode == 2 and "/no/such/dir" in res.stderr
+    assert snapshot(root) == before
+    res = cli("build", src, "--unit", "chars", "--hnsw-m", "0", "-p", root)  # a bad index flag: before chunking
+    assert res.returncode == 2 and snapshot(root) == before
+    # a model folder removed after the build: update fails before rechunking
+    model = tmp_path / "model"
+    import shutil
+
+    shutil.copytree(tiny_bi_encoder, model)
+    assert cli("build", src, "--unit", "chars", "--model", model, "-q", "-p", root).returncode == 0
+    (src / "newer.md").write_text("# Newer\n\nYet another document.\n", encoding="utf-8")
+    shutil.rmtree(model)
+    before = snapshot(root)
+    res = cli("update", "-p", root)
+    assert res.returncode == 2 and str(model) in res.stderr, res.stderr
+    assert snapshot(root) == before
+
+
+def test_build_that_fails_in_a_later_stage_puts_every_file_back(tmp_path, tiny_bi_encoder, monkeypatch):
+    import rag_cli.stages.index
+    from rag_cli.errors import WorkFailed
+
+    src = write_docs(tmp_path / "src", DOCS)
+    root = tmp_path / "p.rag"
+    ok("build", src, "--unit", "chars", "--size", 200, "--overlap", 0, "--model", tiny_bi_encoder, "-q", "-p", root)
+    (src / "new.md").write_text("# New\n\nA new document about rivers.\n", encoding="utf-8")
+    before = snapshot(root)
+
+    def broken(*args, **kwargs):
+        raise WorkFailed("the disk is full")
+
+    monkeypatch.setattr(rag_cli.stages.index, "build_index", broken)
+    res = rag("build", src, "--unit", "chars", "--size", 100, "--overlap", 0, "-q", "-p", root)
+    assert res.exit_code == 1 and "the disk is full" in res.stderr
+    assert snapshot(root) == before  # chunks, docs, embeddings, manifest and rag.toml as they were
+    fresh = tmp_path / "fresh.rag"
+    res = rag("build", src, "--unit", "chars", "--model", tiny_bi_encoder, "-q", "-p", fresh)
+    assert res.exit_code == 1 and not fresh.exists()
+
+    import rag_cli.stages.update
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rag_cli.stages.update, "update_index", interrupted)
+    res = rag("update", "-p", root)
+    assert res.exit_code == 130 and snapshot(root) == before
