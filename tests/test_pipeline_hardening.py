@@ -147,3 +147,26 @@ def test_build_that_fails_in_a_later_stage_puts_every_file_back(tmp_path, tiny_b
     monkeypatch.setattr(rag_cli.stages.update, "update_index", interrupted)
     res = rag("update", "-p", root)
     assert res.exit_code == 130 and snapshot(root) == before
+
+
+# --------------------------------------------------------------------------- 3. non-UTF-8 file names
+@pytest.mark.e2e
+def test_a_file_name_that_is_not_utf8_is_skipped_by_name_and_the_rest_chunked(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ok.txt").write_text("ok fine words\n", encoding="utf-8")
+    with open(os.fsencode(src) + b"/bad\xff.txt", "wb") as f:
+        f.write(b"x y")
+    root = tmp_path / "p.rag"
+    res = cli("chunk", src, "--unit", "chars", "--json", "-p", root)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["n_docs"] == 1
+    assert [s["path"] for s in out["skipped"]] == [f"{src}/bad\\xff.txt"]
+    assert "not valid UTF-8" in out["skipped"][0]["reason"]
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(root / "docs.parquet").column("doc_id").to_pylist() == ["ok.txt"]
+    st = cli("status", "--json", "-p", root)  # the skipped file is not a source that is missing from the index
+    assert st.returncode == 0, st.stderr
+    assert not [s for s in json.loads(st.stdout).get("stale", []) if s["stage"] == "chunk"]
