@@ -170,3 +170,27 @@ def test_a_file_name_that_is_not_utf8_is_skipped_by_name_and_the_rest_chunked(tm
     st = cli("status", "--json", "-p", root)  # the skipped file is not a source that is missing from the index
     assert st.returncode == 0, st.stderr
     assert not [s for s in json.loads(st.stdout).get("stale", []) if s["stage"] == "chunk"]
+
+
+# --------------------------------------------------------------------------- 4. halves opened once each
+def test_a_project_alternating_modes_opens_the_dense_and_sparse_halves_once_each(project, monkeypatch):
+    import rag_cli.index.searcher
+    from rag_cli import Project
+
+    opened = []
+    real = rag_cli.index.searcher.IndexFolder.open
+
+    def counting(index_dir, project_root=None, parts=("dense", "sparse")):
+        opened.append(tuple(parts))
+        return real(index_dir, project_root, parts)
+
+    monkeypatch.setattr(rag_cli.index.searcher.IndexFolder, "open", staticmethod(counting))
+    p = Project(project)
+    results = {}
+    for _ in range(3):
+        for mode in ("sparse", "dense", "hybrid"):
+            results.setdefault(mode, []).append([h.chunk_id for h in p.search("bm25 ranking", mode=mode, k=2)])
+    assert sorted(opened) == [("dense",), ("sparse",)]
+    assert all(len({tuple(r) for r in rs}) == 1 for rs in results.values())  # the same answers every time
+    assert results["sparse"][0] == [h.chunk_id for h in Project(project).search("bm25 ranking", mode="sparse", k=2)]
+    assert results["dense"][0] == [h.chunk_id for h in Project(project).search("bm25 ranking", mode="dense", k=2)]
