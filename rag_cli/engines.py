@@ -76,25 +76,45 @@ class Engines:
 
     def searcher(self, config: Config, *, with_embedder: bool, parts: tuple[str, ...] = ("dense", "sparse")):
         """The loaded current index generation (kept while it stays current),
-        with the indexes in `parts` and the bi-encoder when `with_embedder`.
+        with at least the indexes in `parts` and the bi-encoder when
+        `with_embedder`. One searcher is kept per generation and grows: a
+        half (dense, sparse) or the bi-encoder it lacks is opened once and
+        added, so a `Project` that alternates modes opens each half once.
         Raises BadInput if there is no index or the embedder differs from the index's."""
-        from rag_cli.index.searcher import Searcher
+        from rag_cli.index.searcher import Searcher, check_index_embedder
 
         f = self.folder
         f.require_exists()
         stamp = self._stamp()
-        key = (with_embedder, asdict(config.model).__repr__() if with_embedder else None, parts)
-        cached = self._searchers.get(key)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
+        model_key = asdict(config.model).__repr__() if with_embedder else None
+        kept = self._searchers.get(stamp)  # (model key of its embedder, Searcher)
+        s = kept[1] if kept is not None else None
+        missing = tuple(p for p in parts if s is None or getattr(s, p) is None)
+        new_model = with_embedder and (s is None or s.embedder is None or kept[0] != model_key)
+        if not missing and not new_model:
+            return s
         embedder = None
-        if with_embedder:
+        if new_model:
             embedder = self.embedder(config)
             embedder.query_encoder.preload()  # the graph loads while the index and the tokenizer do
-        searcher = Searcher.open(f.index_dir, embedder, f.root, parts)
-        # the generation actually opened (CURRENT may have moved since _stamp read it)
-        self._searchers = {key: (searcher.generation_key, searcher)}
-        return searcher
+        if missing:
+            opened = Searcher.open(f.index_dir, embedder, f.root, missing)
+            if s is not None and opened.generation_key != s.generation_key:  # CURRENT moved meanwhile
+                kept, s = None, None
+                opened = Searcher.open(f.index_dir, embedder, f.root, parts) if len(missing) < len(parts) else opened
+            if s is None:
+                s = opened
+            else:
+                for p in missing:
+                    setattr(s, p, getattr(opened, p))
+        elif embedder is not None:
+            check_index_embedder(s.index_dir, s.meta, embedder)
+        if embedder is not None:
+            s.embedder = embedder
+        model = model_key if embedder is not None else kept[0] if kept is not None else None
+        # keyed by the generation actually opened (CURRENT may have moved since _stamp read it)
+        self._searchers = {s.generation_key: (model, s)}
+        return s
 
     def _stamp(self) -> tuple:
         """Which generation is current, in a way that never repeats (so a

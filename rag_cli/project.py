@@ -31,14 +31,14 @@ Results are typed (`rag_cli.results`), each with `to_dict()`.
 
 from __future__ import annotations
 
-import contextlib
 import os
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from rag_cli.config import Config, check_flag, split_options
 from rag_cli.engines import Engines, max_length, model_value
-from rag_cli.errors import BadInput, Interrupted, one_of  # noqa: F401 (one_of: re-exported)
+from rag_cli.errors import BadInput, one_of  # noqa: F401 (one_of: re-exported)
 from rag_cli.progress import Progress
 from rag_cli.results import (AnswersFile, BuildSummary, ChunkSummary, EmbedSummary, IndexSummary, Rollback,
                              RunFile, SearchResult, Status, UpdateSummary)
@@ -48,19 +48,6 @@ __all__ = ["Project", "SearchResult", "RunFile", "DEFAULT_PROJECT", "project_dir
 
 #: Keyword options of the pipeline that are not named after their config key.
 _RENAMED = {"model": ("model", "embedder")}
-
-@contextlib.contextmanager
-def _chunks_written(command: str) -> Iterator[None]:
-    """Turn Ctrl-C / SIGTERM after the chunk step into `Interrupted` saying so."""
-    try:
-        yield
-    except Interrupted:
-        raise
-    except KeyboardInterrupt:
-        raise Interrupted(f"docs.parquet and chunks.parquet were already replaced (and embeddings.parquet if the "
-                          f"embedding had finished); the index is unchanged and still searched; `rag {command}` "
-                          "finishes the work (texts already embedded are not embedded again)") from None
-
 
 def _check_ray(address: str | None) -> None:
     """BadInput for a bad `ray` address (`--ray`) or a missing ray extra, before any work; nothing for None."""
@@ -210,18 +197,27 @@ class Project:
         """`chunk`, `embed` and `index` under one lock, with the same options
         (keys of [chunk], [model] and [index]); `ray` as for `embed`. The
         sources (as absolute paths) and `format` are remembered in rag.toml
-        `[sources]` for `update`."""
+        `[sources]` for `update`. Every option and the model are checked before
+        anything is written, and the three stages commit all or none
+        (`ProjectFolder.all_or_nothing`): a failure, Ctrl-C included, leaves the
+        folder as it was (a new folder is removed)."""
+        from rag_cli.models.loading import check_embedder
+
         split = split_options(options, ("chunk", "model", "index"), _RENAMED)  # unknown options fail first
         _check_ray(ray)
+        given = _options(options, "chunk", "model", "index")
+        config = self.folder.config
+        for section in ("chunk", "model", "index"):  # every option and the model, before anything is written
+            config, _ = config.with_options(section, given.get(section))
+        check_embedder(asdict(config.model))
         model = {("model" if k == "embedder" else k): v for k, v in split.get("model", {}).items()}
         sources = [os.path.abspath(os.fspath(s)) for s in sources]
-        with self.folder.writing("build", wait):
+        with self.folder.writing("build", wait), self.folder.all_or_nothing():
             c = self.chunk(sources, format=format, progress=progress, **split.get("chunk", {}),
                            **{k: v for k, v in model.items() if k in ("model", "precision")})
-            with _chunks_written("build SRC..."):
-                e = self.embed(ray=ray, progress=progress,
-                               **{k: v for k, v in model.items() if k not in ("model", "precision")})
-                i = self.index(progress=progress, **split.get("index", {}))
+            e = self.embed(ray=ray, progress=progress,
+                           **{k: v for k, v in model.items() if k not in ("model", "precision")})
+            i = self.index(progress=progress, **split.get("index", {}))
             self.folder.save(("sources", {"paths": sources, "format": format}))
         return BuildSummary(c, e, i)
 
@@ -233,9 +229,11 @@ class Project:
         updated in place (see `rag_cli.stages.update`). A change of the chunk
         settings rechunks everything; another embedder or HNSW M /
         ef_construction rebuilds the index (`index.full` says why).
-        Also recorded in manifest.json under `update`.
+        Also recorded in manifest.json under `update`. The model is checked
+        before anything is written, and the stages commit all or none, as in `build`.
         Raises BadInput when no sources are remembered (run `build` first)."""
         from rag_cli.chunking.setup import chunk_settings
+        from rag_cli.models.loading import check_embedder
         from rag_cli.stages.embed import embed_chunks
         from rag_cli.stages.update import add_pending, check_served_index, pending_counts, update_chunks, update_index
 
@@ -246,7 +244,8 @@ class Project:
         if not src.paths:
             raise BadInput(f"{f.config_path} remembers no sources ([sources] paths): run "
                            f"`rag build SRC...` first (project folder {f.root})")
-        with f.writing("update", wait):
+        check_embedder(asdict(config.model))  # a removed model folder fails before anything is rechunked
+        with f.writing("update", wait), f.all_or_nothing():
             check_served_index(f, config.index)  # a deleted Milvus Lite file: before anything is rechunked
             previous = f.manifest().get("chunk", {}).get("params")
             settings = chunk_settings(config.chunk, config.model, src.format)
@@ -256,14 +255,13 @@ class Project:
             c = update_chunks(f, list(src.paths), fmt=src.format, params=config.chunk, model=config.model,
                               full=rechunk is not None, progress=progress)
             c = add_pending(c, pending)
-            with _chunks_written("update"):
-                with self.engines.on_ray(self.engines.embedder(config, on_ray=ray is not None), config,
-                                         ray) as encoder:
-                    e = embed_chunks(f, encoder, progress)
-                    if ray is not None:
-                        e["ray"] = encoder.report()
-                i = update_index(f, config.index, threads=config.model.threads, keep=config.index.keep,
-                                 progress=progress)
+            with self.engines.on_ray(self.engines.embedder(config, on_ray=ray is not None), config,
+                                     ray) as encoder:
+                e = embed_chunks(f, encoder, progress)
+                if ray is not None:
+                    e["ray"] = encoder.report()
+            i = update_index(f, config.index, threads=config.model.threads, keep=config.index.keep,
+                             progress=progress)
             f.record("update", chunk={k: v for k, v in c.items() if k not in ("skipped", "seconds")},
                      n_embedded=e["n_embedded"], index={k: v for k, v in i.items() if k != "seconds"},
                      full_rechunk=rechunk)

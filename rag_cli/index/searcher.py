@@ -64,7 +64,32 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-@dataclass
+def check_index_embedder(path: Path, meta: dict, embedder) -> None:
+    """Raise BadInput (saying what to do) when `embedder`'s fingerprint differs
+    from the one the index generation at `path` (its meta.json `meta`) was built with."""
+    if embedder.folder.fingerprint != meta["model_fingerprint"]:
+        model = embedder.folder
+        if meta.get("passage_fingerprint") != model.passage_fingerprint:
+            what = ("set model.embedder and model.precision in rag.toml back to the ones the index was built "
+                    "with, or rerun `rag embed` and `rag index`")
+        else:  # the same graph, another query graph
+            what = ("only the query graph differs: "
+                    + (f"the folder now has {model.query_onnx_path}" if model.query_onnx_path is not None else
+                       f"the folder no longer has the query graph the index was built with, beside "
+                       f"{model.onnx_path}")
+                    + ". Rerun `rag embed` (it reuses every cached vector) and `rag index`")
+        dims = ""
+        try:
+            if embedder.dim != meta["dim"]:
+                dims = (f" (the index holds {meta['dim']}-dimension vectors, the embedder gives "
+                        f"{embedder.dim}-dimension ones)")
+        except Exception:  # noqa: BLE001 - a graph that cannot say its size: the fingerprints say enough
+            pass
+        raise BadInput(f"the index in {path} was built with model {meta['model_fingerprint']} but the "
+                       f"embedder is {model.fingerprint}{dims}; {what}")
+
+
+@dataclass(eq=False)  # a loaded index is itself: hashed and compared by identity (kept in weak maps)
 class Searcher:
     """A loaded index. `embedder` is needed for dense and hybrid modes only.
 
@@ -95,26 +120,8 @@ class Searcher:
         index was built with."""
         folder = IndexFolder.open(index_dir, project_root, parts)
         meta = folder.meta
-        if embedder is not None and embedder.folder.fingerprint != meta["model_fingerprint"]:
-            model = embedder.folder
-            if meta.get("passage_fingerprint") != model.passage_fingerprint:
-                what = ("set model.embedder and model.precision in rag.toml back to the ones the index was built "
-                        "with, or rerun `rag embed` and `rag index`")
-            else:  # the same graph, another query graph
-                what = ("only the query graph differs: "
-                        + (f"the folder now has {model.query_onnx_path}" if model.query_onnx_path is not None else
-                           f"the folder no longer has the query graph the index was built with, beside "
-                           f"{model.onnx_path}")
-                        + ". Rerun `rag embed` (it reuses every cached vector) and `rag index`")
-            dims = ""
-            try:
-                if embedder.dim != meta["dim"]:
-                    dims = (f" (the index holds {meta['dim']}-dimension vectors, the embedder gives "
-                            f"{embedder.dim}-dimension ones)")
-            except Exception:  # noqa: BLE001 - a graph that cannot say its size: the fingerprints say enough
-                pass
-            raise BadInput(f"the index in {folder.path} was built with model {meta['model_fingerprint']} but the "
-                           f"embedder is {model.fingerprint}{dims}; {what}")
+        if embedder is not None:
+            check_index_embedder(folder.path, meta, embedder)
         s = cls(folder.path, meta, folder.chunks, folder.dense, folder.sparse, embedder, folder.docs)
         s._chunk_ids = Column(folder.chunks.column("chunk_id"))
         s._doc_ids = Column(folder.chunks.column("doc_id"))

@@ -133,6 +133,21 @@ def read_stable(path: str) -> tuple[bytes, float]:
     return raw, before.st_mtime
 
 
+def utf8_name(path: str) -> bool:
+    """Whether `path` is valid UTF-8: a name with other bytes reaches Python
+    with surrogate escapes (PEP 383), which docs.parquet (UTF-8) cannot store."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def escaped_name(path: str) -> str:
+    """`path` with the bytes that are not UTF-8 shown as `\\xNN` (printable, storable)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def _walk(folder: str) -> list[str]:
     """All files under `folder`, recursively, sorted; hidden files and folders
     (names starting with '.') are left out."""
@@ -276,6 +291,10 @@ def _iter_sources(sources: list[str], fmt: str, encoding: str | None,
         for path, doc_id in _expand(source):
             if excluded(path):
                 continue
+            if not utf8_name(path):
+                yield Skipped(escaped_name(path), "the file name is not valid UTF-8 (its bytes are shown as \\xNN); "
+                              "rename the file to chunk it")
+                continue
             key = os.path.realpath(path)
             if key in seen_files:
                 yield Skipped(path, f"already loaded (same file as {seen_files[key]})")
@@ -327,7 +346,7 @@ def source_files(sources: list[str], fmt: str = "auto", exclude: Sequence[str | 
             is_file_source = os.path.isfile(source)
             out.extend(path for path, _ in _expand(source)
                        if (_fmt_of(path, fmt) is not None or (is_file_source and is_beir_path(path)))
-                       and not excluded(path))
+                       and not excluded(path) and utf8_name(path))
         except BadInput:
             continue
     return out

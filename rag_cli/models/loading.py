@@ -64,6 +64,19 @@ def load_embedder(model_cfg: dict, on_ray: bool = False):
     return BiEncoder(folder, threads=model_cfg.get("threads") or None, providers=providers)
 
 
+def check_embedder(model_cfg: dict) -> None:
+    """Check the `[model]` config's bi-encoder without loading an ONNX session: the
+    precision, the folder (or default name) and its files (`ModelFolder.load`), so a
+    multi-stage command fails before it writes anything. Raises BadInput as `load_embedder`."""
+    from rag_cli.models.defaults import resolve_model
+    from rag_cli.models.folder import ModelFolder
+
+    if model_cfg.get("precision") not in ("int8", "fp32"):
+        raise BadInput(f"--precision {model_cfg.get('precision')!r}: use int8 or fp32")
+    ref = resolve_model(str(model_cfg["embedder"]), precision=model_cfg["precision"])
+    ModelFolder.load(ref.folder, onnx_file=ref.onnx_file)
+
+
 def load_cross_encoder(name_or_dir: str, threads: int = 0, provider: str = "cpu"):
     """A cross-encoder model folder, or the Hugging Face id of one fetched by
     `rag models pull`, as a `CrossEncoder` on `provider` (cpu, cuda, coreml).

@@ -40,6 +40,12 @@ DEFAULT_PROJECT = ".rag"
 #: also written by readers, which take no lock: their temporary files are left.)
 WRITER_OUTPUTS = ("docs.parquet", "chunks.parquet", "parents.parquet", "embeddings.parquet")
 
+#: What a multi-stage writer (`build`, `update`) puts back when it fails (`ProjectFolder.all_or_nothing`):
+#: these files as they were before it started (every writer replaces them atomically, so a hard link
+#: keeps the old content), besides removing the index generations it wrote.
+SAVEPOINT_FILES = ("rag.toml", "manifest.json", *WRITER_OUTPUTS, "index/CURRENT")
+SAVEPOINT = ".savepoint"
+
 
 def project_dir(option: str | os.PathLike | None = None) -> Path:
     """The project folder: `option`, else `$RAG_PROJECT`, else `./.rag`."""
@@ -246,10 +252,61 @@ class ProjectFolder:
                 lock.release()
         except BaseException:
             if created:
-                lock_file.unlink(missing_ok=True)
+                for name in (".lock", ".manifest.json.lock"):  # the locks of this folder and of manifest.json
+                    (self.root / name).unlink(missing_ok=True)
                 with contextlib.suppress(OSError):
                     self.root.rmdir()
             raise
+
+    @contextlib.contextmanager
+    def all_or_nothing(self) -> Iterator[None]:
+        """Commit the writes of the block all or none (call under the lock):
+        when the block raises anything (Ctrl-C included), every file of
+        `SAVEPOINT_FILES` is put back as it was before (a file that did not
+        exist is removed), the index generations, vector cache parts and the
+        index/ and cache/ folders created in the block are removed, and the
+        exception goes on.
+        The old files are kept as hard links in `.savepoint/` (copies where
+        the file system has no hard links) while the block runs."""
+        import shutil
+
+        save = self.root / SAVEPOINT
+        shutil.rmtree(save, ignore_errors=True)  # a killed writer's
+        save.mkdir(parents=True)
+        kept: dict[str, Path | None] = {}
+        for name in SAVEPOINT_FILES:
+            src, dst = self.root / name, save / name.replace("/", "_")
+            if src.is_file():
+                try:
+                    os.link(src, dst)
+                except OSError:
+                    shutil.copy2(src, dst)
+                kept[name] = dst
+            else:
+                kept[name] = None
+        folders = {d: (self.root / d).exists() for d in ("index", "cache")}
+        gens = {p.name for p in self.index_dir.glob("gen-*")}
+        parts = set(self.root.glob("cache/vectors/*/*"))
+        try:
+            yield
+        except BaseException:
+            for name, saved in kept.items():
+                if saved is None:
+                    (self.root / name).unlink(missing_ok=True)
+                else:
+                    os.replace(saved, self.root / name)
+            for p in self.index_dir.glob("gen-*"):
+                if p.name not in gens:
+                    shutil.rmtree(p, ignore_errors=True)
+            for p in set(self.root.glob("cache/vectors/*/*")) - parts:  # vector cache parts written in the block
+                with contextlib.suppress(OSError):
+                    p.unlink()
+            for d, existed in folders.items():
+                if not existed:
+                    shutil.rmtree(self.root / d, ignore_errors=True)
+            raise
+        finally:
+            shutil.rmtree(save, ignore_errors=True)
 
     def remove_leftovers(self) -> list[Path]:
         """Remove the temporary files a killed writer left: those of
