@@ -602,3 +602,85 @@ def test_the_listening_socket_is_tcp_with_nagle_off():
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
         sock.close()
+
+
+# --------------------------------------------------------------------------- connection limits (torture)
+def _closed_by_server(sock, timeout: float) -> bool:
+    """True when the server closes `sock` (EOF or reset) within `timeout` s."""
+    import socket
+
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+@pytest.mark.slow
+def test_idle_and_slow_header_connections_at_the_limit_do_not_stop_the_server(sample):
+    """80 idle connections (the limit with --max-concurrent 1: 1 * 16 + 64) and 8 that send their request head
+    one byte every 0.5 s: /healthz still answers at once (a slot is kept for it), other requests get 503, and
+    within the head deadline (rag_cli.serve.protocol.HEADER_TIMEOUT) the server closes them all and answers
+    searches again. 127.0.0.1 only; every wait is bounded."""
+    import socket
+
+    from rag_cli.serve.protocol import HEADER_TIMEOUT
+
+    with serving(sample, "--max-concurrent", "1") as s:
+        host, port = s.url.removeprefix("http://").split(":")
+        idle, slow = [], []
+        stop = threading.Event()
+
+        def trickle() -> None:
+            head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 200
+            for byte in head:
+                if stop.wait(0.5):
+                    return
+                for sock in list(slow):
+                    with contextlib.suppress(OSError):
+                        sock.send(bytes([byte]))
+
+        trickler = threading.Thread(target=trickle, daemon=True)
+        try:
+            idle += [socket.create_connection((host, int(port)), timeout=5) for _ in range(80)]
+            slow += [socket.create_connection((host, int(port)), timeout=5) for _ in range(8)]
+            opened = time.monotonic()
+            trickler.start()
+            time.sleep(0.5)  # the server accepts them
+            assert httpx.get(s.url + "/healthz", timeout=5).status_code == 200
+            busy = s.post("/search", {"query": "bm25", "mode": "sparse"})
+            assert busy.status_code == 503 and busy.headers["retry-after"] == "1", busy.text
+            wait = HEADER_TIMEOUT + 5 - (time.monotonic() - opened)
+            assert all(_closed_by_server(sock, max(wait, 0.1)) for sock in idle + slow)
+            assert time.monotonic() - opened < HEADER_TIMEOUT + 5
+            res = s.post("/search", {"query": "bm25", "mode": "sparse"})
+            assert res.status_code == 200 and res.json()["results"], res.text
+        finally:
+            stop.set()
+            for sock in idle + slow:
+                sock.close()
+            if trickler.is_alive():
+                trickler.join(timeout=5)
+
+
+def test_a_keep_alive_connection_must_send_its_next_head_in_time(sample):
+    """After a response the next request head has the same deadline: a connection that sends one byte of it and
+    then nothing is closed within HEADER_TIMEOUT (+ 3 s), while one that asks in time is answered."""
+    import socket
+
+    from rag_cli.serve.protocol import HEADER_TIMEOUT
+
+    with serving(sample) as s:
+        host, port = s.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = b""
+            while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):
+                got += sock.recv(65536)
+            assert got.startswith(b"HTTP/1.1 200")
+            sock.sendall(b"G")
+            began = time.monotonic()
+            assert _closed_by_server(sock, HEADER_TIMEOUT + 3)
+            assert time.monotonic() - began < HEADER_TIMEOUT + 3
