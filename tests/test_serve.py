@@ -684,3 +684,46 @@ def test_a_keep_alive_connection_must_send_its_next_head_in_time(sample):
             began = time.monotonic()
             assert _closed_by_server(sock, HEADER_TIMEOUT + 3)
             assert time.monotonic() - began < HEADER_TIMEOUT + 3
+
+
+def test_a_query_with_a_lone_surrogate_is_400_and_logging_goes_on(sample, tmp_path):
+    """The row of a query UTF-8 cannot encode is dropped (told on stderr, counted in /healthz), not retried for
+    ever: the queries after it are logged."""
+    from rag_cli.store.query_log import read_log
+
+    project = tmp_path / "p"
+    shutil.copytree(sample, project)
+    with serving(project, "--log") as s:
+        bad = httpx.post(s.url + "/search", content=b'{"query": "bm25 \\ud800", "mode": "sparse"}', headers=JSON,
+                         timeout=60)
+        assert bad.status_code == 400, bad.text
+        assert s.post("/search", {"query": "bm25", "mode": "sparse"}).status_code == 200
+        assert s.stop() == 0
+    queries = read_log(project, "queries").column("query").to_pylist()
+    assert queries == ["bm25"]
+    assert "1 row(s) dropped" in s.log.read_text()
+
+
+def test_healthz_shows_no_path_and_counts_dropped_log_rows(make_sample_project, tmp_path):
+    """/healthz needs no key: its reload_error names the part at fault, relative to the project, never the
+    project's absolute path."""
+    from rag_cli.serve.service import Service
+
+    p = make_sample_project(tmp_path / "p")
+    config = p.folder.with_options("serve", {"reload_poll": 0.05, "log": True}).serve
+    service = Service(p, config).open()
+    try:
+        p.index(hnsw_m=8)
+        (p.index_dir / "gen-000002" / "chunks.arrow").write_bytes(b"damaged")
+        deadline = time.monotonic() + 30
+        while service.engines.reload_error is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        service.queries.append({"query": "bm25 \ud800"})
+        service.queries.flush()
+        health = service.health()
+    finally:
+        service.close()
+    shown = json.dumps(health, ensure_ascii=False)
+    assert "chunks.arrow" in health["reload_error"] and str(tmp_path) not in shown and str(p.root) not in shown
+    assert health["log_dropped"] == 1 and "UnicodeEncodeError" in health["log_error"]
