@@ -194,6 +194,8 @@ def test_status_and_openapi(server, sample):
 BAD = [
     ({"query": ""}, "the query is empty", None),
     ({"query": "   "}, "the query is empty", None),
+    ({"query": "\u0000\u0000"}, "the query is empty", None),
+    ({"query": "\u200b\u200b", "mode": "dense"}, "the query is empty", None),
     ({"query": "x", "mode": "fuzzy"}, "--mode 'fuzzy' (config search.mode): must be one of", None),
     ({"query": "x", "filter": "nosuchfield=1"}, "no field 'nosuchfield'", None),
     ({"query": "x", "filter": ["doc_id~x"]}, "expected FIELD=VALUE", None),
