@@ -365,7 +365,7 @@ def test_sigterm_stops_cleanly_and_the_log_feeds_online_metrics(sample, tmp_path
 
 
 # --------------------------------------------------------------------------- MCP
-def _mcp_calls(client_factory) -> tuple[list, dict, dict, str, str]:
+def _mcp_calls(client_factory) -> tuple[list, dict, dict, str, str, list]:
     async def main():
         async with client_factory() as c:
             tools = sorted(t.name for t in (await c.list_tools()).tools)
@@ -374,14 +374,23 @@ def _mcp_calls(client_factory) -> tuple[list, dict, dict, str, str]:
             bad = await c.call_tool("search", {"query": "", "k": 3})
             status = await c.read_resource("rag://status")
             assert not found.is_error and not answer.is_error and bad.is_error
+            refused = [await c.call_tool(name, args) for name, args in (
+                ("search", {"query": "hnsw", "project": "/etc"}), ("search", {"query": "hnsw", "mode": "bogus"}),
+                ("ask", {"question": "\u200b"}), ("search", {"query": "hnsw", "k": "five"}))]
+            assert all(r.is_error for r in refused), refused
             return tools, found.structured_content, answer.structured_content, bad.content[0].text, \
-                status.contents[0].text
+                status.contents[0].text, [r.content[0].text for r in refused]
 
     return asyncio.run(asyncio.wait_for(main(), timeout=120))
 
 
 def _check_mcp(sample, got) -> None:
-    tools, found, answer, bad, status = got
+    tools, found, answer, bad, status, refused = got
+    unknown, mode, empty, k = refused
+    assert "project: not an argument of the search tool; its arguments are query, mode, k, filter" in unknown
+    assert "argument mode 'bogus': must be one of" in mode and "--" not in mode and "config" not in mode
+    assert "the query is empty" in empty
+    assert "k" in k and "--" not in k
     assert tools == ["ask", "search"]
     assert found == rag_json("search", QUERIES[0], "-k", 3, "--mode", "sparse", "-p", sample)
     assert without_timings(answer) == without_timings(rag_json("ask", QUERIES[1], "-p", sample))
