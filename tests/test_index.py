@@ -113,6 +113,21 @@ def test_exact_and_hnsw_dense_ties_are_ordered_by_row():
     assert rows.tolist() == sorted(rows.tolist()) and len(set(cos.tolist())) <= 2
 
 
+def test_rrf_exact_ties_are_ties_and_break_by_id():
+    """Id 1 at ranks (1, 7, 2) and id 2 at ranks (2, 1, 7) of three lists: the same reciprocal ranks, summed
+    in another order, used to differ in the last bit (0.04744784801534369 vs ...437) and rank 2 first. Now
+    the scores are equal and the tie breaks by best rank (both 1), then id (#31 item 11)."""
+    lists = []
+    for j, (r1, r2) in enumerate([(1, 2), (7, 1), (2, 7)]):
+        ids = [100 + 10 * j + i for i in range(10)]
+        ids[r1 - 1], ids[r2 - 1] = 1, 2
+        lists.append(ids)
+    fused = rrf(lists, k=60)
+    assert fused[0][0] == 1 and fused[1][0] == 2 and fused[0][1] == fused[1][1]
+    assert fused[0][1] == pytest.approx(1 / 61 + 1 / 62 + 1 / 67, abs=1e-15)
+    assert dict(rrf(lists[::-1], k=60)) == dict(fused)
+
+
 def test_rrf_formula_and_inputs_untouched():
     a, b = [1, 2, 3], [3, 1, 4]
     fused = rrf([a, b], k=60)
