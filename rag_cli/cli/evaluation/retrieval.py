@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from rag_cli.cli.common import given, progress
-from rag_cli.cli.evaluation.app import (KS, PERMUTATIONS, PLOTS, REPORT, SEED, ModeOpt, QrelsOpt, QueriesOpt, eval_app,
-                                        show, tune_app)
+from rag_cli.cli.evaluation.app import (KS, METRICS, PERMUTATIONS, PLOTS, REPORT, SEED, ModeOpt, QrelsOpt, QueriesOpt,
+                                        eval_app, show, tune_app)
 from rag_cli.cli.options import OUTPUT, PROJECT, options
 
 RunOpt = Annotated[Optional[Path], typer.Option(
@@ -78,9 +78,9 @@ def run_(qrels: QrelsOpt, run: RunOpt = None, queries: SearchQueriesOpt = None, 
 
 
 @eval_app.command("compare")
-@options(KS, PERMUTATIONS, SEED, REPORT, PLOTS, PROJECT, OUTPUT)
-def compare(runs: RunsArg, qrels: QrelsOpt, *, ks, permutations, seed, name, output, md, plots, project, json_out,
-            quiet):
+@options(KS, METRICS, PERMUTATIONS, SEED, REPORT, PLOTS, PROJECT, OUTPUT)
+def compare(runs: RunsArg, qrels: QrelsOpt, *, ks, metrics, permutations, seed, name, output, md, plots, project,
+            json_out, quiet):
     r"""Compare runs with the first: mean difference, randomisation and t-test p-values (Holm), win/tie/loss.
 
     `rag eval compare --qrels FILE RUN_A RUN_B \[...]` compares each run with the
@@ -100,7 +100,7 @@ def compare(runs: RunsArg, qrels: QrelsOpt, *, ks, permutations, seed, name, out
     from rag_cli.project import Project
 
     report = lab.compare.run(Project.open(project), qrels, runs, ks=ks, name=name, output=output, md=md, plots=plots,
-                             **given(dict(permutations=permutations, seed=seed)))
+                             metrics=metrics, **given(dict(permutations=permutations, seed=seed)))
     show(report, json_out=json_out, quiet=quiet, md=md, plots=plots)
 
 
