@@ -311,6 +311,35 @@ def test_tune_fusion(project, tmp_path):
         lab.tune_fusion.run(p, SAMPLE_QUESTIONS, SAMPLE_QRELS, test_queries=SAMPLE_QUESTIONS)
 
 
+def _losing_on_test(*args, **kwargs) -> dict:
+    """`tune_fusion`'s report of a winner that gains on train and loses on test (#31 item 16's figures)."""
+    row = {"baseline": 0.70, "run": 0.692, "mean_diff": -0.008, "p_randomisation_holm": 0.4}
+    return {"tuned_on": "train", "metric": "ndcg@10", "candidates": 5, "best": {"fusion": "zscore", "dense_weight": 0.3},
+            "grid": [{"fusion": "zscore", "dense_weight": 0.3, "train": 0.718}],
+            "train": {"best": 0.718, "default": 0.70, "n_queries": 10},
+            "test": {"n_queries": 10, "default": {"ndcg@10": 0.70}, "best": {"ndcg@10": 0.692},
+                     "comparison": {"metrics": {"ndcg@10": row}}}}
+
+
+def test_tune_fusion_writes_nothing_when_the_test_split_disagrees(project, tmp_path, monkeypatch):
+    """A winner that loses on the test split is reported, not written to rag.toml, and the warning says
+    why and names --force, which writes it."""
+    import rag_cli.evaluate.tuning
+
+    monkeypatch.setattr(rag_cli.evaluate.tuning, "tune_fusion", _losing_on_test)
+    p = _copy(project, tmp_path, "a.rag")
+    before = p.config_path.read_bytes()
+    report = lab.tune_fusion.run(p, SAMPLE_QUESTIONS, SAMPLE_QRELS, test_queries=SAMPLE_QUESTIONS,
+                                 test_qrels=SAMPLE_QRELS, output=tmp_path / "tune.json")
+    assert p.config_path.read_bytes() == before and report["written_to"] is None
+    [warning] = report.warnings()
+    assert "rag.toml is not changed" in warning and "-0.0080" in warning and "--force" in warning
+    forced = lab.tune_fusion.run(p, SAMPLE_QUESTIONS, SAMPLE_QRELS, test_queries=SAMPLE_QUESTIONS,
+                                 test_qrels=SAMPLE_QRELS, output=tmp_path / "tune.json", force=True)
+    assert Project.open(p.root).config.search.fusion == "zscore" and forced["written_to"] == str(p.config_path)
+    assert "--force" in forced.warnings()[0]
+
+
 def test_tune_refusal(project, tmp_path):
     p, twin = _copy(project, tmp_path, "a.rag"), _copy(project, tmp_path, "b.rag")
     lines = [json.dumps({"_id": q, "text": t}, ensure_ascii=False) for q, t in QUESTIONS]

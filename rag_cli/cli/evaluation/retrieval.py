@@ -26,6 +26,8 @@ PerturbOpt = Annotated[list[str], typer.Option(
 TestQueriesOpt = Annotated[Optional[Path], typer.Option(
     "--test-queries", help="The test split's queries, scored apart from the tuning")]
 TestQrelsOpt = Annotated[Optional[Path], typer.Option("--test-qrels", help="The test split's qrels")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Write the winner to rag.toml even when the test split "
+                                                        "disagrees")]
 
 
 @eval_app.command("run")
@@ -152,16 +154,17 @@ def perturb(perturb_: PerturbOpt, queries: QueriesOpt, qrels: QrelsOpt, mode: Mo
 @tune_app.command("fusion")
 @options(PERMUTATIONS, REPORT, PLOTS, PROJECT, OUTPUT)
 def tune_fusion(queries: QueriesOpt, qrels: QrelsOpt, test_queries: TestQueriesOpt = None,
-                test_qrels: TestQrelsOpt = None, *, permutations, name, output, md, plots, project, json_out, quiet):
+                test_qrels: TestQrelsOpt = None, force: ForceOpt = False, *, permutations, name, output, md, plots,
+                project, json_out, quiet):
     r"""Grid-search the hybrid fusion on a train split for nDCG@10 and write the winner to rag.toml.
 
     `rag eval tune fusion --queries TRAIN --qrels TRAIN_QRELS
     \[--test-queries T --test-qrels TQ]` grid-searches the hybrid fusion
     (`search.fusion`: `rrf` with its k, or the `minmax`/`zscore` weighted
-    sums with `search.dense_weight`) on the train split, writes the winner
-    to `rag.toml` and scores it against RRF k = 60 on the test split apart
-    (paired randomisation test, `--permutations`);
-    `eval/tune-fusion-TRAIN.json`.
+    sums with `search.dense_weight`) on the train split, scores the winner
+    against RRF k = 60 on the test split apart (paired randomisation test,
+    `--permutations`) and writes it to `rag.toml` unless it scores below
+    RRF k = 60 there (`--force` writes it anyway); `eval/tune-fusion-TRAIN.json`.
     """
     from rag_cli import lab
     from rag_cli.project import Project
@@ -169,5 +172,5 @@ def tune_fusion(queries: QueriesOpt, qrels: QrelsOpt, test_queries: TestQueriesO
     with progress(quiet or json_out) as bar:
         report = lab.tune_fusion.run(Project.open(project), queries, qrels, test_queries=test_queries,
                                      test_qrels=test_qrels, name=name, output=output, md=md, plots=plots,
-                                     progress=bar, **given(dict(permutations=permutations)))
+                                     progress=bar, force=force, **given(dict(permutations=permutations)))
     show(report, json_out=json_out, quiet=quiet, md=md, plots=plots)
