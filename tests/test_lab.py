@@ -361,6 +361,27 @@ def test_tune_refusal(project, tmp_path):
         lab.tune_refusal.run(p, a, u, max_false_refusal=2)
 
 
+def test_tune_refusal_warns_on_few_questions(project, tmp_path):
+    """The learned refusal fitted on fewer than 10 train questions per weight warns, naming the counts and,
+    without a test split, --test-answers; --no-learn (learn=False) fits nothing and says nothing."""
+    p = _copy(project, tmp_path, "a.rag")
+    lines = [json.dumps({"_id": q, "text": t}, ensure_ascii=False) for q, t in QUESTIONS]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines[:3]) + "\n", encoding="utf-8")
+    (tmp_path / "u.jsonl").write_text("\n".join(lines[3:]) + "\n", encoding="utf-8")
+    for n in ("a", "u"):
+        p.ask_queries(tmp_path / f"{n}.jsonl", gate="off")
+        shutil.copy(p.answers_path(n), tmp_path / f"{n}.parquet")
+    a, u = tmp_path / "a.parquet", tmp_path / "u.parquet"
+    report = lab.tune_refusal.run(p, a, u, max_false_refusal=0.34, output=tmp_path / "r.json")
+    [warning] = report.warnings()
+    assert f"fits 9 weights on {len(QUESTIONS)} train questions, fewer than 90" in warning
+    assert "--test-answers" in warning and "--no-learn" in warning
+    tested = lab.tune_refusal.run(p, a, u, max_false_refusal=0.34, test_answers=a, test_unanswerable=u,
+                                  output=tmp_path / "r.json")
+    assert "--test-answers" not in tested.warnings()[0]
+    assert lab.tune_refusal.run(p, a, u, max_false_refusal=0.34, learn=False, output=tmp_path / "r.json").warnings() == []
+
+
 # --------------------------------------------------------------------------- make-unanswerable
 def test_unanswerable(tmp_path):
     corpus, queries, qrels = _tiny_dataset(tmp_path / "data")
