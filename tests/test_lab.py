@@ -287,6 +287,22 @@ def test_perturb(project, tmp_path):
     assert default.path == project.root / "eval" / "perturb-questions.json"
 
 
+def test_perturb_counts_the_queries_asked_and_warns_of_the_missing(project, tmp_path):
+    """A queries file holding some of the qrels' queries: the title counts those asked, and a warning lists the
+    qrels queries that score 0 because they were not asked (as `rag eval run` warns)."""
+    lines = SAMPLE_QUESTIONS.read_text(encoding="utf-8").splitlines()
+    few = tmp_path / "few.jsonl"
+    few.write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")
+    report = lab.perturb.run(project, SAMPLE_QRELS, few, ["upper"], ks="3", permutations=10,
+                             output=tmp_path / "p.json")
+    n = report["n_queries"]
+    assert report["n_queries_asked"] == 2 < n and len(report["qrels_queries_not_asked"]) == n - 2
+    [warning] = report.warnings()
+    assert f"{n - 2} of {n} qrels queries are not in --queries {few}" in warning
+    stdout, _ = rendered(report)
+    assert f"perturbed queries (2 asked of {n} judged" in stdout
+
+
 # --------------------------------------------------------------------------- tuning (on copies: they write rag.toml)
 def _copy(project, tmp_path, name) -> Project:
     shutil.copytree(project.root, tmp_path / name)
