@@ -36,39 +36,14 @@ def run_(qrels: QrelsOpt, run: RunOpt = None, queries: SearchQueriesOpt = None, 
          output, md, plots, project, json_out, quiet):
     r"""Score a run against qrels as trec_eval does (Recall, Hit, MRR, nDCG, P, MAP at k; MAP, R-precision).
 
-    The default subcommand: `rag eval --qrels Q --run R` is `rag eval run
-    --qrels Q --run R`.
+    Scores `--run`, or searches `--queries` first (down to max(--ks)
+    distinct documents per query) and scores that run. Writes
+    `eval/NAME.json`; stderr names queries missing or ignored.
 
-    Recall@k, Hit@k, MRR@k, nDCG@k (graded gains), P@k, MAP@k, and over the whole
-    run MAP and R-precision, as trec_eval defines them (`recall.k`, `success.k`,
-    `recip_rank`, `ndcg_cut.k`, `P.k`, `map_cut.k`, `map`, `Rprec`; checked
-    against pytrec_eval by a hypothesis property test). A run is read as
-    trec_eval reads it: ordered by score descending, ties by id descending; the
-    rank column is output only, so ranks that start at 0 or are all 1 are fine.
-    A repeated (query, id) row counts once (its best score); so does a qrels
-    row that judges a (query, document) pair again alike (a different
-    relevance is exit 2), and stderr names those rows. Every qrels query
-    counts (0 if missing from the run). A chunk run is scored at document level
-    by MaxP (a document's score is its best chunk's score), unless the qrels
-    judge chunk ids. Prints a table or `--json` and writes `eval/NAME.json`
-    (default NAME: `RUN-QRELS`) or `-o FILE`, with per-query values; `--run`
-    needs no project folder. Stderr names the qrels queries missing from the run
-    or without a relevant document, the run queries not in the qrels, and counts
-    repeated rows and ties.
+    Examples: `rag eval --qrels qrels.tsv --run runs/q-hybrid.parquet`;
+    `rag eval run --qrels qrels.tsv --queries q.jsonl --mode dense`.
 
-    `rag search --queries` and `rag eval run --queries` retrieve until each query's
-    run holds k distinct documents, so document-level Recall@k and MAP are at the
-    depth asked for. On a SciFact subset (600 documents, 128-token chunks, the 300
-    test queries), 100 chunks held a median of 45–54 distinct documents, and
-    document-level Recall@100 went from 0.956 / 0.975 / 0.973 (sparse / dense /
-    hybrid, 100 chunks) to 0.970 / 0.997 / 0.983 (100 documents; 192–252 chunks a
-    query) (`bench/eval_depth.py`, `bench/results/eval-depth-scifact.json`).
-    `rag eval run --queries FILE` searches with `--mode` (default `search.mode`) down
-    to k = the largest `--ks` cutoff distinct documents per query (default 100),
-    writes that run as `runs/QUERIES-MODE.parquet` (or `runs/NAME.parquet` with
-    `--name`) and scores it. `--level doc` (one row per document) and `--format
-    trec` are flags of `rag search --queries`, not of `rag eval`: write such a
-    run with `rag search` and score it with `--run`.
+    Details: docs/evaluation.md (Retrieval metrics).
     """
     from rag_cli import lab
     from rag_cli.project import Project
