@@ -60,3 +60,9 @@ def test_the_pending_list_only_shrinks():
 def test_eval_run_help_links_its_page_and_has_an_example():
     text = dict(_commands())["rag eval run"].help
     assert "docs/evaluation.md" in text and "rag eval run --qrels" in text
+
+
+@pytest.mark.parametrize("name, command", _commands(), ids=[n for n, _ in _commands()])
+def test_no_help_holds_a_measured_figure(name, command):
+    """Every command, pending ones too: figures go to docs/ (the help links the page)."""
+    assert [f for f in faults(command) if f.startswith("a measured figure")] == [], name
