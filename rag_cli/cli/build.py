@@ -85,44 +85,15 @@ def chunk(sources: SourcesArg, fmt: FormatOpt = "auto", encoding: EncodingOpt = 
 def embed(*, opts, ray, project, json_out, quiet):
     """Embed chunks.parquet with an ONNX bi-encoder: embeddings.parquet (only new or changed chunks).
 
-    Writes `embeddings.parquet` (`vector`: fixed-size list
-    of float32; model fingerprint, name and dimension in the schema metadata).
-    Vectors are cached by (model fingerprint, sha256 of the embedded text) in
-    `PROJECT/cache/vectors/<fingerprint>/part-*.parquet`, one part written every
-    16 batches, so a rerun embeds only new or changed chunks and a run killed
-    half-way continues where it stopped (same batches, so fp32 vectors are
-    bit-identical to an uninterrupted run). Chunks are read, embedded and written
-    4,096 at a time (`ParquetWriter`), so memory does not grow with the corpus
-    (only about 200 bytes of hash per chunk). Texts are batched by a token budget
-    (1,024 padded tokens: small batches keep each layer's activations in the CPU
-    caches: 7.4 passages/s against 6.5 at 8,192 on 200 SciFact passages), sorted
-    by length so that padding is small; the order is restored.
+    Vectors are cached by model and text in `PROJECT/cache/vectors/`, so a
+    rerun embeds only new or changed chunks and a killed run continues where
+    it stopped. Chunks longer than the model's `max_length` are named (or exit
+    2 with `--on-truncate error`); a NaN, infinite or zero vector fails the run.
 
-    `--threads N` uses N cores (default: the cores
-    this process may use; more than that is capped, since each batch in flight
-    holds its activations) by running N batches at once, each on one onnxruntime
-    thread, over one shared session: 2 cores, 200 SciFact passages, int8: 6.79
-    passages/s against 6.59 with one batch at a time on 2 intra-op threads (a
-    single batch, e.g. one query, then runs on one core; other providers run one
-    batch at a time); `--provider cuda|coreml` runs on that onnxruntime
-    execution provider when the installed onnxruntime has it (else exit 2 listing
-    the ones it has). The cache is never pruned: delete `PROJECT/cache/` to
-    reclaim space.
+    Examples: `rag embed --threads 2`; `rag embed --precision fp32 --ray`.
 
-    Chunks longer than the
-    model's `max_length` are never silently cut: the warning names them (first 10)
-    with their token counts, `embeddings.parquet` has per-row `n_tokens` and
-    `truncated`, a rerun from the cache reports them again, and `--on-truncate
-    error` (config `model.on_truncate`) makes them exit 2 with nothing written
-    (docs/inputs.md). Note: with
-    the int8 model a vector depends very slightly on what else is in its batch
-    (onnxruntime's dynamic quantisation scales activations per batch; cosine to the
-    fp32 vector ≥ 0.99 either way); use `--precision fp32` for bit-reproducible
-    vectors. Every batch is checked: a vector with NaN/inf or of norm zero, or
-    near zero before normalisation (below 1e-4 of its token vectors' mean norm,
-    or below 1e-6: rounding noise) (an fp16 export that overflows, a broken
-    graph) fails the run (exit 1) naming the chunks; such vectors never enter
-    the cache and `embeddings.parquet` is left as it was (docs/inputs.md).
+    Details (cache, batching, threads, providers, checks): docs/performance.md
+    (`rag embed` in detail).
     """
     from rag_cli.project import Project
 
