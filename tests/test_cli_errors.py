@@ -152,6 +152,14 @@ def test_chunk_errors_in_a_new_project_create_nothing(tmp_path, bad):
 
 
 # ------------------------------------------------------------------ rag search / eval
+@pytest.mark.parametrize("query", ["\x07\x1b", "\u200b\u200b", "\x00 -- ?!"], ids=["control", "format", "punct"])
+def test_a_query_without_a_letter_or_digit_is_empty(project, query):
+    """Control, format and punctuation characters only: no word to search for (a bi-encoder would still return
+    its nearest chunks), so exit 2, for a search and a question alike."""
+    assert_bad_input(["search", query, "--mode", "dense", "-p", project], project, "the query is empty")
+    assert_bad_input(["ask", query, "-p", project], project, "the query is empty")
+
+
 def test_unknown_mode(project):
     assert_bad_input(["search", "hnsw", "--mode", "bogus", "-p", project], project, "--mode", "bogus", "hybrid")
 

@@ -89,3 +89,51 @@ def test_cli_compare(tmp_path):
     assert row.split()[1:6] == ["hit@1", "│", "0.0000", "│", "1.0000"]
     one = CliRunner().invoke(app, ["eval", "compare", "--qrels", str(qrels), str(tmp_path / "bad.trec")])
     assert one.exit_code == 2 and "two or more run files" in one.stderr
+
+
+def _two_runs(tmp_path, second_queries=range(30)):
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("".join(f"q{i}\td{i}\t1\n" for i in range(30)))
+    (tmp_path / "a.trec").write_text("".join(f"q{i} Q0 d{i} 1 2.0 a\n" for i in range(15)))
+    (tmp_path / "b.trec").write_text("".join(f"q{i} Q0 x{i} 1 2.0 b\nq{i} Q0 d{i} 2 1.0 b\n"
+                                             for i in second_queries))
+    return qrels, tmp_path / "a.trec", tmp_path / "b.trec"
+
+
+def test_compare_refuses_runs_that_share_no_query(tmp_path):
+    """a answers q0-q14, b q15-q29: every paired difference would be a score against a missing run's 0, so
+    exit 2 naming both runs, nothing written (#31 item 14)."""
+    qrels, a, b = _two_runs(tmp_path, range(15, 30))
+    res = CliRunner().invoke(app, ["eval", "compare", "--qrels", str(qrels), str(a), str(b),
+                                   "-o", str(tmp_path / "cmp.json"), "-p", str(tmp_path / "none")])
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    message = " ".join(res.stderr.split())
+    assert "share no query" in message and "b.trec" in "".join(res.stderr.split())
+    assert not (tmp_path / "cmp.json").exists()
+
+
+def test_compare_metrics_restricts_the_comparison_and_holm(tmp_path):
+    qrels, a, b = _two_runs(tmp_path)
+    out = tmp_path / "cmp.json"
+    res = CliRunner().invoke(app, ["eval", "compare", "--qrels", str(qrels), str(a), str(b), "--metrics",
+                                   "ndcg@10,recall@100", "-o", str(out), "-p", str(tmp_path / "none")])
+    assert res.exit_code == 0, res.stderr
+    rows = json.loads(out.read_text())["comparisons"][0]["metrics"]
+    assert list(rows) == ["ndcg@10", "recall@100"]
+    p = [rows[m]["p_t_test"] for m in rows]
+    assert [rows[m]["p_t_test_holm"] for m in rows] == pytest.approx(holm(p))  # across these two only
+    bad = CliRunner().invoke(app, ["eval", "compare", "--qrels", str(qrels), str(a), str(b), "--metrics",
+                                   "ndcg@7", "-p", str(tmp_path / "none")])
+    assert bad.exit_code == 2 and "--metrics" in bad.stderr and "ndcg@7" in bad.stderr
+
+
+@pytest.mark.parametrize("args", [["--md", "--plots"], ["-o", "--md", "x.md"], ["--plots", "--json"]])
+def test_a_report_path_that_looks_like_a_flag_is_refused(tmp_path, args, monkeypatch):
+    """`rag eval --md --plots` wrote a Markdown file named `--plots` (#31 item 15)."""
+    monkeypatch.chdir(tmp_path)
+    qrels, a, b = _two_runs(tmp_path)
+    res = CliRunner().invoke(app, ["eval", "compare", "--qrels", str(qrels), str(a), str(b), *args,
+                                   "-p", str(tmp_path / "none")])
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    assert "looks like a flag" in " ".join(res.stderr.split())
+    assert not list(tmp_path.glob("--*"))

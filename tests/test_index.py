@@ -86,6 +86,48 @@ def test_top_k_orders_by_score_then_index():
     assert vals.tolist() == pytest.approx([0.9, 0.9, 0.5, 0.5])
 
 
+def test_top_k_breaks_a_tie_across_the_kth_place_by_the_lowest_index():
+    """100,000 equal scores (identical lines): -k 5 is rows 0-4, not whichever argpartition left (#31 item 10)."""
+    rows, _ = top_k(np.ones(100_000, dtype=np.float32), 5)
+    assert rows.tolist() == [0, 1, 2, 3, 4]
+    scores = np.random.default_rng(0).integers(0, 3, 100_000).astype(np.float32)
+    rows, vals = top_k(scores, 5, min_exclusive=0.0)
+    assert rows.tolist() == np.flatnonzero(scores == 2)[:5].tolist() and vals.tolist() == [2.0] * 5
+    sparse = SparseIndex.build(["same words here"] * 2000 + ["other text"])
+    assert sparse.search("same words", 5)[0].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_exact_and_hnsw_dense_ties_are_ordered_by_row():
+    """Exact dense search keeps the lowest rows of a tie at the k-th place (across its blocks); HNSW orders the
+    ties it finds by row."""
+    from rag_cli.index.dense_common import top_k_blocks
+
+    rng = np.random.default_rng(1)
+    x = np.repeat(rng.normal(size=(1, 8)).astype(np.float32), 5000, axis=0)  # 5,000 identical vectors
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    [(rows, cos)] = top_k_blocks(x, x[:1], 10, block=1000)
+    assert rows.tolist() == list(range(10))
+    [(rows, _)] = top_k_blocks(x, x[:1], 5, rows=np.arange(100, 5000), block=1000)
+    assert rows.tolist() == [100, 101, 102, 103, 104]
+    [(rows, cos)] = DenseIndex.build(x[:300], m=16, ef_construction=100, ef=50).search(x[:1], 10)
+    assert rows.tolist() == sorted(rows.tolist()) and len(set(cos.tolist())) <= 2
+
+
+def test_rrf_exact_ties_are_ties_and_break_by_id():
+    """Id 1 at ranks (1, 7, 2) and id 2 at ranks (2, 1, 7) of three lists: the same reciprocal ranks, summed
+    in another order, used to differ in the last bit (0.04744784801534369 vs ...437) and rank 2 first. Now
+    the scores are equal and the tie breaks by best rank (both 1), then id (#31 item 11)."""
+    lists = []
+    for j, (r1, r2) in enumerate([(1, 2), (7, 1), (2, 7)]):
+        ids = [100 + 10 * j + i for i in range(10)]
+        ids[r1 - 1], ids[r2 - 1] = 1, 2
+        lists.append(ids)
+    fused = rrf(lists, k=60)
+    assert fused[0][0] == 1 and fused[1][0] == 2 and fused[0][1] == fused[1][1]
+    assert fused[0][1] == pytest.approx(1 / 61 + 1 / 62 + 1 / 67, abs=1e-15)
+    assert dict(rrf(lists[::-1], k=60)) == dict(fused)
+
+
 def test_rrf_formula_and_inputs_untouched():
     a, b = [1, 2, 3], [3, 1, 4]
     fused = rrf([a, b], k=60)

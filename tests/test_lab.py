@@ -287,6 +287,22 @@ def test_perturb(project, tmp_path):
     assert default.path == project.root / "eval" / "perturb-questions.json"
 
 
+def test_perturb_counts_the_queries_asked_and_warns_of_the_missing(project, tmp_path):
+    """A queries file holding some of the qrels' queries: the title counts those asked, and a warning lists the
+    qrels queries that score 0 because they were not asked (as `rag eval run` warns)."""
+    lines = SAMPLE_QUESTIONS.read_text(encoding="utf-8").splitlines()
+    few = tmp_path / "few.jsonl"
+    few.write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")
+    report = lab.perturb.run(project, SAMPLE_QRELS, few, ["upper"], ks="3", permutations=10,
+                             output=tmp_path / "p.json")
+    n = report["n_queries"]
+    assert report["n_queries_asked"] == 2 < n and len(report["qrels_queries_not_asked"]) == n - 2
+    [warning] = report.warnings()
+    assert f"{n - 2} of {n} qrels queries are not in --queries {few}" in warning
+    stdout, _ = rendered(report)
+    assert f"perturbed queries (2 asked of {n} judged" in stdout
+
+
 # --------------------------------------------------------------------------- tuning (on copies: they write rag.toml)
 def _copy(project, tmp_path, name) -> Project:
     shutil.copytree(project.root, tmp_path / name)
@@ -311,6 +327,35 @@ def test_tune_fusion(project, tmp_path):
         lab.tune_fusion.run(p, SAMPLE_QUESTIONS, SAMPLE_QRELS, test_queries=SAMPLE_QUESTIONS)
 
 
+def _losing_on_test(*args, **kwargs) -> dict:
+    """`tune_fusion`'s report of a winner that gains on train and loses on test (#31 item 16's figures)."""
+    row = {"baseline": 0.70, "run": 0.692, "mean_diff": -0.008, "p_randomisation_holm": 0.4}
+    return {"tuned_on": "train", "metric": "ndcg@10", "candidates": 5, "best": {"fusion": "zscore", "dense_weight": 0.3},
+            "grid": [{"fusion": "zscore", "dense_weight": 0.3, "train": 0.718}],
+            "train": {"best": 0.718, "default": 0.70, "n_queries": 10},
+            "test": {"n_queries": 10, "default": {"ndcg@10": 0.70}, "best": {"ndcg@10": 0.692},
+                     "comparison": {"metrics": {"ndcg@10": row}}}}
+
+
+def test_tune_fusion_writes_nothing_when_the_test_split_disagrees(project, tmp_path, monkeypatch):
+    """A winner that loses on the test split is reported, not written to rag.toml, and the warning says
+    why and names --force, which writes it."""
+    import rag_cli.evaluate.tuning
+
+    monkeypatch.setattr(rag_cli.evaluate.tuning, "tune_fusion", _losing_on_test)
+    p = _copy(project, tmp_path, "a.rag")
+    before = p.config_path.read_bytes()
+    report = lab.tune_fusion.run(p, SAMPLE_QUESTIONS, SAMPLE_QRELS, test_queries=SAMPLE_QUESTIONS,
+                                 test_qrels=SAMPLE_QRELS, output=tmp_path / "tune.json")
+    assert p.config_path.read_bytes() == before and report["written_to"] is None
+    [warning] = report.warnings()
+    assert "rag.toml is not changed" in warning and "-0.0080" in warning and "--force" in warning
+    forced = lab.tune_fusion.run(p, SAMPLE_QUESTIONS, SAMPLE_QRELS, test_queries=SAMPLE_QUESTIONS,
+                                 test_qrels=SAMPLE_QRELS, output=tmp_path / "tune.json", force=True)
+    assert Project.open(p.root).config.search.fusion == "zscore" and forced["written_to"] == str(p.config_path)
+    assert "--force" in forced.warnings()[0]
+
+
 def test_tune_refusal(project, tmp_path):
     p, twin = _copy(project, tmp_path, "a.rag"), _copy(project, tmp_path, "b.rag")
     lines = [json.dumps({"_id": q, "text": t}, ensure_ascii=False) for q, t in QUESTIONS]
@@ -330,6 +375,27 @@ def test_tune_refusal(project, tmp_path):
     assert rendered(report) == (stdout, stderr.replace(str(twin.root), str(p.root)))
     with pytest.raises(BadInput, match="--max-false-refusal"):
         lab.tune_refusal.run(p, a, u, max_false_refusal=2)
+
+
+def test_tune_refusal_warns_on_few_questions(project, tmp_path):
+    """The learned refusal fitted on fewer than 10 train questions per weight warns, naming the counts and,
+    without a test split, --test-answers; --no-learn (learn=False) fits nothing and says nothing."""
+    p = _copy(project, tmp_path, "a.rag")
+    lines = [json.dumps({"_id": q, "text": t}, ensure_ascii=False) for q, t in QUESTIONS]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines[:3]) + "\n", encoding="utf-8")
+    (tmp_path / "u.jsonl").write_text("\n".join(lines[3:]) + "\n", encoding="utf-8")
+    for n in ("a", "u"):
+        p.ask_queries(tmp_path / f"{n}.jsonl", gate="off")
+        shutil.copy(p.answers_path(n), tmp_path / f"{n}.parquet")
+    a, u = tmp_path / "a.parquet", tmp_path / "u.parquet"
+    report = lab.tune_refusal.run(p, a, u, max_false_refusal=0.34, output=tmp_path / "r.json")
+    [warning] = report.warnings()
+    assert f"fits 9 weights on {len(QUESTIONS)} train questions, fewer than 90" in warning
+    assert "--test-answers" in warning and "--no-learn" in warning
+    tested = lab.tune_refusal.run(p, a, u, max_false_refusal=0.34, test_answers=a, test_unanswerable=u,
+                                  output=tmp_path / "r.json")
+    assert "--test-answers" not in tested.warnings()[0]
+    assert lab.tune_refusal.run(p, a, u, max_false_refusal=0.34, learn=False, output=tmp_path / "r.json").warnings() == []
 
 
 # --------------------------------------------------------------------------- make-unanswerable

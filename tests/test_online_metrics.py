@@ -101,6 +101,35 @@ def test_log_writer_flushes_on_its_timer(tmp_path):
     w.close()
 
 
+def test_a_row_that_cannot_be_stored_is_dropped_counted_and_logging_goes_on(tmp_path):
+    """A lone surrogate cannot be encoded as UTF-8: its row is dropped at the first flush (never retried) and
+    counted, the other rows of the batch and every later row are written."""
+    told = []
+    w = LogWriter(tmp_path, "queries", flush_rows=1000, flush_seconds=3600, on_error=told.append)
+    w.append(row(0, "bm25 \ud800"))
+    w.append(row(1, "bm25"))
+    assert w.flush() is not None
+    w.append(row(2, "hnsw"))
+    assert w.flush() is not None
+    assert read_log(tmp_path, "queries").column("query").to_pylist() == ["bm25", "hnsw"]
+    assert w.n_dropped == 1 and w.n_written == 2 and len(told) == 1
+    assert "1 row(s) dropped" in told[0] and "UnicodeEncodeError" in w.error and str(tmp_path) not in w.error
+
+
+def test_rows_waiting_for_a_disk_are_bounded(tmp_path):
+    """A part that cannot be written is retried, but at most max_rows rows wait: the oldest beyond are dropped."""
+    told = []
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "feedback").write_text("not a folder")  # every part fails to be written
+    w = LogWriter(tmp_path, "feedback", flush_rows=2, flush_seconds=3600, max_rows=3, on_error=told.append)
+    for i in range(4):
+        w.append(feedback(i, i, "up"))
+    assert len(w._rows) == 3 and w.n_dropped == 1 and told
+    (tmp_path / "logs" / "feedback").unlink()
+    assert w.flush() is not None
+    assert read_log(tmp_path, "feedback").to_pylist() == [feedback(i, i, "up") for i in (1, 2, 3)]
+
+
 def test_a_damaged_part_is_named(tmp_path):
     (tmp_path / "logs" / "queries").mkdir(parents=True)
     (tmp_path / "logs" / "queries" / "x.parquet").write_bytes(b"not parquet")

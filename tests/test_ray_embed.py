@@ -516,3 +516,37 @@ def test_provider_cuda_is_checked_on_the_nodes_not_on_the_driver(ray, cluster, t
     assert len(res.output.strip().splitlines()) == 1, res.output
     assert not (tiny_chunked / "embeddings.parquet").exists()
     assert "cuda" not in (tiny_chunked / "rag.toml").read_text()
+
+
+def test_a_local_ray_instance_listens_on_loopback_only(ray):
+    """`--ray` without an address starts its local instance on 127.0.0.1: every node's address (raylet, object
+    store) is the loopback one, never the machine's own."""
+    from rag_cli.models.ray_cluster import ray_cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    with ray_cluster() as r:
+        nodes = r.nodes()
+        assert nodes and {n["NodeManagerAddress"] for n in nodes} == {"127.0.0.1"}
+        assert r.get_runtime_context().gcs_address.startswith("127.0.0.1:")
+
+
+def test_a_local_ray_instance_is_asked_for_the_loopback_address(ray, monkeypatch):
+    """On a machine with a routable address Ray would bind that (`get_node_ip_address`): the local instance is
+    started with the node address 127.0.0.1 whatever the machine's addresses are."""
+    from rag_cli.errors import WorkFailed
+    from rag_cli.models.ray_cluster import ray_cluster
+
+    asked = {}
+
+    def init(**kwargs):
+        asked.update(kwargs)
+        raise RuntimeError("recorded")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    with pytest.raises(WorkFailed, match="recorded"):
+        with ray_cluster():
+            pass
+    assert asked["address"] == "local" and asked["_node_ip_address"] == "127.0.0.1"

@@ -194,6 +194,8 @@ def test_status_and_openapi(server, sample):
 BAD = [
     ({"query": ""}, "the query is empty", None),
     ({"query": "   "}, "the query is empty", None),
+    ({"query": "\u0000\u0000"}, "the query is empty", None),
+    ({"query": "\u200b\u200b", "mode": "dense"}, "the query is empty", None),
     ({"query": "x", "mode": "fuzzy"}, "--mode 'fuzzy' (config search.mode): must be one of", None),
     ({"query": "x", "filter": "nosuchfield=1"}, "no field 'nosuchfield'", None),
     ({"query": "x", "filter": ["doc_id~x"]}, "expected FIELD=VALUE", None),
@@ -363,7 +365,7 @@ def test_sigterm_stops_cleanly_and_the_log_feeds_online_metrics(sample, tmp_path
 
 
 # --------------------------------------------------------------------------- MCP
-def _mcp_calls(client_factory) -> tuple[list, dict, dict, str, str]:
+def _mcp_calls(client_factory) -> tuple[list, dict, dict, str, str, list]:
     async def main():
         async with client_factory() as c:
             tools = sorted(t.name for t in (await c.list_tools()).tools)
@@ -372,14 +374,23 @@ def _mcp_calls(client_factory) -> tuple[list, dict, dict, str, str]:
             bad = await c.call_tool("search", {"query": "", "k": 3})
             status = await c.read_resource("rag://status")
             assert not found.is_error and not answer.is_error and bad.is_error
+            refused = [await c.call_tool(name, args) for name, args in (
+                ("search", {"query": "hnsw", "project": "/etc"}), ("search", {"query": "hnsw", "mode": "bogus"}),
+                ("ask", {"question": "\u200b"}), ("search", {"query": "hnsw", "k": "five"}))]
+            assert all(r.is_error for r in refused), refused
             return tools, found.structured_content, answer.structured_content, bad.content[0].text, \
-                status.contents[0].text
+                status.contents[0].text, [r.content[0].text for r in refused]
 
     return asyncio.run(asyncio.wait_for(main(), timeout=120))
 
 
 def _check_mcp(sample, got) -> None:
-    tools, found, answer, bad, status = got
+    tools, found, answer, bad, status, refused = got
+    unknown, mode, empty, k = refused
+    assert "project: not an argument of the search tool; its arguments are query, mode, k, filter" in unknown
+    assert "argument mode 'bogus': must be one of" in mode and "--" not in mode and "config" not in mode
+    assert "the query is empty" in empty
+    assert "k" in k and "--" not in k
     assert tools == ["ask", "search"]
     assert found == rag_json("search", QUERIES[0], "-k", 3, "--mode", "sparse", "-p", sample)
     assert without_timings(answer) == without_timings(rag_json("ask", QUERIES[1], "-p", sample))
@@ -602,3 +613,128 @@ def test_the_listening_socket_is_tcp_with_nagle_off():
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
         sock.close()
+
+
+# --------------------------------------------------------------------------- connection limits (torture)
+def _closed_by_server(sock, timeout: float) -> bool:
+    """True when the server closes `sock` (EOF or reset) within `timeout` s."""
+    import socket
+
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+@pytest.mark.slow
+def test_idle_and_slow_header_connections_at_the_limit_do_not_stop_the_server(sample):
+    """80 idle connections (the limit with --max-concurrent 1: 1 * 16 + 64) and 8 that send their request head
+    one byte every 0.5 s: /healthz still answers at once (a slot is kept for it), other requests get 503, and
+    within the head deadline (rag_cli.serve.protocol.HEADER_TIMEOUT) the server closes them all and answers
+    searches again. 127.0.0.1 only; every wait is bounded."""
+    import socket
+
+    from rag_cli.serve.protocol import HEADER_TIMEOUT
+
+    with serving(sample, "--max-concurrent", "1") as s:
+        host, port = s.url.removeprefix("http://").split(":")
+        idle, slow = [], []
+        stop = threading.Event()
+
+        def trickle() -> None:
+            head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 200
+            for byte in head:
+                if stop.wait(0.5):
+                    return
+                for sock in list(slow):
+                    with contextlib.suppress(OSError):
+                        sock.send(bytes([byte]))
+
+        trickler = threading.Thread(target=trickle, daemon=True)
+        try:
+            idle += [socket.create_connection((host, int(port)), timeout=5) for _ in range(80)]
+            slow += [socket.create_connection((host, int(port)), timeout=5) for _ in range(8)]
+            opened = time.monotonic()
+            trickler.start()
+            time.sleep(0.5)  # the server accepts them
+            assert httpx.get(s.url + "/healthz", timeout=5).status_code == 200
+            busy = s.post("/search", {"query": "bm25", "mode": "sparse"})
+            assert busy.status_code == 503 and busy.headers["retry-after"] == "1", busy.text
+            wait = HEADER_TIMEOUT + 5 - (time.monotonic() - opened)
+            assert all(_closed_by_server(sock, max(wait, 0.1)) for sock in idle + slow)
+            assert time.monotonic() - opened < HEADER_TIMEOUT + 5
+            res = s.post("/search", {"query": "bm25", "mode": "sparse"})
+            assert res.status_code == 200 and res.json()["results"], res.text
+        finally:
+            stop.set()
+            for sock in idle + slow:
+                sock.close()
+            if trickler.is_alive():
+                trickler.join(timeout=5)
+
+
+def test_a_keep_alive_connection_must_send_its_next_head_in_time(sample):
+    """After a response the next request head has the same deadline: a connection that sends one byte of it and
+    then nothing is closed within HEADER_TIMEOUT (+ 3 s), while one that asks in time is answered."""
+    import socket
+
+    from rag_cli.serve.protocol import HEADER_TIMEOUT
+
+    with serving(sample) as s:
+        host, port = s.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = b""
+            while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):
+                got += sock.recv(65536)
+            assert got.startswith(b"HTTP/1.1 200")
+            sock.sendall(b"G")
+            began = time.monotonic()
+            assert _closed_by_server(sock, HEADER_TIMEOUT + 3)
+            assert time.monotonic() - began < HEADER_TIMEOUT + 3
+
+
+def test_a_query_with_a_lone_surrogate_is_400_and_logging_goes_on(sample, tmp_path):
+    """The row of a query UTF-8 cannot encode is dropped (told on stderr, counted in /healthz), not retried for
+    ever: the queries after it are logged."""
+    from rag_cli.store.query_log import read_log
+
+    project = tmp_path / "p"
+    shutil.copytree(sample, project)
+    with serving(project, "--log") as s:
+        bad = httpx.post(s.url + "/search", content=b'{"query": "bm25 \\ud800", "mode": "sparse"}', headers=JSON,
+                         timeout=60)
+        assert bad.status_code == 400, bad.text
+        assert s.post("/search", {"query": "bm25", "mode": "sparse"}).status_code == 200
+        assert s.stop() == 0
+    queries = read_log(project, "queries").column("query").to_pylist()
+    assert queries == ["bm25"]
+    assert "1 row(s) dropped" in s.log.read_text()
+
+
+def test_healthz_shows_no_path_and_counts_dropped_log_rows(make_sample_project, tmp_path):
+    """/healthz needs no key: its reload_error names the part at fault, relative to the project, never the
+    project's absolute path."""
+    from rag_cli.serve.service import Service
+
+    p = make_sample_project(tmp_path / "p")
+    config = p.folder.with_options("serve", {"reload_poll": 0.05, "log": True}).serve
+    service = Service(p, config).open()
+    try:
+        p.index(hnsw_m=8)
+        (p.index_dir / "gen-000002" / "chunks.arrow").write_bytes(b"damaged")
+        deadline = time.monotonic() + 30
+        while service.engines.reload_error is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        service.queries.append({"query": "bm25 \ud800"})
+        service.queries.flush()
+        health = service.health()
+    finally:
+        service.close()
+    shown = json.dumps(health, ensure_ascii=False)
+    assert "chunks.arrow" in health["reload_error"] and str(tmp_path) not in shown and str(p.root) not in shown
+    assert health["log_dropped"] == 1 and "UnicodeEncodeError" in health["log_error"]

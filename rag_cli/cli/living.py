@@ -24,8 +24,8 @@ WatchArg = Annotated[Optional[list[str]], typer.Argument(
 DebounceOpt = Annotated[float, typer.Option(
     "--debounce", help="Seconds without changes before a batch of changes is applied as one update")]
 VerifyOpt = Annotated[bool, typer.Option(
-    "--verify", help="Also hash every file of every index generation against its files.json (without it: sizes, "
-                     "and the sha256 of the current generation's files up to 64 MiB); exit 2 if one is damaged")]
+    "--verify", help="Also hash every file of every index generation against its files.json; exit 2 if one is "
+                     "damaged (docs/living-index.md)")]
 
 
 @app.command(cls=RayCommand)

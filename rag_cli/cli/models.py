@@ -91,9 +91,9 @@ def models_verify(name: NameArg, *, opts, json_out):
     irrelevant passage (cosines for a bi-encoder, logits for a
     cross-encoder). Exit 1 if a relevant passage does not score higher, 2 if
     the folder is not a model (the message names the missing file).
-    multilingual-e5-small, relevant vs irrelevant: en 0.880 vs 0.728, zh 0.890
-    vs 0.775 (int8, queries on the query graph); 0.879 vs 0.728, 0.890 vs 0.775 (fp32)
-    (`rag models verify multilingual-e5-small` and `--precision fp32`).
+
+    Example: `rag models verify multilingual-e5-small --precision fp32`.
+    The default model's scores: docs/models.md (Measured: models verify and quantize).
     """
     from rag_cli.models.manage import verify_model
 
@@ -135,11 +135,8 @@ def models_quantize(directory: DirArg, out: QuantizeOutOpt = None, calibrate: Ca
     (the default model's `model_int8.onnx`), it says so (`shadowed_by` in
     `--json`); use `--out` for a folder of its own. It reports the sizes, the
     MatMuls kept in float32 and the agreement with float32 on the probe texts.
-    On the default model's `model.onnx`, `--calibrate` writes files
-    byte-identical to the cached `model_int8.onnx` and `model_int8_query.onnx`
-    (470.1 MB -> 118.1 MB, min cosine to fp32 0.998:
-    `rag models quantize ~/.cache/rag-cli/models/multilingual-e5-small --out /tmp/e5q --calibrate`);
-    without it, 139.2 MB and 0.998.
+    Example: `rag models quantize ~/.cache/rag-cli/models/multilingual-e5-small --out /tmp/e5q --calibrate`.
+    Sizes and agreement measured on the default model: docs/models.md (Measured: models verify and quantize).
     """
     from rag_cli.models.manage import quantize_model
 

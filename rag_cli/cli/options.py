@@ -156,8 +156,8 @@ OUTPUT = output()
 # --------------------------------------------------------------------------- --ray [ADDRESS]
 RAY = Plain((_param("ray", Annotated[Optional[str], typer.Option(
     "--ray", metavar="[ADDRESS]",
-    help="Embed on a Ray cluster (the ray extra): --ray alone starts a local Ray instance and stops it after; "
-         "--ray auto | ray://HOST:PORT | HOST:PORT uses a running cluster (docs/scale-out.md)")], None),))
+    help="Embed on Ray (the ray extra): alone, a local instance on 127.0.0.1; auto, ray://HOST:PORT or HOST:PORT: "
+         "a running cluster (docs/scale-out.md)")], None),))
 
 
 class RayCommand(TyperCommand):
@@ -188,8 +188,7 @@ class RayCommand(TyperCommand):
 FormatOpt = Annotated[str, typer.Option(
     "--format", help="auto (by extension) | markdown | text | html | pdf | docx | code | beir")]
 FilterOpt = Annotated[Optional[list[str]], typer.Option(
-    "--filter", help="Only chunks whose fields match; repeat to AND: doc_id='guides/*', path='*.md', "
-    "'date>=2025-01-01', 'tags in \\[api,cli]', 'year<2020' (chunk columns, path, title, n_chars, "
-    "front-matter keys)")]
+    "--filter", help="Only chunks whose fields match, repeat to AND: path='*.md', 'date>=2025-01-01', "
+    "'tags in \\[api,cli]' (fields and syntax: docs/living-index.md)")]
 NameArg = Annotated[str, typer.Argument(
     help="A model folder, a default name, or a Hugging Face id fetched by `rag models pull`")]

@@ -79,7 +79,7 @@ def t_test_p(diffs: np.ndarray) -> float:
 
 
 def compare_reports(reports: Sequence[dict], names: Sequence[str], *, permutations: int = 10000,
-                    seed: int = 0) -> dict:
+                    seed: int = 0, metrics: Sequence[str] | None = None) -> dict:
     """Compare every report after the first with the first; a JSON-ready dict::
 
         {
@@ -97,8 +97,12 @@ def compare_reports(reports: Sequence[dict], names: Sequence[str], *, permutatio
           "definitions": "...",
         }
 
-    Raises ValueError when fewer than two reports are given, or when they
-    were not made on the same queries and metrics.
+    `metrics` (names such as "ndcg@10"; None: every metric of the reports)
+    are the ones compared, and Holm's correction runs across those only.
+
+    Raises ValueError when fewer than two reports are given, when they
+    were not made on the same queries and metrics, or for a metric the
+    reports do not hold.
     """
     if len(reports) < 2:
         raise ValueError("compare needs at least two runs")
@@ -110,6 +114,12 @@ def compare_reports(reports: Sequence[dict], names: Sequence[str], *, permutatio
             raise ValueError(f"{name} was scored on other queries than {names[0]}; compare runs on the same qrels")
         if list(rep["metric_names"]) != metric_names:
             raise ValueError(f"{name} was scored on other metrics than {names[0]}")
+    if metrics is not None:
+        unknown = [m for m in metrics if m not in metric_names]
+        if unknown or not metrics:
+            raise ValueError(f"no metric {', '.join(unknown) or '(none given)'}; the reports hold "
+                             f"{', '.join(metric_names)}")
+        metric_names = list(dict.fromkeys(metrics))
     comparisons = []
     for i, (name, rep) in enumerate(zip(names[1:], reports[1:]), 1):
         rows = {}
@@ -140,7 +150,7 @@ def compare_reports(reports: Sequence[dict], names: Sequence[str], *, permutatio
         "n_queries": len(qids),
         "permutations": permutations,
         "seed": seed,
-        "metrics": {name: dict(rep["metrics"]) for name, rep in zip(names, reports)},
+        "metrics": {name: {m: rep["metrics"][m] for m in metric_names} for name, rep in zip(names, reports)},
         "comparisons": comparisons,
         "definitions": (
             "difference = run - baseline per query (every qrels query; 0 where a run lacks it); "

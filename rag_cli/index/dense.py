@@ -138,7 +138,9 @@ class DenseIndex:
         rows inside the graph search (hnswlib's filter function); when it
         allows at most EXACT_MAX_ROWS rows, or hnswlib finds fewer than k, the
         allowed rows are ranked exactly instead, so m is always
-        min(k, allowed).
+        min(k, allowed). Exact ties are ordered by lower row; which rows of
+        a tie at the k-th place are found is the approximate graph search's
+        choice (the exact searches keep the lowest rows).
 
         Raises:
             ValueError: the vectors are not (q, d) with the index's d (hnswlib
@@ -173,4 +175,8 @@ class DenseIndex:
         labels = labels.astype(np.int64)
         if label_rows is not None:
             labels = label_rows[labels]
-        return [(labels[i], (1.0 - dist[i]).astype(np.float32)) for i in range(len(query_vectors))]
+        out = []
+        for rows, cosines in zip(labels, (1.0 - dist).astype(np.float32)):
+            order = np.lexsort((rows, -cosines))  # exact ties by lower row (hnswlib's order among them is its own)
+            out.append((rows[order], cosines[order]))
+        return out

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from rag_cli.errors import BadInput
+from rag_cli.index.selection import best_k
 
 #: A filter that allows at most this many rows is searched exactly (brute force over their vectors).
 EXACT_MAX_ROWS = 2048
@@ -87,8 +88,8 @@ def top_k_blocks(vectors: np.ndarray, queries: np.ndarray, k: int, rows: np.ndar
         v = vectors[start:start + block] if rows is None else vectors[ids]
         sims = np.concatenate([best_sims, (q @ np.asarray(v, dtype=np.float32).T)], axis=1)
         cand = np.concatenate([best_rows, np.broadcast_to(ids, (len(q), len(ids)))], axis=1)
-        if sims.shape[1] > k:
-            keep = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+        if sims.shape[1] > k:  # ties by lower row, also across the k-th place
+            keep = np.stack([best_k(s, c, k) for s, c in zip(sims, cand)])
             sims, cand = np.take_along_axis(sims, keep, axis=1), np.take_along_axis(cand, keep, axis=1)
         best_sims, best_rows = sims, cand
     out = []

@@ -26,6 +26,7 @@ best rank the id had in any list, then by id; the inputs are not modified.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -53,14 +54,19 @@ def rrf(rankings: Sequence[Sequence[int]], k: int = 60) -> list[tuple[int, float
     first (best) rank; the ranks of the items after it are their positions
     in the list as given. Ties are broken by the best rank the id had in any
     list, then by id. The inputs are not modified.
+
+    The reciprocal ranks are summed with `math.fsum` (correctly rounded, so
+    independent of the order of the lists): two ids with the same ranks in
+    any order get the same float, an exact tie, not one that differs in the
+    last bit.
     """
-    scores: dict[int, float] = {}
+    terms: dict[int, list[float]] = {}
     best: dict[int, int] = {}
     for ranking in rankings:
         for item, rank in _first_ranks(ranking).items():
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+            terms.setdefault(item, []).append(1.0 / (k + rank))
             best[item] = min(best.get(item, rank), rank)
-    return _ordered(scores, best)
+    return _ordered({item: math.fsum(t) for item, t in terms.items()}, best)
 
 
 def _minmax_norm(scores: np.ndarray) -> np.ndarray:

@@ -30,13 +30,18 @@ MODES = ("dense", "sparse", "hybrid")
 
 
 def check_query(query: str) -> str:
-    """`query`, or BadInput if it is empty or not valid Unicode (e.g. Latin-1 bytes in a UTF-8 shell)."""
+    """`query`, or BadInput if it is empty or not valid Unicode (e.g. Latin-1 bytes in a UTF-8 shell).
+
+    Empty means no letter or digit of any script (`str.isalnum`: CJK characters are letters): a query of
+    spaces, punctuation, control characters (`\\x07`, `\\x1b`, NUL) or format characters (U+200B) matches
+    nothing the tokenizers keep, yet a bi-encoder would still return its nearest chunks."""
     try:
         query.encode("utf-8")
     except UnicodeEncodeError:
         raise BadInput(f"the query {query!r} is not valid UTF-8 text; check the terminal's encoding") from None
-    if not query.strip():
-        raise BadInput("the query is empty; give some words to search for")
+    if not any(ch.isalnum() for ch in query):
+        shown = "" if not query.strip() else f" (it has no letter or digit: {query!r})"
+        raise BadInput(f"the query is empty{shown}; give some words to search for")
     return query
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from rag_cli.errors import BadInput
+from rag_cli.index.selection import best_k
 from rag_cli.loaders.normalize import CJK
 
 _SPLIT = re.compile(rf"([{CJK}]+)")
@@ -215,14 +216,14 @@ class SparseIndex:
 
 
 def top_k(scores: np.ndarray, k: int, min_exclusive: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Indices and values of the `k` largest `scores`, best first; ties by lower index.
+    """Indices and values of the `k` largest `scores`, best first; ties by lower index, also when a tie
+    straddles the k-th place (the lowest indices of the tied values are kept).
 
     Only values > `min_exclusive` are kept when it is given.
     """
     idx = np.arange(len(scores)) if min_exclusive is None else np.flatnonzero(scores > min_exclusive)
     if len(idx) > k:
-        part = np.argpartition(-scores[idx], k - 1)[:k]
-        idx = idx[part]
+        idx = idx[best_k(scores[idx], idx, k)]
     order = np.lexsort((idx, -scores[idx]))
     idx = idx[order]
     return idx.astype(np.int64), scores[idx].astype(np.float32)

@@ -20,13 +20,17 @@ RUN_CHECKS = ("n_queries", "queries_missing_from_run", "run_queries_not_in_qrels
 
 
 def compare_runs(run_paths: list[Path], qrels_path: Path, ks: list[int], *, permutations: int = 10000,
-                 seed: int = 0) -> dict:
+                 seed: int = 0, metrics: list[str] | None = None) -> dict:
     """Score each run against `qrels_path` at `ks` and compare every run
     with the first (`rag_cli.evaluate.compare.compare_reports`, `permutations`
     random sign flips seeded `seed`); "run_checks" holds per run its name
     (the file name, or the path when two names are equal) and the
-    RUN_CHECKS of its report. Returns the report.
-    Raises BadInput for fewer than two runs, permutations < 1, or a
+    RUN_CHECKS of its report. `metrics` (e.g. ["ndcg@10", "recall@100"];
+    None: all) are the metrics compared and Holm-corrected across.
+    Returns the report.
+    Raises BadInput for fewer than two runs, permutations < 1, a metric
+    not scored, a run that shares no query of the qrels with the baseline
+    (every paired difference would be against a missing run's 0), or a
     missing or malformed file."""
     from rag_cli.evaluate.compare import compare_reports
     from rag_cli.evaluate.datasets import read_qrels
@@ -42,27 +46,40 @@ def compare_runs(run_paths: list[Path], qrels_path: Path, ks: list[int], *, perm
     stems = [Path(p).name for p in run_paths]
     names = stems if len(set(stems)) == len(stems) else [str(p) for p in run_paths]
     reports = [evaluate_rows(read_run(p), qrels, ks) for p in run_paths]
+    answered = [set(r["per_query"]) - set(r["queries_missing_from_run"]) for r in reports]
+    for path, got in zip(run_paths[1:], answered[1:]):
+        if not got & answered[0]:
+            raise BadInput(f"{path} and {run_paths[0]} share no query of {qrels_path}: there is nothing to "
+                           "compare (each query would compare a score with a missing run's 0); compare runs of "
+                           "the same queries")
     checks = [{"run": n, **{key: r[key] for key in RUN_CHECKS}} for n, r in zip(names, reports)]
-    return {"qrels": str(qrels_path), "run_files": [str(p) for p in run_paths],
-            **compare_reports(reports, names, permutations=permutations, seed=seed), "run_checks": checks,
+    try:
+        compared = compare_reports(reports, names, permutations=permutations, seed=seed, metrics=metrics)
+    except ValueError as exc:
+        raise BadInput(f"--metrics: {exc}") from None
+    return {"qrels": str(qrels_path), "run_files": [str(p) for p in run_paths], **compared, "run_checks": checks,
             "qrels_duplicates": qrels_repeated(qrels)}
 
 
 def run(p, qrels: str | os.PathLike, runs: Sequence[str | os.PathLike], *, ks: str | list[int] | None = None,
         permutations: int = 10000, seed: int = 0, name: str | None = None, output: str | os.PathLike | None = None,
-        md: str | os.PathLike | None = None, plots: str | os.PathLike | None = None) -> "CompareReport":
+        md: str | os.PathLike | None = None, plots: str | os.PathLike | None = None,
+        metrics: str | Sequence[str] | None = None) -> "CompareReport":
     """Compare `runs` (the first is the baseline) against `qrels`; see
-    `compare_runs`. Needs no project folder. Writes `output`, else
+    `compare_runs`; `metrics` "ndcg@10,recall@100" (or a list) restricts
+    the comparison and Holm's correction to those. Needs no project folder. Writes `output`, else
     eval/NAME.json of project `p` (NAME: `name`, else compare-FIRST-QRELS)
     when its folder exists, else nothing (`path` None).
     Raises BadInput for bad --ks, fewer than two runs, permutations < 1, or
     a bad input or output file."""
     ks = cutoffs(ks)
+    if isinstance(metrics, str):
+        metrics = [m.strip().lower() for m in metrics.split(",") if m.strip()]
     default = f"compare-{file_stem(runs[0])}-{file_stem(qrels)}" if runs else None
     path = prepare(p, {"RUNS": list(runs), "--qrels": qrels}, name=name, default=default, output=output, md=md,
                    plots=plots, project=False)
     report = CompareReport(compare_runs([Path(r) for r in runs], Path(qrels), ks, permutations=permutations,
-                                        seed=seed), path)
+                                        seed=seed, metrics=list(metrics) if metrics is not None else None), path)
     if path is not None:
         report.save()
     return report

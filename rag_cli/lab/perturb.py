@@ -11,7 +11,7 @@ from typing import Sequence
 
 from rag_cli.errors import BadInput
 from rag_cli.lab.common import cutoffs, file_stem, prepare, read_judged
-from rag_cli.lab.report import Report
+from rag_cli.lab.report import Report, ids
 from rag_cli.progress import Progress
 
 
@@ -26,7 +26,10 @@ def run(p, qrels: str | os.PathLike, queries: str | os.PathLike, kinds: Sequence
     distinct documents, score each against `qrels` at `ks` (default
     1,5,10,20,100) and compare it with the original (`permutations` random
     sign flips). Writes `output`, else eval/NAME.json (NAME: `name`, else
-    perturb-QUERIES).
+    perturb-QUERIES). The report counts the judged queries asked
+    ("n_queries_asked") apart from those the qrels judge ("n_queries", the
+    mean's denominator) and lists the qrels queries not in `queries`
+    ("qrels_queries_not_asked"; they score 0 in every run, and a warning says so).
     Raises BadInput for bad --ks, no or unknown kinds, a missing project,
     qrels that judge nothing here, or a bad file."""
     from rag_cli.evaluate.compare import compare_reports
@@ -46,8 +49,11 @@ def run(p, qrels: str | os.PathLike, queries: str | os.PathLike, kinds: Sequence
     original, gold = read_judged(p, queries, qrels)
     config, s, mask = p.engines.search_setup({"mode": mode, "k": max(ks)})
     base = evaluate_rows(search_rows(s, original, config.search, mask, progress=progress), gold, ks)
+    asked = {q for q, _ in original}
     data = {"queries": str(queries), "qrels": str(qrels), "mode": config.search.mode, "seed": seed,
-            "n_queries": base["n_queries"], "original": base["metrics"], "perturbations": {}}
+            "n_queries": base["n_queries"], "n_queries_asked": sum(q in gold for q in asked),
+            "qrels_queries_not_asked": sorted(q for q in gold if q not in asked),
+            "original": base["metrics"], "perturbations": {}}
     for kind in kinds:
         changed = perturb_queries(original, kind, seed)
         rep = evaluate_rows(search_rows(s, changed, config.search, mask, progress=progress), gold, ks)
@@ -69,6 +75,14 @@ class PerturbReport(Report):
 
     kind = "perturb"
 
+    def _messages(self) -> list[tuple[str, str]]:
+        r = self.data
+        missing = r.get("qrels_queries_not_asked") or []
+        if not missing:
+            return []
+        return [("warning", f"{len(missing)} of {r['n_queries']} qrels queries are not in --queries {r['queries']} "
+                            f"and score 0 in every run (is it the queries and qrels of the same set?): {ids(missing)}")]
+
     def print_tables(self, console) -> None:
         """One row per metric (every metric at every cutoff), one column per
         kind of change with its loss: the table stays narrow."""
@@ -76,7 +90,8 @@ class PerturbReport(Report):
 
         r = self.data
         kinds = r["perturbations"]
-        table = Table(title=f"perturbed queries ({r['n_queries']}, mode {r['mode']}): changed - original")
+        table = Table(title=f"perturbed queries ({r.get('n_queries_asked', r['n_queries'])} asked of "
+                            f"{r['n_queries']} judged, mode {r['mode']}): changed - original")
         table.add_column("metric")
         table.add_column("original", justify="right")
         for kind in kinds:

@@ -17,6 +17,30 @@ from rag_cli.errors import BadInput
 from rag_cli.lab.common import file_stem, prepare
 from rag_cli.lab.report import Report
 
+PER_WEIGHT = 10
+"""Train questions wanted per weight of the learned refusal (bias and one per
+feature): the rule of thumb of ten events per variable for a logistic
+regression (Peduzzi et al. 1996, J Clin Epidemiol 49(12):1373-1379)."""
+
+
+def few_questions(data: dict) -> str | None:
+    """Why the learned refusal of `tune_refusal`'s `data` (with the input
+    paths) may fit noise: fewer train questions than PER_WEIGHT per weight
+    (None when not fitted or enough)."""
+    from rag_cli.generate.gate import FEATURES
+
+    if not data.get("learn"):
+        return None
+    n = data["train"]["current"]["n_answerable"] + data["train"]["current"]["n_unanswerable"]
+    n_weights = 1 + len(FEATURES)
+    if n >= PER_WEIGHT * n_weights:
+        return None
+    check = ("" if data.get("test_answers") else
+             "; give --test-answers and --test-unanswerable to check it on other questions")
+    return (f"the learned refusal fits {n_weights} weights on {n} train questions, fewer than "
+            f"{PER_WEIGHT * n_weights} ({PER_WEIGHT} per weight): it may fit noise{check}, or --no-learn to "
+            "tune the rules only")
+
 
 def _recorded_pair(answers, unanswerable, flags: tuple[str, str]) -> tuple[list[dict], list[dict]]:
     """The rows of two answers files, each checked to be recorded with the
@@ -43,7 +67,9 @@ def run(p, answers: str | os.PathLike, unanswerable: str | os.PathLike, *, max_f
     target); write the winner to rag.toml [ask];
     score the current and the tuned setting on the test pair when given.
     Writes `output`, else eval/NAME.json (NAME: `name`, else
-    tune-refusal-ANSWERS); the report adds the input paths and "written_to".
+    tune-refusal-ANSWERS); the report adds the input paths and "written_to",
+    and warns when the learned refusal is fitted on fewer than PER_WEIGHT
+    train questions per weight (`few_questions`).
     Raises BadInput for a rate out of range, one test file without the
     other, a missing project, or files not recorded with the gate off;
     rag.toml is not changed then."""
@@ -72,6 +98,10 @@ class TuneRefusalReport(Report):
     """The gate tuned on train: the current and the tuned setting, on train and test."""
 
     kind = "tune-refusal"
+
+    def _messages(self) -> list[tuple[str, str]]:
+        why = few_questions(self.data)
+        return [("warning", why)] if why else []
 
     def written_line(self) -> str:
         return f"written: {self.data['written_to']} ([ask] thresholds) and {self.path}"

@@ -17,6 +17,7 @@ from rag_cli.errors import BadInput, WorkFailed
 
 #: `--ray` given without an address: start a local Ray instance (and stop it afterwards).
 LOCAL = "local"
+LOOPBACK = "127.0.0.1"  # the address a local Ray instance (`ray_cluster(LOCAL)`) binds
 RAY_MISSING = "--ray needs the ray extra: pip install 'rag-cli[ray]'"
 #: What `--ray ADDRESS` takes besides `local`: `auto` (the cluster this
 #: machine belongs to, as `ray start` left it), `ray://HOST:PORT` (Ray Client)
@@ -96,7 +97,8 @@ def reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
 @contextlib.contextmanager
 def ray_cluster(address: str = LOCAL) -> Iterator[Any]:
     """Connect to the Ray cluster at `address` (`check_address`), or start a
-    new local instance for `local` (all cores; never a cluster that
+    new local instance for `local` (all cores, bound to 127.0.0.1
+    (`LOOPBACK`); never a cluster that
     `RAY_ADDRESS` or an earlier `ray start` names), for the time of the
     block, and shut it down (or disconnect) after; yields the `ray` module. A
     Ray already initialised in this process (a caller's `ray.init`) is used
@@ -122,7 +124,8 @@ def ray_cluster(address: str = LOCAL) -> Iterator[Any]:
     with _own_sigterm(), _quiet(ray) as opts:
         try:
             if address == LOCAL:
-                ray.init(address="local", include_dashboard=False, **opts)
+                # a local instance listens on loopback only: nothing off this machine reaches its GCS or raylet
+                ray.init(address="local", include_dashboard=False, _node_ip_address=LOOPBACK, **opts)
             else:
                 ray.init(address=address, **opts)
         except (ConnectionError, RuntimeError, TimeoutError, ValueError) as exc:

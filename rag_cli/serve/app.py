@@ -71,16 +71,21 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 class Guard:
     """ASGI middleware: the API key (`Authorization: Bearer KEY` or
     `X-API-Key: KEY`, compared in constant time) on every path but
-    OPEN_PATHS when `api_key` is set, and the body size limit (Content-Length
-    checked first, then the bytes as they arrive)."""
+    OPEN_PATHS when `api_key` is set, the connection limit (`limits`, a
+    `rag_cli.serve.protocol.Limits` or None: above its `max_connections`
+    only OPEN_PATHS are served, others get 503), and the body size limit
+    (Content-Length checked first, then the bytes as they arrive)."""
 
-    def __init__(self, app, api_key: str | None, max_body: int):
-        self.app, self.max_body = app, max_body
+    def __init__(self, app, api_key: str | None, max_body: int, limits=None):
+        self.app, self.max_body, self.limits = app, max_body, limits
         self.api_key = api_key.encode() if api_key is not None else None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        if self.limits is not None and self.limits.busy() and scope.get("path") not in OPEN_PATHS:
+            return await _error(503, f"the server has more than {self.limits.max_connections} connections open "
+                                     "(its limit); try again", headers={"Retry-After": "1"})(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
         if self.api_key is not None and scope.get("path") not in OPEN_PATHS and not self._key_ok(headers):
             response = _error(401, "missing or wrong API key: send `Authorization: Bearer KEY` or `X-API-Key: KEY`",
@@ -127,10 +132,11 @@ class Guard:
 
 
 def create_app(service: Service, *, api_key: str | None = None, mcp_server=None,
-               host: str = "127.0.0.1") -> FastAPI:
+               host: str = "127.0.0.1", limits=None) -> FastAPI:
     """The ASGI app serving `service`; `api_key` (None: none required),
     `mcp_server` (an `mcp` MCPServer served at /mcp, or None), `host` the
-    address it will be bound to (the MCP transport's Host checks)."""
+    address it will be bound to (the MCP transport's Host checks), `limits`
+    the server's connection count (`rag_cli.serve.protocol.Limits`; None: no limit)."""
     from rag_cli import __version__
 
     @contextlib.asynccontextmanager
@@ -229,5 +235,5 @@ def create_app(service: Service, *, api_key: str | None = None, mcp_server=None,
         from rag_cli.serve.mcp_tools import http_routes
 
         app.router.routes.extend(http_routes(mcp_server, host, service.config.max_body))
-    app.add_middleware(Guard, api_key=api_key, max_body=service.config.max_body)
+    app.add_middleware(Guard, api_key=api_key, max_body=service.config.max_body, limits=limits)
     return app

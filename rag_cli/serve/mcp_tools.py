@@ -7,15 +7,19 @@ calls to use the index directly.
   (an answer with [n] citations and its sources, or a refusal with its reason);
 - resource `rag://status`: the JSON of `rag status --json`.
 
-Bad input (an empty query, k over serve.max_k, a bad filter) is a tool
-error carrying the library's message. Served over stdio (`rag serve --mcp
+Bad input (an empty query, k over serve.max_k, a bad filter, an argument
+the tool does not have) is a tool error carrying the library's message,
+worded for the tool: it names the tool's argument (`argument mode 'bogus':
+must be one of ...`), not the CLI's flag and config key. Served over stdio (`rag serve --mcp
 stdio`) or streamable HTTP at /mcp of the HTTP server; the calls share the
 server's threads, generation pinning and query log (`via` = "mcp").
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 from typing import Any
 
 from rag_cli.serve.requests import AskRequest, SearchRequest
@@ -27,8 +31,20 @@ INSTRUCTIONS = ("Search and question the documents indexed by rag-cli. `search` 
                 "[\"path=*.md\", \"date>=2025-01-01\"].")
 
 
+def tool_wording(message: str, arguments) -> str:
+    """A library message worded for a tool: `--mode` becomes `argument mode` where `mode` is one of the tool's
+    `arguments`, and the `(config search.mode)` asides are left out (an assistant has no rag.toml to edit)."""
+    def argument(m: re.Match) -> str:
+        name = m.group(1).replace("-", "_")
+        return f"argument {name}" if name in arguments else m.group(0)
+
+    message = re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", argument, message)
+    return re.sub(r" \(config [\w.]+\)", "", message)
+
+
 def create_mcp(service: Service):
-    """An `MCPServer` with the tools and the resource of `service`."""
+    """An `MCPServer` with the tools and the resource of `service`. A call with an argument the tool does not
+    have is a tool error naming it and the tool's arguments."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from pydantic import ValidationError
@@ -36,27 +52,44 @@ def create_mcp(service: Service):
     from rag_cli import __version__
     from rag_cli.errors import RagError
 
-    server = MCPServer("rag-cli", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+    accepted: dict[str, list[str]] = {}  # tool name -> its arguments
+
+    class StrictServer(MCPServer):
+        async def call_tool(self, name, arguments, context=None):
+            unknown = sorted(set(arguments or {}) - set(accepted.get(name, arguments or {})))
+            if unknown:
+                raise ToolError(f"{', '.join(unknown)}: not an argument of the {name} tool; its arguments are "
+                                f"{', '.join(accepted[name])}")
+            return await super().call_tool(name, arguments, context)
+
+    server = StrictServer("rag-cli", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+
+    def strict_tool(description: str):
+        def register(fn):
+            accepted[fn.__name__] = list(inspect.signature(fn).parameters)
+            return server.tool(description=description)(fn)
+        return register
 
     async def call(method, request_type, **fields):
+        arguments = list(fields)
         try:
             req = request_type(**{k: v for k, v in fields.items() if v is not None})
             return (await service.in_thread(method, req, "mcp")).data
         except ValidationError as exc:
             first = exc.errors()[0]
-            raise ToolError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+            raise ToolError(f"argument {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
         except RagError as exc:
-            raise ToolError(error_message(exc)) from None
+            raise ToolError(tool_wording(error_message(exc), arguments)) from None
 
-    @server.tool(description="Search the indexed documents: the best-matching chunks, best first (rank, chunk_id, "
-                             "doc_id, score, text). mode: dense | sparse | hybrid (default: the project's); k: "
-                             "how many; filter: expressions that must all match, e.g. [\"doc_id=guides/*\"].")
+    @strict_tool("Search the indexed documents: the best-matching chunks, best first (rank, chunk_id, doc_id, "
+                 "score, text). mode: dense | sparse | hybrid (default: the project's); k: how many; filter: "
+                 "expressions that must all match, e.g. [\"doc_id=guides/*\"].")
     async def search(query: str, mode: str | None = None, k: int | None = None,
                      filter: list[str] | None = None) -> dict[str, Any]:
         return await call(service.search, SearchRequest, query=query, mode=mode, k=k, filter=filter)
 
-    @server.tool(description="Answer a question from the indexed documents only, citing them as [n] (sources: "
-                             "the cited chunks); refused: true, with a reason, when they do not hold the answer.")
+    @strict_tool("Answer a question from the indexed documents only, citing them as [n] (sources: the cited "
+                 "chunks); refused: true, with a reason, when they do not hold the answer.")
     async def ask(question: str, mode: str | None = None, k: int | None = None,
                   filter: list[str] | None = None) -> dict[str, Any]:
         return await call(service.ask, AskRequest, question=question, mode=mode, k=k, filter=filter)

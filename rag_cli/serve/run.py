@@ -94,7 +94,10 @@ def _serve_http(service, config, key: str | None, mcp: str, say) -> None:
         from rag_cli.serve.mcp_tools import create_mcp
 
         mcp_server = create_mcp(service)
-    app = create_app(service, api_key=key, mcp_server=mcp_server, host=config.host)
+    from rag_cli.serve.protocol import KEEP_ALIVE_TIMEOUT, Limits, protocol_class
+
+    limits = Limits(max_connections=config.max_concurrent * 16 + 64)
+    app = create_app(service, api_key=key, mcp_server=mcp_server, host=config.host, limits=limits)
     sock = _listen(config.host, config.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
@@ -102,8 +105,8 @@ def _serve_http(service, config, key: str | None, mcp: str, say) -> None:
         f"{'; MCP at /mcp' if mcp_server is not None else ''}{'; API key required' if key else ''}"
         f"{'; logging to logs/' if config.log else ''})")
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                                           timeout_graceful_shutdown=30,
-                                           limit_concurrency=config.max_concurrent * 16 + 64))
+                                           timeout_graceful_shutdown=30, http=protocol_class(limits),
+                                           timeout_keep_alive=KEEP_ALIVE_TIMEOUT))
     with _stopped_by_signals():
         server.run(sockets=[sock])
     say("stopped")

@@ -14,9 +14,11 @@ models.
 from __future__ import annotations
 
 import itertools
+import re
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from rag_cli.errors import BadInput, RagError
@@ -96,17 +98,15 @@ class Service:
             self.p.search(WARM_UP, mode="hybrid", k=1)  # the first request finds every model and table loaded
         self.engines.start()
         if self.config.log:
-            self.queries = LogWriter(self.p.root, "queries").start()
-            self.feedbacks = LogWriter(self.p.root, "feedback", flush_rows=1).start()
+            self.queries = LogWriter(self.p.root, "queries", on_error=self.say).start()
+            self.feedbacks = LogWriter(self.p.root, "feedback", flush_rows=1, on_error=self.say).start()
         return self
 
     def close(self) -> None:
         self.engines.stop()
         for writer in (self.queries, self.feedbacks):
             if writer is not None:
-                writer.close()
-                if writer.error:
-                    self.say(f"the log could not be written: {writer.error}")
+                writer.close()  # a failure is told through its on_error
 
     async def in_thread(self, fn, *args):
         """`fn(*args)` in a worker thread, at most serve.max_concurrent at once (the front ends' way to call)."""
@@ -209,9 +209,27 @@ class Service:
     def health(self) -> dict:
         """The server's own state: the generation served, reloads, the last reload error, the seconds the
         served generation took to load (beside the one served before it), uptime, requests, and the graph that
-        encodes queries (`WarmEngines.query_graph_used`)."""
+        encodes queries (`WarmEngines.query_graph_used`), and the log's dropped rows and last error.
+        /healthz needs no API key, so no path is shown (`without_paths`)."""
         e = self.engines
-        return {"ok": True, "generation": self.generation, "reloads": e.n_reloads, "reload_error": e.reload_error,
+        writers = [w for w in (self.queries, self.feedbacks) if w is not None]
+        log_error = next((w.error for w in writers if w.error), None)
+        return {"ok": True, "generation": self.generation, "reloads": e.n_reloads,
+                "reload_error": without_paths(e.reload_error, self.p.root),
                 "load_s": round(e.load_seconds, 2) if e.load_seconds is not None else None,
                 "uptime_s": round(time.time() - self.started, 1), "requests": self.n_requests,
-                "log": self.queries is not None, "query_graph": e.query_graph_used()}
+                "log": self.queries is not None, "log_dropped": sum(w.n_dropped for w in writers),
+                "log_error": without_paths(log_error, self.p.root), "query_graph": e.query_graph_used()}
+
+
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/>])(?:[A-Za-z]:)?[/\\](?:[^\s'\"/\\]+[/\\])+")
+
+
+def without_paths(message: str | None, root) -> str | None:
+    """`message` with the project folder's path written `<project>` and the folders of any other absolute path
+    left out (`/home/u/models/m.onnx` -> `.../m.onnx`): what a client without the API key may see."""
+    if message is None:
+        return None
+    for spelling in {str(root), str(Path(root).resolve())}:
+        message = message.replace(spelling, "<project>")
+    return _ABSOLUTE_PATH.sub(".../", message)

@@ -78,24 +78,32 @@ class LogWriter:
     `append(row)` (a dict with the schema's keys) is thread-safe and cheap:
     rows wait in memory until `flush_rows` are waiting, `flush_seconds`
     have passed (a daemon thread started by `start()`), or `close()`.
-    A part that cannot be written (a full disk) is retried at the next
-    flush; `errors` keeps the last message.
+
+    Drop policy (docs/serve.md#the-query-log-feedback-and-online-metrics): a row that cannot be
+    converted to the schema (a query holding a lone surrogate, which UTF-8 cannot encode) is dropped
+    at once, never retried; a part that cannot be written (a full disk) is retried at the next flush,
+    but at most `max_rows` rows wait: beyond them the oldest are dropped. `n_dropped` counts the dropped
+    rows, `error` keeps the last message (without the folder's path), and `on_error(message)` (stderr
+    in `rag serve`) is told of each failure.
     """
 
     _seq = itertools.count()
 
-    def __init__(self, project_root: Path, kind: str, *, flush_rows: int = 1000, flush_seconds: float = 30.0):
+    def __init__(self, project_root: Path, kind: str, *, flush_rows: int = 1000, flush_seconds: float = 30.0,
+                 max_rows: int = 100_000, on_error=None):
         if kind not in KINDS:
             raise ValueError(f"unknown log kind {kind!r}; known: {', '.join(KINDS)}")
         self.folder = logs_dir(project_root) / kind
         self.schema = KINDS[kind]
-        self.flush_rows, self.flush_seconds = flush_rows, flush_seconds
+        self.flush_rows, self.flush_seconds, self.max_rows = flush_rows, flush_seconds, max(max_rows, flush_rows)
+        self.on_error = on_error or (lambda message: None)
         self._rows: list[dict] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: str | None = None
         self.n_written = 0
+        self.n_dropped = 0
 
     def start(self) -> "LogWriter":
         """Start the thread that flushes every `flush_seconds`; returns self."""
@@ -115,22 +123,50 @@ class LogWriter:
         if full:
             self.flush()
 
+    def _table(self, rows: list[dict]) -> pa.Table:
+        """`rows` as a table of the schema, less the rows that cannot be converted (dropped and counted)."""
+        try:
+            return pa.Table.from_pylist(rows, schema=self.schema)
+        except Exception:  # noqa: BLE001 - find the rows at fault; arrow raises several kinds
+            pass
+        kept, bad = [], None
+        for row in rows:
+            try:
+                pa.Table.from_pylist([row], schema=self.schema)
+                kept.append(row)
+            except Exception as exc:  # noqa: BLE001
+                bad = exc
+        self._failed(len(rows) - len(kept), f"{type(bad).__name__}: {bad}", "cannot be stored")
+        return pa.Table.from_pylist(kept, schema=self.schema)
+
+    def _failed(self, n_dropped: int, message: str, why: str) -> None:
+        self.n_dropped += n_dropped
+        self.error = f"logs/{self.folder.name}: {message}"
+        dropped = f"{n_dropped} row(s) dropped ({why}; {self.n_dropped} in all)" if n_dropped else "rows kept"
+        self.on_error(f"the {self.folder.name} log: {dropped}: {message}")
+
     def flush(self) -> Path | None:
         """Write the waiting rows as one new part; returns its path (None when none were waiting or it failed)."""
         with self._lock:
             rows, self._rows = self._rows, []
         if not rows:
             return None
+        table = self._table(rows)
+        if table.num_rows == 0:
+            return None
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         path = self.folder / f"{stamp}-{os.getpid()}-{next(self._seq):06d}.parquet"
         try:
-            atomic.write_parquet(path, pa.Table.from_pylist(rows, schema=self.schema))
+            atomic.write_parquet(path, table)
         except Exception as exc:  # noqa: BLE001 - a log must never take the server down
             with self._lock:
-                self._rows = rows + self._rows  # kept for the next try
-            self.error = f"{path}: {type(exc).__name__}: {exc}"
+                self._rows = table.to_pylist() + self._rows  # kept for the next try, at most max_rows
+                over = max(len(self._rows) - self.max_rows, 0)
+                del self._rows[:over]
+            self._failed(over, f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}",
+                         f"over {self.max_rows} waiting")
             return None
-        self.n_written += len(rows)
+        self.n_written += table.num_rows
         return path
 
     def close(self) -> None:

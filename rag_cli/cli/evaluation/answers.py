@@ -18,8 +18,8 @@ AnswersOpt = Annotated[Optional[Path], typer.Option(
 GoldOpt = Annotated[Optional[Path], typer.Option(
     "--gold", help="Gold answers: JSONL {\"_id\": query id, \"answers\": [...]}")]
 CutOpt = Annotated[Optional[Path], typer.Option(
-    "--unanswerable", help="Answers to made-unanswerable questions (see `rag eval make-unanswerable`): adds the "
-                           "refusal and false-answer rates on them and the false-refusal rate on --answers")]
+    "--unanswerable", help="Answers to made-unanswerable questions (`rag eval make-unanswerable`): adds refusal, "
+                           "false-answer and false-refusal rates")]
 JudgeOpt = Annotated[bool, typer.Option(
     "--judge", help="Also RAGAS faithfulness and answer relevancy, judged by an LLM (--gold then optional)")]
 JudgeGeneratorOpt = Annotated[Optional[str], typer.Option(

@@ -100,21 +100,34 @@ QrelsOpt = Annotated[Path, typer.Option("--qrels", help="Qrels: BEIR TSV (query-
 QueriesOpt = Annotated[Path, typer.Option("--queries", help="Query file (JSONL _id/text or query_id/query, or TSV)")]
 ModeOpt = Annotated[Optional[str], typer.Option("--mode", help="Retrieval mode (config: search.mode)")]
 
+def not_a_flag(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """A path option's value, refused (exit 2) when it starts with `--`: `--md --plots` would otherwise write a
+    file named `--plots`."""
+    if value is not None and str(value).startswith("--"):
+        raise typer.BadParameter(f"{str(value)!r} looks like a flag, not a path: give {param.opts[-1]} a path "
+                                 f"(e.g. {param.opts[-1]} report.md)")
+    return value
+
+
 #: -o, --name and --md: where the report goes (every subcommand that writes eval/NAME.json).
 REPORT = Plain((
     _param("name", Annotated[Optional[str], typer.Option(
         "--name", help="Report name: eval/NAME.json (default: named after the inputs, see above)")], None),
     _param("output", Annotated[Optional[Path], typer.Option(
-        "-o", "--output", help="Write the JSON report here instead of eval/NAME.json")], None),
+        "-o", "--output", help="Write the JSON report here instead of eval/NAME.json", callback=not_a_flag)], None),
     _param("md", Annotated[Optional[Path], typer.Option(
-        "--md", help="Also write a Markdown summary of the report to this file")], None),
+        "--md", help="Also write a Markdown summary of the report to this file", callback=not_a_flag)], None),
 ))
 PLOTS = Plain((_param("plots", Annotated[Optional[Path], typer.Option(
-    "--plots", help="Also draw PNG plots of the report into this folder (needs matplotlib: the plot extra)")], None),))
+    "--plots", help="Also draw PNG plots of the report into this folder (needs matplotlib: the plot extra)",
+    callback=not_a_flag)], None),))
 KS = Plain((_param("ks", Annotated[Optional[str], typer.Option(
     "--ks", help="Cutoffs, comma-separated (default 1,5,10,20,100)")], None),))
 PERMUTATIONS = Plain((_param("permutations", Annotated[Optional[int], typer.Option(
     "--permutations", help="Random sign flips of the paired randomisation test (default 10000)")], None),))
+METRICS = Plain((_param("metrics", Annotated[Optional[str], typer.Option(
+    "--metrics", help="Compare only these metrics, comma-separated (e.g. ndcg@10,recall@100); Holm's correction "
+                      "runs across them (default: every metric)")], None),))
 SEED = Plain((_param("seed", Annotated[Optional[int], typer.Option(
     "--seed", help="Random seed (default 0)")], None),))
 

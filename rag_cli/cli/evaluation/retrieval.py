@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from rag_cli.cli.common import given, progress
-from rag_cli.cli.evaluation.app import (KS, PERMUTATIONS, PLOTS, REPORT, SEED, ModeOpt, QrelsOpt, QueriesOpt, eval_app,
-                                        show, tune_app)
+from rag_cli.cli.evaluation.app import (KS, METRICS, PERMUTATIONS, PLOTS, REPORT, SEED, ModeOpt, QrelsOpt, QueriesOpt,
+                                        eval_app, show, tune_app)
 from rag_cli.cli.options import OUTPUT, PROJECT, options
 
 RunOpt = Annotated[Optional[Path], typer.Option(
@@ -26,6 +26,8 @@ PerturbOpt = Annotated[list[str], typer.Option(
 TestQueriesOpt = Annotated[Optional[Path], typer.Option(
     "--test-queries", help="The test split's queries, scored apart from the tuning")]
 TestQrelsOpt = Annotated[Optional[Path], typer.Option("--test-qrels", help="The test split's qrels")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Write the winner to rag.toml even when the test split "
+                                                        "disagrees")]
 
 
 @eval_app.command("run")
@@ -34,39 +36,14 @@ def run_(qrels: QrelsOpt, run: RunOpt = None, queries: SearchQueriesOpt = None, 
          output, md, plots, project, json_out, quiet):
     r"""Score a run against qrels as trec_eval does (Recall, Hit, MRR, nDCG, P, MAP at k; MAP, R-precision).
 
-    The default subcommand: `rag eval --qrels Q --run R` is `rag eval run
-    --qrels Q --run R`.
+    Scores `--run`, or searches `--queries` first (down to max(--ks)
+    distinct documents per query) and scores that run. Writes
+    `eval/NAME.json`; stderr names queries missing or ignored.
 
-    Recall@k, Hit@k, MRR@k, nDCG@k (graded gains), P@k, MAP@k, and over the whole
-    run MAP and R-precision, as trec_eval defines them (`recall.k`, `success.k`,
-    `recip_rank`, `ndcg_cut.k`, `P.k`, `map_cut.k`, `map`, `Rprec`; checked
-    against pytrec_eval by a hypothesis property test). A run is read as
-    trec_eval reads it: ordered by score descending, ties by id descending; the
-    rank column is output only, so ranks that start at 0 or are all 1 are fine.
-    A repeated (query, id) row counts once (its best score); so does a qrels
-    row that judges a (query, document) pair again alike (a different
-    relevance is exit 2), and stderr names those rows. Every qrels query
-    counts (0 if missing from the run). A chunk run is scored at document level
-    by MaxP (a document's score is its best chunk's score), unless the qrels
-    judge chunk ids. Prints a table or `--json` and writes `eval/NAME.json`
-    (default NAME: `RUN-QRELS`) or `-o FILE`, with per-query values; `--run`
-    needs no project folder. Stderr names the qrels queries missing from the run
-    or without a relevant document, the run queries not in the qrels, and counts
-    repeated rows and ties.
+    Examples: `rag eval --qrels qrels.tsv --run runs/q-hybrid.parquet`;
+    `rag eval run --qrels qrels.tsv --queries q.jsonl --mode dense`.
 
-    `rag search --queries` and `rag eval run --queries` retrieve until each query's
-    run holds k distinct documents, so document-level Recall@k and MAP are at the
-    depth asked for. On a SciFact subset (600 documents, 128-token chunks, the 300
-    test queries), 100 chunks held a median of 45–54 distinct documents, and
-    document-level Recall@100 went from 0.956 / 0.975 / 0.973 (sparse / dense /
-    hybrid, 100 chunks) to 0.970 / 0.997 / 0.983 (100 documents; 192–252 chunks a
-    query) (`bench/eval_depth.py`, `bench/results/eval-depth-scifact.json`).
-    `rag eval run --queries FILE` searches with `--mode` (default `search.mode`) down
-    to k = the largest `--ks` cutoff distinct documents per query (default 100),
-    writes that run as `runs/QUERIES-MODE.parquet` (or `runs/NAME.parquet` with
-    `--name`) and scores it. `--level doc` (one row per document) and `--format
-    trec` are flags of `rag search --queries`, not of `rag eval`: write such a
-    run with `rag search` and score it with `--run`.
+    Details: docs/evaluation.md (Retrieval metrics).
     """
     from rag_cli import lab
     from rag_cli.project import Project
@@ -78,9 +55,9 @@ def run_(qrels: QrelsOpt, run: RunOpt = None, queries: SearchQueriesOpt = None, 
 
 
 @eval_app.command("compare")
-@options(KS, PERMUTATIONS, SEED, REPORT, PLOTS, PROJECT, OUTPUT)
-def compare(runs: RunsArg, qrels: QrelsOpt, *, ks, permutations, seed, name, output, md, plots, project, json_out,
-            quiet):
+@options(KS, METRICS, PERMUTATIONS, SEED, REPORT, PLOTS, PROJECT, OUTPUT)
+def compare(runs: RunsArg, qrels: QrelsOpt, *, ks, metrics, permutations, seed, name, output, md, plots, project,
+            json_out, quiet):
     r"""Compare runs with the first: mean difference, randomisation and t-test p-values (Holm), win/tie/loss.
 
     `rag eval compare --qrels FILE RUN_A RUN_B \[...]` compares each run with the
@@ -100,7 +77,7 @@ def compare(runs: RunsArg, qrels: QrelsOpt, *, ks, permutations, seed, name, out
     from rag_cli.project import Project
 
     report = lab.compare.run(Project.open(project), qrels, runs, ks=ks, name=name, output=output, md=md, plots=plots,
-                             **given(dict(permutations=permutations, seed=seed)))
+                             metrics=metrics, **given(dict(permutations=permutations, seed=seed)))
     show(report, json_out=json_out, quiet=quiet, md=md, plots=plots)
 
 
@@ -152,16 +129,17 @@ def perturb(perturb_: PerturbOpt, queries: QueriesOpt, qrels: QrelsOpt, mode: Mo
 @tune_app.command("fusion")
 @options(PERMUTATIONS, REPORT, PLOTS, PROJECT, OUTPUT)
 def tune_fusion(queries: QueriesOpt, qrels: QrelsOpt, test_queries: TestQueriesOpt = None,
-                test_qrels: TestQrelsOpt = None, *, permutations, name, output, md, plots, project, json_out, quiet):
+                test_qrels: TestQrelsOpt = None, force: ForceOpt = False, *, permutations, name, output, md, plots,
+                project, json_out, quiet):
     r"""Grid-search the hybrid fusion on a train split for nDCG@10 and write the winner to rag.toml.
 
     `rag eval tune fusion --queries TRAIN --qrels TRAIN_QRELS
     \[--test-queries T --test-qrels TQ]` grid-searches the hybrid fusion
     (`search.fusion`: `rrf` with its k, or the `minmax`/`zscore` weighted
-    sums with `search.dense_weight`) on the train split, writes the winner
-    to `rag.toml` and scores it against RRF k = 60 on the test split apart
-    (paired randomisation test, `--permutations`);
-    `eval/tune-fusion-TRAIN.json`.
+    sums with `search.dense_weight`) on the train split, scores the winner
+    against RRF k = 60 on the test split apart (paired randomisation test,
+    `--permutations`) and writes it to `rag.toml` unless it scores below
+    RRF k = 60 there (`--force` writes it anyway); `eval/tune-fusion-TRAIN.json`.
     """
     from rag_cli import lab
     from rag_cli.project import Project
@@ -169,5 +147,5 @@ def tune_fusion(queries: QueriesOpt, qrels: QrelsOpt, test_queries: TestQueriesO
     with progress(quiet or json_out) as bar:
         report = lab.tune_fusion.run(Project.open(project), queries, qrels, test_queries=test_queries,
                                      test_qrels=test_qrels, name=name, output=output, md=md, plots=plots,
-                                     progress=bar, **given(dict(permutations=permutations)))
+                                     progress=bar, force=force, **given(dict(permutations=permutations)))
     show(report, json_out=json_out, quiet=quiet, md=md, plots=plots)
