@@ -193,13 +193,14 @@ def test_compare_warns_per_run(tmp_path):
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("q1\td1\t1\nq2\td2\t1\n")
     (tmp_path / "a.trec").write_text("q1 Q0 d1 1 2.0 a\nq2 Q0 d2 1 2.0 a\n")
-    (tmp_path / "b.trec").write_text("x1 Q0 d1 1 2.0 b\nx2 Q0 d2 1 2.0 b\n")
+    # b shares q1 with a (runs sharing no query are refused: test_compare.py::test_compare_refuses_runs_that_share_no_query)
+    (tmp_path / "b.trec").write_text("q1 Q0 d1 1 2.0 b\nx1 Q0 d1 1 2.0 b\nx2 Q0 d2 1 2.0 b\n")
     runs = [tmp_path / "a.trec", tmp_path / "b.trec"]
     report = lab.compare.run(Project.open(tmp_path / "none"), qrels, runs, ks=[1], permutations=10,
                              output=tmp_path / "c.json")
     assert report.warnings() == [
-        "b.trec: 2 of 2 qrels queries are not in the run and score 0 (is it the run and qrels of the same query "
-        "set?): q1, q2",
+        "b.trec: 1 of 2 qrels queries are not in the run and score 0 (is it the run and qrels of the same query "
+        "set?): q2",
         "b.trec: 2 run queries are not in the qrels and ignored: x1, x2"]
     assert rendered(report) == cli("compare", "--qrels", qrels, *runs, "--permutations", 10, "--ks", 1,
                                    "-o", tmp_path / "c.json")
