@@ -46,7 +46,8 @@ from pathlib import Path
 import numpy as np
 
 from rag_cli.errors import BadInput
-from rag_cli.index.dense_common import (EXACT_MAX_ROWS, Result, check_queries, empty, exact_rows, import_faiss,
+from rag_cli.index.backends import Backend
+from rag_cli.index.dense_common import (EXACT_MAX_ROWS, FAISS_MISSING, Result, check_queries, empty, exact_rows, import_faiss,
                                     label_rows, load_vectors, save_vectors, top_k_blocks, unit)
 
 #: Training sample: at most this many vectors per IVF cell (k-means) and for the scalar quantiser.
@@ -85,9 +86,22 @@ def _set_threads(faiss, threads: int, n: int) -> None:
     faiss.omp_set_num_threads(threads or (1 if n < SMALL_N else len(os.sched_getaffinity(0))))
 
 
-class FaissIndex:
+class FaissIndex(Backend):
     """`index` (a faiss index), `vecs` ((n, d) unit float32 in row order, memory-mapped once loaded),
     `params` (rag_dense.json), `row_labels` (None = label i is row i), `deleted` (bool per label, or None)."""
+
+    name = "faiss"
+    structure = {"index_type": "index_type", "hnsw_m": "M", "hnsw_ef_construction": "ef_construction",
+                 "nlist": "nlist_setting", "pq_m": "pq_m_setting"}
+    search_keys = {"hnsw_ef": "ef", "nprobe": "nprobe", "rerank": "rerank"}
+
+    @classmethod
+    def check(cls, settings) -> None:
+        import_faiss()
+
+    @classmethod
+    def describe(cls, params: dict, where: bool = False) -> str:
+        return f"faiss {params.get('index_type')}"
 
     def __init__(self, index, vecs: np.ndarray, params: dict, row_labels: np.ndarray | None = None,
                  deleted: np.ndarray | None = None, folder: Path | None = None):
@@ -205,10 +219,10 @@ class FaissIndex:
         (folder / "rag_dense.json").write_text(json.dumps(self.params), encoding="utf-8")
 
     @classmethod
-    def load(cls, folder: Path, params: dict, row_labels: np.ndarray | None = None) -> "FaissIndex":
+    def open(cls, folder: Path, params: dict, row_labels: np.ndarray | None = None) -> "FaissIndex":
         """`folder`'s index with its codes memory-mapped, and vectors.npy memory-mapped. ValueError when
-        their sizes disagree with rag_dense.json."""
-        faiss = import_faiss()
+        their sizes disagree with rag_dense.json; BadInput without faiss installed."""
+        faiss = import_faiss(f"{folder} is a faiss index ({params.get('index_type')}); {FAISS_MISSING}")
         index = faiss.read_index(str(folder / "faiss.index"), faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
         vecs = load_vectors(folder / "vectors.npy")
         deleted = np.load(folder / "deleted.npy") if (folder / "deleted.npy").exists() else None

@@ -66,6 +66,7 @@ from pathlib import Path
 import numpy as np
 
 from rag_cli.errors import BadInput
+from rag_cli.index.backends import Backend
 from rag_cli.index.dense_common import Result, check_queries, empty, load_vectors, save_vectors, unit
 from rag_cli.index.milvus_connection import (  # noqa: F401 - the backend's names, re-exported
     OWNER, TOKEN, busy, client, close_clients, collection_of, default_alias, failed, forget, given_uri,
@@ -165,13 +166,76 @@ def _check_k(k: int) -> None:
 
 
 # --------------------------------------------------------------------------- the dense index
-class MilvusIndex:
-    """The dense side of a milvus generation (a `VectorIndex`): `vecs` ((n, d) float32 unit rows, the
+class MilvusIndex(Backend):
+    """The dense side of a milvus generation (a `Backend`): `vecs` ((n, d) float32 unit rows, the
     generation's `dense/vectors.npy`, memory-mapped once loaded: `vectors`, evidence cosines and the
     exact ground truth read it locally) and `params` (rag_dense.json: backend, uri, alias, milvus_index,
-    the index's parameters); `collection` is the generation's collection once it is known (load, publish)."""
+    the index's parameters); `collection` is the generation's collection once it is known (open, publish).
+    The serving life cycle (`verify`, `status`, `check_switch`, `targets`, `sync`, `status_note`) is
+    `rag_cli.index.milvus_publish`'s."""
 
+    name = "milvus"
     row_labels = None  # rows are the vectors' order, as for `exact`
+    structure = {"uri": "uri", "collection": "alias"}  # milvus republishes every generation whole anyway
+    #: read at search time: those of its index, whose change republishes the generation (`rag update` then
+    #: writes a new one even when no chunk changed)
+    search_keys = {"milvus_index": "milvus_index", "hnsw_m": "M", "hnsw_ef_construction": "ef_construction",
+                   "hnsw_ef": "ef", "nlist": "nlist_setting", "pq_m": "pq_m_setting", "nprobe": "nprobe"}
+    check = staticmethod(check_settings)
+    concrete = staticmethod(concrete)
+
+    @classmethod
+    def describe(cls, params: dict, where: bool = False) -> str:
+        return f"milvus {params.get('milvus_index')}" + (
+            f" (alias {params.get('alias')} at {params.get('uri')})" if where else "")
+
+    @classmethod
+    def open_sparse(cls, sparse, params: dict, gen: Path):
+        return serve_sparse(sparse, params, gen)
+
+    @classmethod
+    def verify(cls, gen: Path, params: dict, settings) -> None:
+        from rag_cli.index.milvus_publish import check_served
+
+        check_served(gen, params, settings)
+
+    @classmethod
+    def status(cls, gen: Path, params: dict) -> str | None:
+        from rag_cli.index.milvus_publish import lite_problem
+
+        return lite_problem(gen, params)
+
+    @classmethod
+    def check_switch(cls, gen: Path, params: dict) -> None:
+        from rag_cli.index.milvus_publish import check_switch
+
+        check_switch(gen, params)
+
+    @classmethod
+    def targets(cls, index_dir: Path) -> set:
+        from rag_cli.index.milvus_publish import targets
+
+        return targets(index_dir)
+
+    @classmethod
+    def sync(cls, index_dir: Path, current: Path | None, known: set) -> dict | None:
+        from rag_cli.index.milvus_publish import sync
+
+        return sync(index_dir, current, known)
+
+    @classmethod
+    def status_note(cls, index_dir: Path, current: Path, known: set) -> str:
+        """"; the Milvus alias ... " naming the aliases of this project's other milvus generations that the
+        rollback to `current` did not move (only the alias `current` was published under follows it, none for
+        a local generation: see docs/scale-out.md), else "". From the folder alone (status opens no Milvus)."""
+        mine = {(uri, alias) for uri, alias, name in known if name == collection_of(alias, current.name)}
+        left = sorted({(uri, alias) for uri, alias, _ in known} - mine)
+        if not left:
+            return ""
+        names = ", ".join(f"{alias} at {uri}" for uri, alias in left)
+        return (f"; the Milvus alias {names} still serves the collection it pointed at (a rollback moves only the "
+                f"alias of the generation it makes current{', which has none' if not mine else ''}); `rag index` "
+                "publishes the current chunks again under the configured --collection")
 
     def __init__(self, vecs: np.ndarray, params: dict, collection: str | None = None, uri: str | None = None):
         self.vecs = vecs
@@ -180,7 +244,7 @@ class MilvusIndex:
         self.uri = uri  # params["uri"] resolved against the project folder (load, publish)
 
     @classmethod
-    def build(cls, vectors: np.ndarray, settings) -> "MilvusIndex":
+    def build(cls, vectors: np.ndarray, settings, threads: int = 0) -> "MilvusIndex":
         """From (n, d) float32 vectors and concrete [index] settings (`concrete`). Nothing is sent yet:
         `publish` sends the written generation."""
         n, d = vectors.shape
@@ -213,9 +277,11 @@ class MilvusIndex:
         (folder / "rag_dense.json").write_text(json.dumps(self.params), encoding="utf-8")
 
     @classmethod
-    def load(cls, folder: Path, params: dict) -> "MilvusIndex":
+    def open(cls, folder: Path, params: dict, row_labels: np.ndarray | None = None) -> "MilvusIndex":
         """`folder` (a generation's `dense/`): its vectors.npy memory-mapped, its collection named after the
-        generation. Nothing is sent to Milvus until a search. ValueError when the shape is not rag_dense.json's."""
+        generation. Nothing is sent to Milvus until a search. ValueError when the shape is not rag_dense.json's;
+        BadInput without pymilvus (a missing extra is exit 2 on open, not at the first search)."""
+        import_pymilvus()
         vecs = load_vectors(folder / "vectors.npy")
         if vecs.shape != (params["n"], params["dim"]):
             raise ValueError(f"{folder / 'vectors.npy'} holds {vecs.shape} vectors where rag_dense.json says "
@@ -337,10 +403,7 @@ class MilvusSparse:
 
 
 def serve_sparse(sparse, dense_params: dict, gen: Path):
-    """`sparse` (the generation's local `SparseIndex`) served from Milvus when the generation is a milvus
-    one (`MilvusSparse`), else `sparse` itself."""
-    if dense_params.get("backend") != "milvus":
-        return sparse
+    """`sparse` (the milvus generation `gen`'s local `SparseIndex`) served from Milvus (`MilvusSparse`)."""
     import_pymilvus()  # a missing extra is exit 2 on open, not at the first search
     return MilvusSparse(sparse, dense_params, collection_of(dense_params["alias"], gen.name),
                         Path(gen).absolute().parent.parent)
