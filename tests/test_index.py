@@ -6,6 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rag_cli.config import IndexConfig
+from rag_cli.index.backends import load_dense
 from rag_cli.index.dense import DenseIndex
 from rag_cli.index.fusion import rrf
 from rag_cli.index.sparse import SparseIndex, analyze, top_k
@@ -101,7 +103,7 @@ def test_dense_index_returns_cosines_and_respects_k_and_mask(tmp_path):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(50, 8)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
-    idx = DenseIndex.build(x, m=16, ef_construction=100, ef=50)
+    idx = DenseIndex.build(x, IndexConfig(hnsw_m=16, hnsw_ef_construction=100, hnsw_ef=50))
     [(rows, cos)] = idx.search(x[7:8], 5)
     assert rows[0] == 7 and cos[0] == pytest.approx(1.0, abs=1e-5)
     exact = np.sort(x @ x[7])[::-1][:5]
@@ -114,7 +116,7 @@ def test_dense_index_returns_cosines_and_respects_k_and_mask(tmp_path):
     [(rows, _)] = idx.search(x[:1], 10, mask=mask)
     assert sorted(rows.tolist()) == [3, 9]
     idx.save(tmp_path / "dense")
-    again = DenseIndex.load(tmp_path / "dense")
+    again = load_dense(tmp_path / "dense")
     [(rows2, cos2)] = again.search(x[7:8], 5)
     assert rows2.tolist() == idx.search(x[7:8], 5)[0][0].tolist()
 
@@ -287,7 +289,7 @@ def test_faiss_structure_and_search_params(faiss):
     assert not same_search_params(ivf, IndexConfig(backend="faiss", index_type="ivf-pq", pq_m=8, nprobe=9))
     from rag_cli.errors import BadInput
 
-    with pytest.raises(BadInput, match=r"--pq-m 7 \(config index.pq_m\): must divide the vectors' dimension 32"):
+    with pytest.raises(BadInput, match=r"--pq-m 7 \(config index.ivf.pq_m\): must divide the vectors' dimension 32"):
         build_dense(x, IndexConfig(backend="faiss", index_type="ivf-pq", pq_m=7))
 
 

@@ -218,3 +218,55 @@ def test_the_cli_imports_no_optional_engine():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PKG.parent)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
+
+
+def backend_name_tests(path: Path) -> list[str]:
+    """`line: code` of each place in `path` that tests a dense backend's name (a name of
+    `rag_cli.index.registry.REGISTRY` compared with ==, !=, in, or a key of a dict or a `match` case)."""
+    from rag_cli.index.registry import REGISTRY
+
+    def names(node) -> set[str]:
+        return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and n.value in REGISTRY}
+
+    source = path.read_text(encoding="utf-8")
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            found = names(node)
+        elif isinstance(node, ast.Dict):
+            found = set().union(*(names(k) for k in node.keys if k is not None))
+        elif isinstance(node, ast.match_case):
+            found = names(node.pattern)
+        else:
+            continue
+        if found:
+            out.append(f"{node.lineno}: {ast.get_source_segment(source, node) or sorted(found)}")
+    return out
+
+
+def test_no_module_outside_the_index_tests_a_backend_name():
+    """The stages, the project, the CLI, the server and the lab call `rag_cli.index.backends`'
+    interface (`Backend`, looked up in `REGISTRY`) and never test which backend it is (#33): a backend
+    is one module of rag_cli/index/ and one registry line."""
+    found = {str(p.relative_to(PKG)): places for p in sorted(PKG.rglob("*.py"))
+             if "index" not in p.relative_to(PKG).parts[:1] and (places := backend_name_tests(p))}
+    assert found == {}
+
+
+def test_the_backend_name_finder_finds_one(tmp_path):
+    code = tmp_path / "m.py"
+    code.write_text("if b == 'milvus':\n    pass\nx = {'faiss': 1}\ny = b in ('exact', 'z')\nok = {'k': 'hnswlib'}\n")
+    assert [line.split(":")[0] for line in backend_name_tests(code)] == ["1", "3", "4"]
+
+
+def test_the_backend_list_is_spelled_once():
+    """`index.backend`'s choices, its default and the default of a generation that records none are
+    the registry's (`rag_cli.index.registry`), and each registered class carries its name."""
+    from rag_cli.config import setting_info
+    from rag_cli.index.backends import backend_class, backend_of
+    from rag_cli.index.registry import DEFAULT, REGISTRY
+
+    info = setting_info("index", "backend")
+    assert info.limits == tuple(REGISTRY) and info.default == DEFAULT == backend_of({})
+    assert all(backend_class(name).name == name for name in REGISTRY)
+    assert all(name in info.help for name in REGISTRY)

@@ -45,14 +45,7 @@ from rag_cli.errors import BadInput
 from rag_cli.index.dense_common import (EXACT_MAX_ROWS, FAISS_MISSING, Result, import_faiss,  # noqa: F401
                                         unit, top_k_blocks)  # the interface's names, for callers
 
-#: The dense backends: `index.backend` -> "module:class" of its `Backend` (imported when first used, so a
-#: search imports only its own backend's libraries). Adding a backend is one module and one line here.
-REGISTRY: dict[str, str] = {
-    "hnswlib": "rag_cli.index.dense:DenseIndex",
-    "faiss": "rag_cli.index.faiss_index:FaissIndex",
-    "exact": "rag_cli.index.exact:ExactIndex",
-    "milvus": "rag_cli.index.milvus:MilvusIndex",
-}
+from rag_cli.index.registry import DEFAULT, REGISTRY
 
 
 class Backend:
@@ -171,22 +164,17 @@ def backend_class(name: str) -> type[Backend]:
     """The `Backend` registered as `name`. ValueError naming the known ones for another name."""
     if name not in REGISTRY:
         raise ValueError(f"unknown dense backend {name!r}; known: {', '.join(REGISTRY)}")
-    module, cls = REGISTRY[name].split(":")
+    module, cls = REGISTRY[name][0].split(":")
     return getattr(importlib.import_module(module), cls)
-
-
-def backend_problem(value: str) -> str | None:
-    """What is wrong with an `index.backend` value (not in `REGISTRY`), or None."""
-    return None if value in REGISTRY else f"must be one of {', '.join(REGISTRY)}"
 
 
 def backend_of(params: dict) -> str:
     """The backend recorded in rag_dense.json / meta.json's `dense` (hnswlib when absent: older generations)."""
-    return params.get("backend", "hnswlib")
+    return params.get("backend", DEFAULT)
 
 
 def _of(settings) -> type[Backend]:
-    return backend_class(getattr(settings, "backend", "hnswlib"))
+    return backend_class(getattr(settings, "backend", DEFAULT))
 
 
 def describe(params: dict, where: bool = False) -> str:
@@ -194,8 +182,10 @@ def describe(params: dict, where: bool = False) -> str:
     return backend_class(backend_of(params)).describe(params, where)
 
 
-def ann_label(described: str) -> str:
-    """How an ANN recall report names the backend `described` (`describe`'s words): HNSW for hnswlib."""
+def ann_label(described: str | None) -> str:
+    """How an ANN recall report names the backend `described` (`describe`'s words; None: a report that
+    records none, of the default backend): the class's `label` (HNSW for hnswlib), else `described`."""
+    described = described or DEFAULT
     name = described.split(" ")[0]
     return (backend_class(name).label or described) if name in REGISTRY else described
 
@@ -264,9 +254,13 @@ def sync_serving(index_dir: Path, known: dict | None = None) -> dict | None:
 
 
 def serving_notes(index_dir: Path, current: Path) -> str:
-    """After a rollback to `current`: what the copies kept elsewhere that did not follow it (`status_note`)."""
-    return "".join(backend_class(name).status_note(index_dir, current, places)
-                   for name, places in serving_targets(index_dir).items())
+    """After a rollback to `current`: what of the copies kept elsewhere did not follow it (`status_note`),
+    from the folder alone; "" when nothing (or when a generation is unreadable: opening it says why)."""
+    try:
+        known = serving_targets(index_dir)
+    except Exception:  # noqa: BLE001 - a generation opened later says what is wrong with it
+        return ""
+    return "".join(backend_class(name).status_note(index_dir, current, places) for name, places in known.items())
 
 
 def build_dense(vectors: np.ndarray, settings, threads: int = 0) -> Backend:
@@ -304,13 +298,13 @@ def open_sparse(sparse, dense_params: dict, gen: Path):
 def rebuild_reason(params: dict, settings) -> str | None:
     """Why `rag update` must build the dense index afresh rather than change it (`params`: the current
     generation's rag_dense.json / meta `dense`; `settings`: the [index] config), or None."""
-    want = getattr(settings, "backend", "hnswlib")
+    want = getattr(settings, "backend", DEFAULT)
     if backend_of(params) != want:
         return f"the dense backend changed ({describe(params)} -> {want})"
     return backend_class(want).rebuild_reason(params, settings)
 
 
 def same_search_params(params: dict, settings) -> bool:
-    """Whether the dense index's search-time parameters (ef; faiss nprobe, rerank) equal `settings`'."""
+    """Whether the dense index's search-time parameters (ef; faiss nprobe, rescore) equal `settings`'."""
     keys = backend_class(backend_of(params)).search_keys
     return all(params.get(recorded) == getattr(settings, k) for k, recorded in keys.items())

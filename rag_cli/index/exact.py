@@ -38,7 +38,7 @@ class ExactIndex(Backend):
     @classmethod
     def build(cls, vectors: np.ndarray, settings=None, threads: int = 0) -> "ExactIndex":
         n, d = vectors.shape
-        return cls(unit(vectors), {"backend": "exact", "space": "cosine", "dim": int(d), "n": int(n),
+        return cls(unit(vectors), {"backend": cls.name, "space": "cosine", "dim": int(d), "n": int(n),
                                    "n_deleted": 0, "next_label": int(n)})
 
     def update(self, row_labels: np.ndarray, deleted: list[int], add_vectors: np.ndarray, add_labels: np.ndarray,

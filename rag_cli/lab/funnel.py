@@ -78,8 +78,9 @@ def run(p, qrels: str | os.PathLike, queries: str | os.PathLike, *, k: int | Non
 def ann_label(report: dict) -> str:
     """What the ANN recall of a funnel report measured: HNSW (hnswlib; reports without `ann_backend`),
     or the backend, e.g. `faiss ivf-pq`, `exact`."""
-    backend = report.get("ann_backend", "hnswlib")
-    return "HNSW" if backend == "hnswlib" else backend
+    from rag_cli.index.backends import ann_label as label
+
+    return label(report.get("ann_backend"))
 
 
 class FunnelReport(Report):

@@ -43,7 +43,7 @@ import pyarrow as pa
 from rag_cli.chunking import chunk_with_parents
 from rag_cli.chunking.setup import chunk_options, chunk_settings
 from rag_cli.config import ChunkConfig, IndexConfig, ModelConfig
-from rag_cli.index.backends import (check_backend, check_served, concrete_settings, publisher, rebuild_reason,
+from rag_cli.index.backends import (check_backend, check_served, concrete_settings, rebuild_reason,
                                     same_search_params, serving_targets, sync_serving)
 from rag_cli.index.build import build_full, index_docs, index_meta, index_texts, read_inputs, record_index, with_labels
 from rag_cli.index.sparse import SparseIndex
@@ -293,7 +293,7 @@ def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int 
     counts = {"n_chunks": chunks.num_rows, "vectors_added": added, "vectors_deleted": deleted,
               "full": full, "compacted": compacted}
     gen = write_index_folder(project.index_dir, dense=dense, sparse=sparse, chunks=chunks, meta=meta, keep=keep,
-                             command="update", counts=counts, docs=docs, publish=publisher(dense))
+                             command="update", counts=counts, docs=docs, publish=dense.publish)
     sync_serving(project.index_dir, known)
     seconds = time.perf_counter() - t0
     record_index(project, params, emb, gen.name, counts, seconds)
