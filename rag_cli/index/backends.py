@@ -1,20 +1,8 @@
 """The dense index behind one interface: a `Backend` class per backend, registered in `REGISTRY`.
 
-`index.backend` (rag.toml, `rag index --backend`) names one of `REGISTRY`:
-
-* `hnswlib` (the default): an HNSW graph over the float32 vectors, all in RAM
-  (`rag_cli.index.dense.DenseIndex`).
-* `faiss` (the optional `faiss` extra), `index.index_type` hnsw-sq8 (HNSW over
-  8-bit scalar-quantised codes), sq8 (the codes scanned flat) or ivf-pq
-  (inverted lists of product-quantised codes); candidates re-scored with the
-  exact vectors of `dense/vectors.npy`, memory-mapped
-  (`rag_cli.index.faiss_index.FaissIndex`).
-* `exact`: brute force over the memory-mapped float32 vectors: exact results,
-  the ground truth of recall (`rag_cli.index.exact.ExactIndex`).
-* `milvus` (the optional `milvus` extra): written as for `exact` and published
-  to a Milvus collection that then serves dense and BM25 search
-  (`rag_cli.index.milvus.MilvusIndex`; publishing, rollback checks and
-  pruning: `rag_cli.index.milvus_publish`).
+`index.backend` (rag.toml, `rag index --backend`) names one of `REGISTRY`
+(`rag_cli.index.registry`: hnswlib, the default, faiss, exact, milvus; each
+class's module says what it is).
 
 A backend is a subclass of `Backend` (the life cycle below) in its own
 module and one line of `REGISTRY`; the stages call the module functions
@@ -44,7 +32,6 @@ import numpy as np
 from rag_cli.errors import BadInput
 from rag_cli.index.dense_common import (EXACT_MAX_ROWS, FAISS_MISSING, Result, import_faiss,  # noqa: F401
                                         unit, top_k_blocks)  # the interface's names, for callers
-
 from rag_cli.index.registry import DEFAULT, REGISTRY
 
 

@@ -47,8 +47,8 @@ import numpy as np
 
 from rag_cli.errors import BadInput
 from rag_cli.index.backends import Backend
-from rag_cli.index.dense_common import (EXACT_MAX_ROWS, FAISS_MISSING, Result, check_queries, empty, exact_rows, import_faiss,
-                                    label_rows, load_vectors, save_vectors, top_k_blocks, unit)
+from rag_cli.index.dense_common import (EXACT_MAX_ROWS, FAISS_MISSING, Result, check_queries, empty, exact_rows,
+                                        import_faiss, label_rows, load_vectors, save_vectors, top_k_blocks, unit)
 
 #: Training sample: at most this many vectors per IVF cell (k-means) and for the scalar quantiser.
 TRAIN_PER_LIST = 64
