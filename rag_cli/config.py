@@ -129,11 +129,9 @@ class ChunkConfig:
 
 @dataclass(frozen=True)
 class IndexConfig:
-    """`[index]`: the dense backend (`rag_cli.index.registry`), BM25 (k1, b, variant) and the generations
-    kept; the backends' parameters in sub-tables, each read by the backends that build that structure:
-    `[index.hnsw]` (M, ef_construction, ef: hnswlib, faiss hnsw-sq8, milvus hnsw), `[index.ivf]` (cells,
-    PQ bytes, probes: faiss ivf-pq, milvus ivf-*), `[index.faiss]` (index type, re-scoring depth),
-    `[index.milvus]` (URI, collection alias, index type)."""
+    """`[index]`: the dense backend (`rag_cli.index.registry`), BM25 and the generations kept; the
+    backends' parameters in the sub-tables [index.hnsw], [index.ivf] (read by each backend that builds
+    that structure), [index.faiss] and [index.milvus] (docs/architecture.md)."""
 
     backend: str = setting(DEFAULT, "Dense index: " + " | ".join(f"{name} ({help_})" for name, (_, help_) in
                                                                  REGISTRY.items()), limits=tuple(REGISTRY))

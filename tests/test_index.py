@@ -362,7 +362,8 @@ def test_a_local_backend_is_one_module_and_one_registry_line(tmp_path, tiny_bi_e
     assert json.loads((gen / "dense" / "rag_dense.json").read_text())["backend"] == "half"
     assert np.load(gen / "dense" / "vectors16.npy").dtype == np.float16
     for q, w in zip(queries, want):
-        got = [(h["chunk_id"], h["score"]) for h in rag("search", q, "--mode", "dense", "-k", 5, "-p", p.root)["results"]]
+        hits = rag("search", q, "--mode", "dense", "-k", 5, "-p", p.root)["results"]
+        got = [(h["chunk_id"], h["score"]) for h in hits]
         assert got[0][0] == w[0][0] and len(got) == 5  # ranks below may swap near-ties (float16 rounding)
         assert np.allclose([s for _, s in got], [s for _, s in w], atol=1e-3)
     (src / "zymurgy.txt").write_text("Zymurgy is the study of fermentation in brewing lager yeast.\n")

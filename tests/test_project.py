@@ -113,7 +113,8 @@ def test_backend_settings_live_in_their_sub_tables(tmp_path):
                           ("[index.hnsw]\nbackend = 'exact'\n", r"\[index.hnsw\] backend: the key is backend in "
                                                                 r"\[index\]"),
                           ("[index.hnsw]\nm = 5\n", r"unknown key 'm' in \[index.hnsw\]; known: hnsw_m, "),
-                          ("[index.annoy]\nm = 5\n", r"unknown key 'annoy' in \[index\]; known: backend, .*\[index.faiss\]")):
+                          ("[index.annoy]\nm = 5\n",
+                           r"unknown key 'annoy' in \[index\]; known: backend, .*\[index.faiss\]")):
         p.config_path.write_text(text)
         with pytest.raises(BadInput, match=str(p.config_path).replace("\\", "\\\\") + ": " + message):
             Project(tmp_path).config

@@ -157,9 +157,9 @@ def test_the_version_is_a_leaf():
     assert module_graph()["rag_cli.version"] == set()
 
 
-#: Layers that pass settings through (the config, the facade, the loaded engines, the CLI); the
-#: modules that use a setting for what it means (stages, index, generate, lab) are not counted.
-PLUMBING = ("config.py", "project.py", "engines.py", "cli/")
+#: Layers that pass settings through (the config, the facade, the loaded engines, the CLI, the server's
+#: requests); the modules that use a setting for what it means (stages, index, generate, lab) are not counted.
+PLUMBING = ("config.py", "project.py", "engines.py", "cli/", "serve/requests.py")
 #: Multi-word keys spelled more often in those layers for another thing of the same name.
 SAME_NAME = {("ask", "min_score"): "`rag rerank --min-score` is a cross-encoder cut of its own, not a config key"}
 
@@ -270,3 +270,33 @@ def test_the_backend_list_is_spelled_once():
     assert info.limits == tuple(REGISTRY) and info.default == DEFAULT == backend_of({})
     assert all(backend_class(name).name == name for name in REGISTRY)
     assert all(name in info.help for name in REGISTRY)
+
+
+def test_the_server_requests_take_their_fields_from_the_settings():
+    """POST /search and /ask (and the MCP tools, which build the same requests) declare no setting by
+    hand (#33): each option field is a config key's, with its type, its help and its limits in the
+    schema (`rag_cli.serve.requests.setting_field`)."""
+    from rag_cli.config import setting_info
+    from rag_cli.serve.requests import AskRequest, SearchRequest
+
+    own = {"query", "question", "filter", "stream"}
+    for model, sections in ((SearchRequest, ("search",)), (AskRequest, ("ask", "search"))):
+        schema = model.model_json_schema()["properties"]
+        for name, f in model.model_fields.items():
+            if name in own:
+                continue
+            info = setting_info(next(s for s in sections if name in {k.key for k in all_of(s)}), name)
+            assert f.description.startswith(info.help) and f"(config: {info.place}.{name})" in f.description
+            assert f.annotation == (type(info.default) | None), name
+            limits = info.limits or ()
+            if limits and isinstance(limits[0], str):
+                assert schema[name]["enum"] == list(limits)
+            elif limits and limits[0] is not None:
+                assert schema[name]["minimum"] == limits[0], name
+    assert {"mode", "k", "rrf_k", "candidates", "fusion", "dense_weight"} == set(SearchRequest.model_fields) - own
+
+
+def all_of(section: str):
+    from rag_cli.config import all_settings
+
+    return [s for s in all_settings() if s.section == section]

@@ -1,19 +1,9 @@
 """The dense index behind one interface: a `Backend` class per backend, registered in `REGISTRY`.
 
-`index.backend` (rag.toml, `rag index --backend`) names one of `REGISTRY`
-(`rag_cli.index.registry`: hnswlib, the default, faiss, exact, milvus; each
-class's module says what it is).
-
-A backend is a subclass of `Backend` (the life cycle below) in its own
-module and one line of `REGISTRY`; the stages call the module functions
-here, which look the backend up by the name a generation's rag_dense.json
-(or the [index] settings) records, and never name one (docs/architecture.md
-has a worked example). Local backends implement `build`, `open`, `search`,
-`update`, `save` and `vectors`; one that keeps a copy elsewhere (Milvus)
-also `verify` (the copy is still there before an update builds on it),
-`publish` (before a generation becomes current), `check_switch` and `sync`
-(a rollback: switch the served copy, prune those of removed generations),
-`status` and `status_note` (what `rag status` says, from the folder alone).
+`index.backend` names one of `REGISTRY` (`rag_cli.index.registry`). A backend is a subclass of
+`Backend` (its methods are the life cycle) in its own module plus one registry line; the stages call
+the functions here, which look the backend up by the name rag_dense.json (or [index]) records, and
+never name one (docs/architecture.md: the interface, and a worked example).
 
 Labels: row i of a freshly built index has label i; `rag update` keeps the
 labels of unchanged chunks, so rows and labels differ after an update
@@ -201,27 +191,26 @@ def serving_problem(gen: Path, params: dict) -> str | None:
     return backend_class(backend_of(params)).status(gen, params)
 
 
+def _recorded(path: Path) -> dict | None:
+    """rag_dense.json at `path` when it is readable and names a registered backend, else None (checked
+    when the generation is opened; a generation from before rag_dense.json is hnswlib's)."""
+    try:
+        params = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return params if isinstance(params, dict) and backend_of(params) in REGISTRY else None
+
+
 def check_switch(gen: Path) -> None:
     """Before CURRENT moves to the existing generation `gen` (`rag rollback`): `Backend.check_switch`."""
-    try:
-        params = json.loads((Path(gen) / "dense" / "rag_dense.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return  # verified before: a generation of the time before rag_dense.json (hnswlib)
-    if isinstance(params, dict) and backend_of(params) in REGISTRY:
+    if (params := _recorded(Path(gen) / "dense" / "rag_dense.json")) is not None:
         backend_class(backend_of(params)).check_switch(gen, params)
 
 
 def serving_targets(index_dir: Path) -> dict[str, set]:
     """{backend: its `targets`} for the backends of `index_dir`'s generations that keep copies elsewhere;
     read before a write, given to `sync_serving` after it. Empty when there are none."""
-    names = set()
-    for f in Path(index_dir).glob("gen-*/dense/rag_dense.json"):
-        try:
-            params = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(params, dict) and backend_of(params) in REGISTRY:
-            names.add(backend_of(params))
+    names = {backend_of(p) for f in Path(index_dir).glob("gen-*/dense/rag_dense.json") if (p := _recorded(f))}
     out = {name: backend_class(name).targets(index_dir) for name in sorted(names)}
     return {name: places for name, places in out.items() if places}
 

@@ -56,8 +56,9 @@ class DenseIndex(Backend):
         if n:
             index.add_items(vectors, np.arange(n), num_threads=threads or -1)
         index.set_ef(ef)
-        return cls(index, {"backend": "hnswlib", "space": "cosine", "dim": d, "n": n, "M": m, "ef_construction": ef_construction, "ef": ef,
-                           "max_elements": max(n, 1), "n_deleted": 0, "next_label": n})
+        return cls(index, {"backend": cls.name, "space": "cosine", "dim": d, "n": n, "M": m,
+                           "ef_construction": ef_construction, "ef": ef, "max_elements": max(n, 1), "n_deleted": 0,
+                           "next_label": n})
 
     def update(self, row_labels: np.ndarray, deleted: list[int], add_vectors: np.ndarray, add_labels: np.ndarray,
                *, ef: int | None = None, threads: int = 0, vectors: np.ndarray | None = None,

@@ -20,7 +20,8 @@ class IndexFolder:
     """A loaded index generation: `meta` (meta.json), `chunks` (pyarrow.Table
     of INDEX_COLUMNS present, plus `label`, memory-mapped), `dense` (a
     `rag_cli.index.backends.Backend` of the backend meta.json names), `sparse`
-    (`SparseIndex`, or the backend's retriever around it: `Backend.open_sparse`), each None when not asked for (`open`'s `parts`), `docs`
+    (`SparseIndex`, or the backend's retriever around it: `Backend.open_sparse`), each None when not
+    asked for (`open`'s `parts`), `docs`
     (pyarrow.Table of INDEX_DOC_COLUMNS, None for a generation without
     docs.parquet); `path` is the generation's folder; `key` says which
     generation this is in a way that never repeats: (folder, sha256 of its
