@@ -150,13 +150,16 @@ def backend_of(params: dict) -> str:
     return params.get("backend", DEFAULT)
 
 
-def _of(settings) -> type[Backend]:
-    return backend_class(getattr(settings, "backend", DEFAULT))
+def backend_for(recorded) -> type[Backend]:
+    """The `Backend` that `recorded` names: a generation's rag_dense.json / meta `dense` (a dict) or the
+    [index] settings. ValueError for a name not registered."""
+    return backend_class(backend_of(recorded) if isinstance(recorded, dict)
+                         else getattr(recorded, "backend", DEFAULT))
 
 
 def describe(params: dict, where: bool = False) -> str:
     """`hnswlib`, `exact`, `faiss ivf-pq`, `milvus hnsw` (`where`: `(alias A at URI)`): a generation's backend."""
-    return backend_class(backend_of(params)).describe(params, where)
+    return backend_for(params).describe(params, where)
 
 
 def ann_label(described: str | None) -> str:
@@ -169,18 +172,7 @@ def ann_label(described: str | None) -> str:
 
 def check_backend(settings) -> None:
     """BadInput unless `settings.backend` can be used here (`Backend.check`)."""
-    _of(settings).check(settings)
-
-
-def concrete_settings(settings, root: Path):
-    """`settings` ([index]) as a build at the project folder `root` uses them (`Backend.concrete`)."""
-    return _of(settings).concrete(settings, root)
-
-
-def check_served(gen: Path, params: dict, settings) -> None:
-    """Before `rag update` builds on the generation `gen` (its meta `dense` `params`) with the [index]
-    `settings`: BadInput when the copy it is served from is gone (`Backend.verify`)."""
-    backend_class(backend_of(params)).verify(gen, params, settings)
+    backend_for(settings).check(settings)
 
 
 def serving_problem(gen: Path, params: dict) -> str | None:
@@ -188,7 +180,7 @@ def serving_problem(gen: Path, params: dict) -> str | None:
     visibly gone (`Backend.status`), else None."""
     if not isinstance(params, dict) or backend_of(params) not in REGISTRY:
         return None
-    return backend_class(backend_of(params)).status(gen, params)
+    return backend_for(params).status(gen, params)
 
 
 def _recorded(path: Path) -> dict | None:
@@ -204,7 +196,7 @@ def _recorded(path: Path) -> dict | None:
 def check_switch(gen: Path) -> None:
     """Before CURRENT moves to the existing generation `gen` (`rag rollback`): `Backend.check_switch`."""
     if (params := _recorded(Path(gen) / "dense" / "rag_dense.json")) is not None:
-        backend_class(backend_of(params)).check_switch(gen, params)
+        backend_for(params).check_switch(gen, params)
 
 
 def serving_targets(index_dir: Path) -> dict[str, set]:
@@ -241,10 +233,10 @@ def serving_notes(index_dir: Path, current: Path) -> str:
 
 def build_dense(vectors: np.ndarray, settings, threads: int = 0) -> Backend:
     """A fresh dense index of `settings.backend` over `vectors` ((n, d) float32; label i = row i).
-    `settings` is the [index] config (`IndexConfig`), made concrete (`concrete_settings`). Raises BadInput
+    `settings` is the [index] config (`IndexConfig`), made concrete (`Backend.concrete`). Raises BadInput
     for settings the data cannot take (e.g. a `pq_m` that does not divide the dimension) or a missing extra."""
     t0 = time.perf_counter()
-    cls = _of(settings)
+    cls = backend_for(settings)
     cls.check(settings)
     dense = cls.build(vectors, settings, threads=threads)
     dense.params["build_seconds"] = round(time.perf_counter() - t0, 3)  # of the last full build
@@ -260,15 +252,10 @@ def load_dense(folder: Path, row_labels: np.ndarray | None = None) -> Backend:
         raise BadInput(f"{folder / 'rag_dense.json'} records space {params.get('space')!r}; "
                        "rag-cli searches by cosine and needs space 'cosine'; rebuild it with `rag index`")
     try:
-        cls = backend_class(backend_of(params))
+        cls = backend_for(params)
     except ValueError as exc:
         raise ValueError(f"{folder / 'rag_dense.json'}: {exc}") from None
     return cls.open(folder, params, row_labels)
-
-
-def open_sparse(sparse, dense_params: dict, gen: Path):
-    """The BM25 retriever of the generation `gen` (meta `dense` `dense_params`): `Backend.open_sparse`."""
-    return backend_class(backend_of(dense_params)).open_sparse(sparse, dense_params, gen)
 
 
 def rebuild_reason(params: dict, settings) -> str | None:
@@ -282,5 +269,5 @@ def rebuild_reason(params: dict, settings) -> str | None:
 
 def same_search_params(params: dict, settings) -> bool:
     """Whether the dense index's search-time parameters (ef; faiss nprobe, rescore) equal `settings`'."""
-    keys = backend_class(backend_of(params)).search_keys
+    keys = backend_for(params).search_keys
     return all(params.get(recorded) == getattr(settings, k) for k, recorded in keys.items())

@@ -98,9 +98,9 @@ class IndexFolder:
                 from rag_cli.index.sparse import SparseIndex
 
                 sparse = SparseIndex.load(gen / "sparse")
-                from rag_cli.index.backends import open_sparse
+                from rag_cli.index.backends import backend_for
 
-                sparse = open_sparse(sparse, meta.get("dense", {}), gen)  # milvus: from the generation's collection
+                sparse = backend_for(meta.get("dense", {})).open_sparse(sparse, meta.get("dense", {}), gen)
             docs = pq.ParquetFile(gen / "docs.parquet").read() if (gen / "docs.parquet").exists() else None
         except BadInput:
             raise

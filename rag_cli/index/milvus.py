@@ -189,8 +189,10 @@ class MilvusIndex(ExactIndex):
             f" (alias {params.get('alias')} at {params.get('uri')})" if where else "")
 
     @classmethod
-    def open_sparse(cls, sparse, params: dict, gen: Path):
-        return serve_sparse(sparse, params, gen)
+    def open_sparse(cls, sparse, params: dict, gen: Path) -> "MilvusSparse":
+        """`sparse` (the generation `gen`'s local `SparseIndex`) served from its collection."""
+        import_pymilvus()  # a missing extra is exit 2 on open, not at the first search
+        return MilvusSparse(sparse, params, collection_of(params["alias"], gen.name), Path(gen).absolute().parent.parent)
 
     verify = staticmethod(milvus_publish.check_served)
     status = staticmethod(milvus_publish.lite_problem)
@@ -358,10 +360,3 @@ class MilvusSparse:
         _check_rows(rows, int(self.local.retriever.scores["num_docs"]), self.collection, self.uri)
         keep = scores > 0
         return rows[keep], scores[keep]
-
-
-def serve_sparse(sparse, dense_params: dict, gen: Path):
-    """`sparse` (the milvus generation `gen`'s local `SparseIndex`) served from Milvus (`MilvusSparse`)."""
-    import_pymilvus()  # a missing extra is exit 2 on open, not at the first search
-    return MilvusSparse(sparse, dense_params, collection_of(dense_params["alias"], gen.name),
-                        Path(gen).absolute().parent.parent)
