@@ -440,7 +440,7 @@ def _table_values(section: str, values: dict[str, Any], path: Path) -> dict[str,
             key_known = {"rerank": "rescore"}.get(key, key) if section == "index" else key  # renamed: `rag rerank`
             if key_known in place and place[key_known] != table or key_known != key:
                 home = f"[{section}.{place[key_known]}]" if place[key_known] else f"[{section}]"
-                raise BadInput(f"{path}: {where} {key}: the key is {key_known} in {home}")
+                raise BadInput(f"{path}: {where} {key}: write it as {key_known} under {home}")
             if key not in place:
                 known = [k for k, t in place.items() if t == table] + sorted({f"[{section}.{t}]" for t in
                                                                            place.values() if t and not table})

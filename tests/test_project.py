@@ -105,12 +105,12 @@ def test_backend_settings_live_in_their_sub_tables(tmp_path):
     assert toml["index"]["faiss"]["rescore"] == 50 and toml["index"]["milvus"]["uri"] == "m.db"
     assert toml["index"]["ivf"]["nlist"] == 4 and "hnsw_m" not in toml["index"]
     assert Project(tmp_path).config == cfg
-    for text, message in (("[index]\nhnsw_m = 8\n", r"\[index\] hnsw_m: the key is hnsw_m in \[index.hnsw\]"),
-                          ("[index]\nrerank = 50\n", r"\[index\] rerank: the key is rescore in \[index.faiss\]"),
-                          ("[index.faiss]\nrerank = 5\n", r"\[index.faiss\] rerank: the key is rescore in "
+    for text, message in (("[index]\nhnsw_m = 8\n", r"\[index\] hnsw_m: write it as hnsw_m under \[index.hnsw\]"),
+                          ("[index]\nrerank = 50\n", r"\[index\] rerank: write it as rescore under \[index.faiss\]"),
+                          ("[index.faiss]\nrerank = 5\n", r"\[index.faiss\] rerank: write it as rescore under "
                                                            r"\[index.faiss\]"),
-                          ("[index.hnsw]\nnprobe = 5\n", r"\[index.hnsw\] nprobe: the key is nprobe in \[index.ivf\]"),
-                          ("[index.hnsw]\nbackend = 'exact'\n", r"\[index.hnsw\] backend: the key is backend in "
+                          ("[index.hnsw]\nnprobe = 5\n", r"\[index.hnsw\] nprobe: write it as nprobe under \[index.ivf\]"),
+                          ("[index.hnsw]\nbackend = 'exact'\n", r"\[index.hnsw\] backend: write it as backend under "
                                                                 r"\[index\]"),
                           ("[index.hnsw]\nm = 5\n", r"unknown key 'm' in \[index.hnsw\]; known: hnsw_m, "),
                           ("[index.annoy]\nm = 5\n",
