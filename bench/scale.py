@@ -516,12 +516,12 @@ def measure_one(work: Path, n: int, name: str, n_queries: int, seed: int = 7) ->
         return round(float(np.mean([len({h.row for h in hh} & set(gt[i].tolist())) / 10
                                     for i, hh in enumerate(hits)])), 4)
 
-    # the search-time settings: recall against speed (index.hnsw_ef; faiss nprobe, rerank)
+    # the search-time settings: recall against speed (index.hnsw_ef; faiss nprobe, rescore)
     sweep = {"hnswlib": [{"ef": e} for e in (64, 128, 256, 512, 1024, 2048)],
-             "faiss-hnsw-sq8": [{"ef": e, "rerank": r} for e, r in ((64, 100), (128, 100), (256, 100), (256, 200),
+             "faiss-hnsw-sq8": [{"ef": e, "rescore": r} for e, r in ((64, 100), (128, 100), (256, 100), (256, 200),
                                                                      (512, 200), (1024, 200), (2048, 400))],
-             "faiss-sq8": [{"rerank": r} for r in (0, 100)],
-             "faiss-ivf-pq": [{"nprobe": p, "rerank": r} for p, r in ((16, 100), (32, 100), (64, 100), (64, 200),
+             "faiss-sq8": [{"rescore": r} for r in (0, 100)],
+             "faiss-ivf-pq": [{"nprobe": p, "rescore": r} for p, r in ((16, 100), (32, 100), (64, 100), (64, 200),
                                                                       (128, 200), (128, 400))]}.get(name, [])
     defaults = dict(s.dense.params)
     res["sweep"] = []
@@ -539,7 +539,7 @@ def measure_one(work: Path, n: int, name: str, n_queries: int, seed: int = 7) ->
                  "mean_ms": round(float(np.mean(lat)) * 1000, 2)}
         if mode == "dense":
             entry["recall@10"] = dense_recall(hits)
-            entry["settings"] = {k: s.dense.params.get(k) for k in ("ef", "nprobe", "rerank") if k in s.dense.params}
+            entry["settings"] = {k: s.dense.params.get(k) for k in ("ef", "nprobe", "rescore") if k in s.dense.params}
         res[mode] = entry
     t = time.perf_counter()
     mask = s.mask("collection=cmrc")

@@ -38,7 +38,7 @@ def main(path: str) -> None:
     print("| --- | --- | ---: | ---: | ---: |")
     for name, s in r.get("search", {}).items():
         for p in s.get("sweep", []):
-            setting = ", ".join(f"{k} {v}" for k, v in p.items() if k in ("ef", "nprobe", "rerank"))
+            setting = ", ".join(f"{k} {v}" for k, v in p.items() if k in ("ef", "nprobe", "rescore", "rerank"))  # rerank: before #33
             print(f"| {name} | {setting} | {p['recall@10']:.4f} | {p['qps']:,.0f} | {p['p50_ms']} / {p['p99_ms']} |")
     print("\n| backend | cold `rag search` (hybrid), page cache warm: median s, peak RSS MiB | page cache evicted: median s, peak MiB |")
     print("| --- | ---: | ---: |")

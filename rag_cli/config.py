@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rag_cli.errors import BadInput
+from rag_cli.index.registry import DEFAULT, REGISTRY
 
 
 def setting(default: Any, help: str, *, limits: tuple | None = None, flag: str | None = None,
-            check: Callable[[Any], str | None] | None = None, cli: bool = True, follows: str | None = None) -> Any:
+            check: Callable[[Any], str | None] | None = None, cli: bool = True, follows: str | None = None,
+            table: str | None = None) -> Any:
     """A config key, declared once: its default (whose type is the key's
     type), its `help` (the flag's help and the config reference), its
     `limits` ((lowest, highest), None = unbounded, ends included; or a tuple
@@ -31,11 +33,14 @@ def setting(default: Any, help: str, *, limits: tuple | None = None, flag: str |
     it as a flag (`cli`), and `follows`: another key of the same section
     whose value this key takes when that one is given and this one is not
     (in a rag.toml, `Config.load`; as options, `Config.with_options`;
-    `apply_follows`). Everything else (`check_setting`, the CLI's option
+    `apply_follows`), and `table`: the sub-table of its section that holds
+    it in rag.toml (`[index.hnsw]` holds `hnsw_m`; the key, its keyword
+    and its attribute are the same). Everything else (`check_setting`, the CLI's option
     groups in `rag_cli.cli.options`, docs/commands.md's config table, the
     help's note of what a key follows) is derived from these
     (`setting_info`)."""
-    meta = {"help": help, "limits": limits, "flag": flag, "check": check, "cli": cli, "follows": follows}
+    meta = {"help": help, "limits": limits, "flag": flag, "check": check, "cli": cli, "follows": follows,
+            "table": table}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -141,42 +146,41 @@ class ChunkConfig:
 
 @dataclass(frozen=True)
 class IndexConfig:
-    """`[index]`: the dense backend (`rag_cli.index.backends`: hnswlib, faiss, exact or milvus) and its
-    parameters (HNSW M, ef_construction, ef; faiss index type, IVF cells, PQ bytes, probes,
-    re-ranking; Milvus URI, collection alias and index type), and BM25 (k1, b, variant)."""
+    """`[index]`: the dense backend (`rag_cli.index.registry`), BM25 and the generations kept; the
+    backends' parameters in the sub-tables [index.hnsw], [index.ivf] (read by each backend that builds
+    that structure), [index.faiss] and [index.milvus] (docs/architecture.md)."""
 
-    backend: str = setting("hnswlib", "Dense index: hnswlib (HNSW over float32, in RAM) | faiss (the faiss "
-                           "extra; see --index-type) | exact (brute force over memory-mapped vectors: small "
-                           "corpora, the ground truth of recall) | milvus (the milvus extra: dense and BM25 "
-                           "served from Milvus at --uri; see --milvus-index)",
-                           limits=("hnswlib", "faiss", "exact", "milvus"))
-    index_type: str = setting("hnsw-sq8", "faiss: hnsw-sq8 (HNSW over 8-bit codes) | sq8 (8-bit codes scanned "
-                              "flat) | ivf-pq (IVF cells of product-quantised codes)",
-                              limits=("hnsw-sq8", "sq8", "ivf-pq"))
-    hnsw_m: int = setting(32, "HNSW graph degree M (hnswlib, faiss hnsw-sq8, milvus hnsw)", limits=(2, None))
-    hnsw_ef_construction: int = setting(200, "HNSW build beam", limits=(1, None), flag="--ef-construction")
-    hnsw_ef: int = setting(128, "HNSW query beam (raised to k)", limits=(1, None), flag="--ef")
-    nlist: int = setting(0, "faiss ivf-pq, milvus ivf-*: IVF cells (k-means); 0 = the power of two nearest 4·√n",
-                         limits=(0, None))
-    pq_m: int = setting(0, "faiss and milvus ivf-pq: bytes per vector (PQ sub-vectors), must divide the dimension; "
-                        "0 = its largest divisor up to dimension / 6 (64 for 384)", limits=(0, None))
-    nprobe: int = setting(64, "faiss ivf-pq, milvus ivf-*: cells searched per query", limits=(1, None))
-    rerank: int = setting(100, "faiss: candidates re-scored with the exact (memory-mapped) vectors before the "
-                          "best k are kept; 0 = the codes' approximate scores", limits=(0, None))
-    uri: str = setting("", "milvus: a local path ending in .db (Milvus Lite, embedded: a folder; relative to the "
-                       "project folder) or http://host:19530 / https://host (a Milvus server or cluster; also "
-                       "tcp://, unix:); empty = milvus.db in the project folder")
-    collection: str = setting("", "milvus: the alias of the current generation (each generation is the "
-                              "collection ALIAS_gen_NNNNNN); empty = rag_ and 12 hex digits of the project "
-                              "folder's path", check=collection_problem)
-    milvus_index: str = setting("hnsw", "milvus: dense index type: hnsw (--hnsw-m, --ef-construction, --ef) | "
-                                "ivf-sq8 (--nlist, --nprobe) | ivf-pq (--nlist, --pq-m, --nprobe) | flat (exact)",
-                                limits=("hnsw", "ivf-sq8", "ivf-pq", "flat"))
+    backend: str = setting(DEFAULT, "Dense index: " + " | ".join(f"{name} ({help_})" for name, (_, help_) in
+                                                                 REGISTRY.items()), limits=tuple(REGISTRY))
     bm25_k1: float = setting(1.2, "BM25 k1: term-frequency saturation", limits=(0, None), flag="--k1")
     bm25_b: float = setting(0.75, "BM25 b: length normalisation, 0-1", limits=(0, 1), flag="--b")
     bm25_method: str = setting("lucene", "BM25 variant: lucene (Lucene's and Anserini's scoring) | robertson | "
                                 "atire | bm25l | bm25+", limits=("lucene", "robertson", "atire", "bm25l", "bm25+"))
     keep: int = setting(2, "Old index generations kept for `rag rollback`", limits=(0, None))
+    hnsw_m: int = setting(32, "HNSW graph degree M (hnswlib, faiss hnsw-sq8, milvus hnsw)", limits=(2, None),
+                          table="hnsw")
+    hnsw_ef_construction: int = setting(200, "HNSW build beam", limits=(1, None), flag="--ef-construction",
+                                        table="hnsw")
+    hnsw_ef: int = setting(128, "HNSW query beam (raised to k)", limits=(1, None), flag="--ef", table="hnsw")
+    nlist: int = setting(0, "faiss ivf-pq, milvus ivf-*: IVF cells (k-means); 0 = the power of two nearest 4·√n",
+                         limits=(0, None), table="ivf")
+    pq_m: int = setting(0, "faiss and milvus ivf-pq: bytes per vector (PQ sub-vectors), must divide the dimension; "
+                        "0 = its largest divisor up to dimension / 6 (64 for 384)", limits=(0, None), table="ivf")
+    nprobe: int = setting(64, "faiss ivf-pq, milvus ivf-*: cells searched per query", limits=(1, None), table="ivf")
+    index_type: str = setting("hnsw-sq8", "faiss: hnsw-sq8 (HNSW over 8-bit codes) | sq8 (8-bit codes scanned "
+                              "flat) | ivf-pq (IVF cells of product-quantised codes)",
+                              limits=("hnsw-sq8", "sq8", "ivf-pq"), table="faiss")
+    rescore: int = setting(100, "faiss: candidates re-scored with the exact (memory-mapped) vectors before the "
+                           "best k are kept; 0 = the codes' approximate scores", limits=(0, None), table="faiss")
+    uri: str = setting("", "milvus: a local path ending in .db (Milvus Lite, embedded: a folder; relative to the "
+                       "project folder) or http://host:19530 / https://host (a Milvus server or cluster; also "
+                       "tcp://, unix:); empty = milvus.db in the project folder", table="milvus")
+    collection: str = setting("", "milvus: the alias of the current generation (each generation is the "
+                              "collection ALIAS_gen_NNNNNN); empty = rag_ and 12 hex digits of the project "
+                              "folder's path", check=collection_problem, table="milvus")
+    milvus_index: str = setting("hnsw", "milvus: dense index type: hnsw (--hnsw-m, --ef-construction, --ef) | "
+                                "ivf-sq8 (--nlist, --nprobe) | ivf-pq (--nlist, --pq-m, --nprobe) | flat (exact)",
+                                limits=("hnsw", "ivf-sq8", "ivf-pq", "flat"), table="milvus")
 
 
 @dataclass(frozen=True)
@@ -371,8 +375,13 @@ class Config:
     serve: ServeConfig = field(default_factory=ServeConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        """{section: {key: value}}, in the order of the dataclasses (as written to rag.toml)."""
-        return asdict(self)
+        """{section: {key: value, table: {key: value}}} as written to rag.toml (`[index.hnsw]` a sub-table)."""
+        out = asdict(self)
+        for section, cls in SECTIONS.items():
+            for f in fields(cls):
+                if f.metadata.get("table"):
+                    out[section].setdefault(f.metadata["table"], {})[f.name] = out[section].pop(f.name)
+        return out
 
     @classmethod
     def load(cls, path: str | Path) -> "Config":
@@ -392,10 +401,8 @@ class Config:
         for section, values in user.items():
             if section not in SECTIONS or not isinstance(values, dict):
                 raise BadInput(f"{path}: unknown section [{section}]; known: {', '.join(SECTIONS)}")
-            known = [f.name for f in fields(SECTIONS[section])]
+            values = _table_values(section, values, path)
             for key, value in values.items():
-                if key not in known:
-                    raise BadInput(f"{path}: unknown key {key!r} in [{section}]; known: {', '.join(known)}")
                 check_setting(section, key, value, source=str(path))
             values = apply_follows(section, values)
             config = replace(config, **{section: replace(getattr(config, section), **values)})
@@ -433,8 +440,30 @@ class Config:
         return (replace(self, **{section: replace(current, **given)}) if changed else self), changed
 
 
-#: The defaults as plain dicts ({section: {key: value}}).
+#: The defaults as plain dicts, as rag.toml holds them ({section: {key: value, table: {key: value}}}).
 DEFAULT_CONFIG: dict[str, dict[str, Any]] = Config().to_dict()
+_DEFAULTS: dict[str, dict[str, Any]] = asdict(Config())  # {section: {key: value}}, sub-tables' keys too
+
+
+def _table_values(section: str, values: dict[str, Any], path: Path) -> dict[str, Any]:
+    """{key: value} of rag.toml's [section] and its sub-tables ([index.hnsw]). BadInput naming `path`
+    for an unknown key or sub-table, or a key outside its sub-table (naming where it belongs)."""
+    place = {f.name: f.metadata.get("table") for f in fields(SECTIONS[section])}
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        table = name if isinstance(value, dict) and name in place.values() else None
+        for key, v in (value if table else {name: value}).items():
+            where = f"[{section}.{table}]" if table else f"[{section}]"
+            key_known = {"rerank": "rescore"}.get(key, key) if section == "index" else key  # renamed: `rag rerank`
+            if key_known in place and place[key_known] != table or key_known != key:
+                home = f"[{section}.{place[key_known]}]" if place[key_known] else f"[{section}]"
+                raise BadInput(f"{path}: {where} {key}: write it as {key_known} under {home}")
+            if key not in place:
+                known = [k for k, t in place.items() if t == table] + sorted({f"[{section}.{t}]" for t in
+                                                                           place.values() if t and not table})
+                raise BadInput(f"{path}: unknown key {key!r} in {where}; known: {', '.join(known)}")
+            out[key] = v
+    return out
 
 @dataclass(frozen=True)
 class SettingInfo:
@@ -449,6 +478,12 @@ class SettingInfo:
     check: Callable[[Any], str | None] | None
     cli: bool
     follows: str | None = None  # the key of the section whose value this one takes when only that one is given
+    table: str | None = None  # the sub-table of the section that holds it in rag.toml
+
+    @property
+    def place(self) -> str:
+        """Where rag.toml holds it: `index` or `index.hnsw`."""
+        return f"{self.section}.{self.table}" if self.table else self.section
 
 
 def setting_info(section: str, key: str) -> SettingInfo:
@@ -463,8 +498,8 @@ def setting_info(section: str, key: str) -> SettingInfo:
                 led = setting_info(section, m["follows"])
                 help_ += (f"; when {section}.{led.key} is given without it (in rag.toml, by {led.flag} or the "
                           f"{led.key} option), {section}.{led.key}'s value")
-            return SettingInfo(section, key, DEFAULT_CONFIG[section][key], help_, m["limits"], flag, m["check"],
-                               m["cli"], m["follows"])
+            return SettingInfo(section, key, _DEFAULTS[section][key], help_, m["limits"], flag, m["check"],
+                               m["cli"], m["follows"], m["table"])
     raise KeyError(f"{section}.{key}")
 
 
@@ -528,14 +563,14 @@ def check_setting(section: str, key: str, value: Any, source: str | None = None,
     `flag` the flag it was given with (None: the key's own, `config_flag`).
     Raises BadInput naming the flag and the config key (and the file).
     """
-    default = DEFAULT_CONFIG[section][key]
-    flag = flag or config_flag(section, key)
-    where = f"{source}: [{section}] {key} = {value!r}" if source else f"{flag} {value!r} (config {section}.{key})"
+    default = _DEFAULTS[section][key]
+    info = setting_info(section, key)
+    flag = flag or info.flag
+    where = f"{source}: [{info.place}] {key} = {value!r}" if source else f"{flag} {value!r} (config {info.place}.{key})"
     want = (int, float) if isinstance(default, float) else type(default)
     if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, want):
         raise BadInput(f"{where} should be {_TYPE_NAMES.get(type(default), type(default).__name__)} "
                        f"like {default!r}")
-    info = setting_info(section, key)
     if isinstance(default, list) and info.check is None and not all(isinstance(v, str) for v in value):
         raise BadInput(f"{where} should be a list of strings")
     problem = limit_problem(value, info.limits or (None, None))

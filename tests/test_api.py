@@ -40,7 +40,7 @@ def test_create_writes_the_config_and_refuses_an_existing_project(tmp_path, tiny
     assert Config.load(p.config_path) == p.config
     with pytest.raises(BadInput, match="already exists"):
         Project.create(tmp_path / "x")
-    with pytest.raises(BadInput, match=r"--hnsw-m 1 \(config index.hnsw_m\): must be ≥ 2"):
+    with pytest.raises(BadInput, match=r"--hnsw-m 1 \(config index.hnsw.hnsw_m\): must be ≥ 2"):
         Project.create(tmp_path / "y", index={"hnsw_m": 1})
     with pytest.raises(BadInput, match="unknown config section 'indx'"):
         Project.create(tmp_path / "y", indx={})

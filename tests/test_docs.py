@@ -36,4 +36,4 @@ def test_every_config_key_is_in_the_docs():
 
     text = DOC.read_text(encoding="utf-8")
     for s in all_settings():
-        assert f"| {s.section} | {s.key} |" in text, (s.section, s.key)
+        assert f"| {s.place} | {s.key} |" in text, (s.place, s.key)

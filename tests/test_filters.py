@@ -127,11 +127,12 @@ def test_update_brings_changed_front_matter_into_the_index(project, tmp_path):
 
 
 def test_dense_exact_fallback_returns_min_k_allowed():
+    from rag_cli.config import IndexConfig
     from rag_cli.index.dense import DenseIndex
 
     rng = np.random.default_rng(0)
     vecs = rng.normal(size=(3000, 8)).astype(np.float32)
-    idx = DenseIndex.build(vecs, m=4, ef_construction=16, ef=10)
+    idx = DenseIndex.build(vecs, IndexConfig(hnsw_m=4, hnsw_ef_construction=16, hnsw_ef=10))
     mask = np.zeros(3000, dtype=bool)
     mask[::500] = True  # 6 allowed rows
     rows, sims = idx.search(vecs[:1], 10, mask=mask)[0]

@@ -6,6 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rag_cli.config import IndexConfig
+from rag_cli.index.backends import load_dense
 from rag_cli.index.dense import DenseIndex
 from rag_cli.index.fusion import rrf
 from rag_cli.index.sparse import SparseIndex, analyze, top_k
@@ -143,7 +145,7 @@ def test_dense_index_returns_cosines_and_respects_k_and_mask(tmp_path):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(50, 8)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
-    idx = DenseIndex.build(x, m=16, ef_construction=100, ef=50)
+    idx = DenseIndex.build(x, IndexConfig(hnsw_m=16, hnsw_ef_construction=100, hnsw_ef=50))
     [(rows, cos)] = idx.search(x[7:8], 5)
     assert rows[0] == 7 and cos[0] == pytest.approx(1.0, abs=1e-5)
     exact = np.sort(x @ x[7])[::-1][:5]
@@ -156,7 +158,7 @@ def test_dense_index_returns_cosines_and_respects_k_and_mask(tmp_path):
     [(rows, _)] = idx.search(x[:1], 10, mask=mask)
     assert sorted(rows.tolist()) == [3, 9]
     idx.save(tmp_path / "dense")
-    again = DenseIndex.load(tmp_path / "dense")
+    again = load_dense(tmp_path / "dense")
     [(rows2, cos2)] = again.search(x[7:8], 5)
     assert rows2.tolist() == idx.search(x[7:8], 5)[0][0].tolist()
 
@@ -329,7 +331,7 @@ def test_faiss_structure_and_search_params(faiss):
     assert not same_search_params(ivf, IndexConfig(backend="faiss", index_type="ivf-pq", pq_m=8, nprobe=9))
     from rag_cli.errors import BadInput
 
-    with pytest.raises(BadInput, match=r"--pq-m 7 \(config index.pq_m\): must divide the vectors' dimension 32"):
+    with pytest.raises(BadInput, match=r"--pq-m 7 \(config index.ivf.pq_m\): must divide the vectors' dimension 32"):
         build_dense(x, IndexConfig(backend="faiss", index_type="ivf-pq", pq_m=7))
 
 
@@ -361,3 +363,59 @@ def test_missing_faiss_is_exit_2_naming_the_extra(tmp_path, tiny_bi_encoder, fai
     assert res.returncode == 2, res.stderr
     msg = " ".join(res.stderr.split())
     assert "is a faiss index (ivf-pq)" in msg and "pip install 'rag-cli[faiss]'" in msg
+
+
+def test_a_local_backend_is_one_module_and_one_registry_line(tmp_path, tiny_bi_encoder):
+    """docs/architecture.md's worked example, as written there: its module (`half`, exact search over
+    float16 vectors) and its REGISTRY line, added before the CLI starts and nothing else, give a backend
+    that `rag index --backend half`, `rag search`, `rag update`, `rag status` and `rag rollback` use: the
+    same best hit as `exact` and the same cosines at each rank within 1e-3, its own file (float16)."""
+    import json
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from rag_cli import Project
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    example = doc[doc.index("### Worked example: adding a local backend"):]
+    module, line = re.findall(r"```python\n(.*?)```", example, flags=re.S)[:2]
+    (tmp_path / "half.py").write_text(module, encoding="utf-8")
+    entry = line.strip().rstrip(",").replace("rag_cli.index.half:", "half:")
+    runner = ("import sys; sys.path.insert(0, sys.argv.pop(1)); from rag_cli.index.registry import REGISTRY; "
+              f"REGISTRY.update({{{entry}}}); sys.argv[0] = 'rag'; from rag_cli.cli import main; main()")
+
+    def rag(*args) -> dict:
+        res = subprocess.run([sys.executable, "-c", runner, str(tmp_path), *map(str, args), "--json"],
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)
+
+    src = tmp_path / "src"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "sample_corpus" / "docs", src)
+    p = Project.create(tmp_path / "p", model={"embedder": str(tiny_bi_encoder)},
+                       chunk={"unit": "chars", "size": 300, "overlap": 0})
+    p.build([src], backend="exact")
+    queries = ["hybrid search with reciprocal rank fusion", "how are documents chunked"]
+    want = [[(h.chunk_id, h.score) for h in p.search(q, mode="dense", k=5)] for q in queries]
+    rag("index", "--backend", "half", "-p", p.root)
+    gen = sorted((p.root / "index").glob("gen-*"))[-1]
+    assert json.loads((gen / "dense" / "rag_dense.json").read_text())["backend"] == "half"
+    assert np.load(gen / "dense" / "vectors16.npy").dtype == np.float16
+    for q, w in zip(queries, want):
+        hits = rag("search", q, "--mode", "dense", "-k", 5, "-p", p.root)["results"]
+        got = [(h["chunk_id"], h["score"]) for h in hits]
+        assert got[0][0] == w[0][0] and len(got) == 5  # ranks below may swap near-ties (float16 rounding)
+        assert np.allclose([s for _, s in got], [s for _, s in w], atol=1e-3)
+    (src / "zymurgy.txt").write_text("Zymurgy is the study of fermentation in brewing lager yeast.\n")
+    out = rag("update", "-p", p.root)
+    assert out["chunk"]["docs_added"] == 1 and out["index"]["full"] is None  # changed in place, not rebuilt
+    new = sorted((p.root / "index").glob("gen-*"))[-1]
+    n = json.loads((new / "dense" / "rag_dense.json").read_text())["n"]
+    assert np.load(new / "dense" / "vectors16.npy").shape == (n, 16)  # every chunk, the added one's too
+    hits = rag("search", "zymurgy fermentation lager yeast", "--mode", "dense", "-k", n, "-p", p.root)["results"]
+    assert len(hits) == n and "zymurgy.txt" in {h["doc_id"] for h in hits}
+    assert "half" in json.dumps(rag("status", "-p", p.root))
+    rag("rollback", "-p", p.root)
+    assert json.loads((gen / "dense" / "rag_dense.json").read_text())["backend"] == "half"

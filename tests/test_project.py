@@ -85,9 +85,39 @@ def test_options_are_checked_before_anything_is_written(tmp_path):
 
 def test_config_file_values_are_range_checked(tmp_path):
     p = Project(tmp_path)
-    p.config_path.write_text("[index]\nhnsw_m = 1\n")
-    with pytest.raises(BadInput, match=r"rag.toml: \[index\] hnsw_m = 1: must be ≥ 2 \(flag --hnsw-m\)"):
+    p.config_path.write_text("[index.hnsw]\nhnsw_m = 1\n")
+    with pytest.raises(BadInput, match=r"rag.toml: \[index.hnsw\] hnsw_m = 1: must be ≥ 2 \(flag --hnsw-m\)"):
         p.config
+
+
+def test_backend_settings_live_in_their_sub_tables(tmp_path):
+    """[index.hnsw], [index.ivf], [index.faiss], [index.milvus] hold the backends' keys (written so by save,
+    read back); a key of a sub-table written flat in [index] (rag.toml before the sub-tables), the old name
+    `rerank` of [index.faiss] rescore, an unknown key or sub-table: BadInput naming the file and where the
+    key belongs."""
+    import tomllib
+
+    p = Project(tmp_path)
+    cfg, _ = p.config.with_options("index", {"hnsw_m": 8, "rescore": 50, "uri": "m.db", "nlist": 4})
+    cfg.save(p.config_path)
+    toml = tomllib.loads(p.config_path.read_text())
+    assert toml["index"]["hnsw"] == {"hnsw_m": 8, "hnsw_ef_construction": 200, "hnsw_ef": 128}
+    assert toml["index"]["faiss"]["rescore"] == 50 and toml["index"]["milvus"]["uri"] == "m.db"
+    assert toml["index"]["ivf"]["nlist"] == 4 and "hnsw_m" not in toml["index"]
+    assert Project(tmp_path).config == cfg
+    for text, message in (("[index]\nhnsw_m = 8\n", r"\[index\] hnsw_m: write it as hnsw_m under \[index.hnsw\]"),
+                          ("[index]\nrerank = 50\n", r"\[index\] rerank: write it as rescore under \[index.faiss\]"),
+                          ("[index.faiss]\nrerank = 5\n", r"\[index.faiss\] rerank: write it as rescore under "
+                                                           r"\[index.faiss\]"),
+                          ("[index.hnsw]\nnprobe = 5\n", r"\[index.hnsw\] nprobe: write it as nprobe under \[index.ivf\]"),
+                          ("[index.hnsw]\nbackend = 'exact'\n", r"\[index.hnsw\] backend: write it as backend under "
+                                                                r"\[index\]"),
+                          ("[index.hnsw]\nm = 5\n", r"unknown key 'm' in \[index.hnsw\]; known: hnsw_m, "),
+                          ("[index.annoy]\nm = 5\n",
+                           r"unknown key 'annoy' in \[index\]; known: backend, .*\[index.faiss\]")):
+        p.config_path.write_text(text)
+        with pytest.raises(BadInput, match=str(p.config_path).replace("\\", "\\\\") + ": " + message):
+            Project(tmp_path).config
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "a\\b", ".", "..", "", " "])

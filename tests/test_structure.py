@@ -157,9 +157,9 @@ def test_the_version_is_a_leaf():
     assert module_graph()["rag_cli.version"] == set()
 
 
-#: Layers that pass settings through (the config, the facade, the loaded engines, the CLI); the
-#: modules that use a setting for what it means (stages, index, generate, lab) are not counted.
-PLUMBING = ("config.py", "project.py", "engines.py", "cli/")
+#: Layers that pass settings through (the config, the facade, the loaded engines, the CLI, the server's
+#: requests); the modules that use a setting for what it means (stages, index, generate, lab) are not counted.
+PLUMBING = ("config.py", "project.py", "engines.py", "cli/", "serve/requests.py")
 #: Multi-word keys spelled more often in those layers for another thing of the same name.
 SAME_NAME = {("ask", "min_score"): "`rag rerank --min-score` is a cross-encoder cut of its own, not a config key"}
 
@@ -218,3 +218,85 @@ def test_the_cli_imports_no_optional_engine():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PKG.parent)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
+
+
+def backend_name_tests(path: Path) -> list[str]:
+    """`line: code` of each place in `path` that tests a dense backend's name (a name of
+    `rag_cli.index.registry.REGISTRY` compared with ==, !=, in, or a key of a dict or a `match` case)."""
+    from rag_cli.index.registry import REGISTRY
+
+    def names(node) -> set[str]:
+        return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and n.value in REGISTRY}
+
+    source = path.read_text(encoding="utf-8")
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            found = names(node)
+        elif isinstance(node, ast.Dict):
+            found = set().union(*(names(k) for k in node.keys if k is not None))
+        elif isinstance(node, ast.match_case):
+            found = names(node.pattern)
+        else:
+            continue
+        if found:
+            out.append(f"{node.lineno}: {ast.get_source_segment(source, node) or sorted(found)}")
+    return out
+
+
+def test_no_module_outside_the_index_tests_a_backend_name():
+    """The stages, the project, the CLI, the server and the lab call `rag_cli.index.backends`'
+    interface (`Backend`, looked up in `REGISTRY`) and never test which backend it is (#33): a backend
+    is one module of rag_cli/index/ and one registry line."""
+    found = {str(p.relative_to(PKG)): places for p in sorted(PKG.rglob("*.py"))
+             if "index" not in p.relative_to(PKG).parts[:1] and (places := backend_name_tests(p))}
+    assert found == {}
+
+
+def test_the_backend_name_finder_finds_one(tmp_path):
+    code = tmp_path / "m.py"
+    code.write_text("if b == 'milvus':\n    pass\nx = {'faiss': 1}\ny = b in ('exact', 'z')\nok = {'k': 'hnswlib'}\n")
+    assert [line.split(":")[0] for line in backend_name_tests(code)] == ["1", "3", "4"]
+
+
+def test_the_backend_list_is_spelled_once():
+    """`index.backend`'s choices, its default and the default of a generation that records none are
+    the registry's (`rag_cli.index.registry`), and each registered class carries its name."""
+    from rag_cli.config import setting_info
+    from rag_cli.index.backends import backend_class, backend_of
+    from rag_cli.index.registry import DEFAULT, REGISTRY
+
+    info = setting_info("index", "backend")
+    assert info.limits == tuple(REGISTRY) and info.default == DEFAULT == backend_of({})
+    assert all(backend_class(name).name == name for name in REGISTRY)
+    assert all(name in info.help for name in REGISTRY)
+
+
+def test_the_server_requests_take_their_fields_from_the_settings():
+    """POST /search and /ask (and the MCP tools, which build the same requests) declare no setting by
+    hand (#33): each option field is a config key's, with its type, its help and its limits in the
+    schema (`rag_cli.serve.requests.setting_field`)."""
+    from rag_cli.config import setting_info
+    from rag_cli.serve.requests import AskRequest, SearchRequest
+
+    own = {"query", "question", "filter", "stream"}
+    for model, sections in ((SearchRequest, ("search",)), (AskRequest, ("ask", "search"))):
+        schema = model.model_json_schema()["properties"]
+        for name, f in model.model_fields.items():
+            if name in own:
+                continue
+            info = setting_info(next(s for s in sections if name in {k.key for k in all_of(s)}), name)
+            assert f.description.startswith(info.help) and f"(config: {info.place}.{name})" in f.description
+            assert f.annotation == (type(info.default) | None), name
+            limits = info.limits or ()
+            if limits and isinstance(limits[0], str):
+                assert schema[name]["enum"] == list(limits)
+            elif limits and limits[0] is not None:
+                assert schema[name]["minimum"] == limits[0], name
+    assert {"mode", "k", "rrf_k", "candidates", "fusion", "dense_weight"} == set(SearchRequest.model_fields) - own
+
+
+def all_of(section: str):
+    from rag_cli.config import all_settings
+
+    return [s for s in all_settings() if s.section == section]

@@ -134,7 +134,7 @@ def _config_table() -> list[str]:
     for s in all_settings():
         default = "(none)" if s.default in ("", []) else f"`{s.default}`"
         flag = f"`{s.flag}`" if s.cli else ""
-        rows.append(f"| {s.section} | {s.key} | {default} | {flag} | {_cell(s.help)} |")
+        rows.append(f"| {s.place} | {s.key} | {default} | {flag} | {_cell(s.help)} |")
     return rows
 
 

@@ -68,7 +68,7 @@ def _lower(value: str | None) -> str | None:
 def setting_option(info: SettingInfo) -> Any:
     """The `Annotated[Optional[T], typer.Option(...)]` of a config setting."""
     choices = bool(info.limits) and isinstance(info.limits[0], str) and all(c == c.lower() for c in info.limits)
-    option = typer.Option(info.flag, help=f"{info.help} (config: {info.section}.{info.key})",
+    option = typer.Option(info.flag, help=f"{info.help} (config: {info.place}.{info.key})",
                           callback=_lower if choices else None)
     return Annotated[Optional[type(info.default)], option]
 

@@ -137,8 +137,7 @@ def dense_line(params: dict) -> str:
     """`hnswlib`, `faiss ivf-pq`, `milvus hnsw (alias A at URI)`: a generation's dense backend."""
     from rag_cli.index.backends import describe
 
-    where = f" (alias {params.get('alias')} at {params.get('uri')})" if params.get("backend") == "milvus" else ""
-    return one_line(describe(params) + where)
+    return one_line(describe(params, where=True))
 
 
 def report_lines(st: dict[str, Any]) -> list[str]:

@@ -67,8 +67,9 @@ def _funnel(report: dict) -> list[str]:
     lines = [f"# Funnel: {n} queries with a relevant document", ""]
     lines += _table(["where the gold is missing", "queries", "share"],
                     [[label, str(v), f"{v / n:.1%}" if n else ""] for label, v in rows])
-    backend = report.get("ann_backend", "hnswlib")
-    label = "HNSW" if backend == "hnswlib" else backend
+    from rag_cli.index.backends import ann_label
+
+    label = ann_label(report.get("ann_backend"))
     lines += _table([f"ANN recall ({label} vs exact)", "value"], [[k, v] for k, v in report["ann"].items()])
     return lines
 

@@ -1,39 +1,9 @@
-"""The dense index behind one interface, with three backends.
+"""The dense index behind one interface: a `Backend` class per backend, registered in `REGISTRY`.
 
-`index.backend` (rag.toml, `rag index --backend`) chooses:
-
-* `hnswlib` (the default): an HNSW graph over the float32 vectors
-  (`rag_cli.index.dense.DenseIndex`), all in RAM.
-* `faiss` (the optional `faiss` extra, `pip install 'rag-cli[faiss]'`),
-  `index.index_type`:
-  - `hnsw-sq8`: an HNSW graph over 8-bit scalar-quantised codes (a quarter
-    of float32's memory);
-  - `sq8`: the same codes scanned flat (no graph);
-  - `ivf-pq`: inverted lists (`nlist` k-means cells, `nprobe` searched) of
-    product-quantised codes (`pq_m` bytes per vector).
-  Candidates are re-scored with the exact vectors (`index.rerank` of them)
-  from `dense/vectors.npy`, memory-mapped, so only the candidates' rows
-  are read (`rag_cli.index.faiss_index.FaissIndex`).
-* `exact`: brute force over the float32 vectors, memory-mapped from
-  `dense/vectors.npy` (`rag_cli.index.exact.ExactIndex`): exact results,
-  for small corpora and as the ground truth of recall (`rag eval --funnel`).
-* `milvus` (the optional `milvus` extra, `pip install 'rag-cli[milvus]'`):
-  the generation is written as for `exact` and published to a Milvus
-  collection (dense vectors under `index.milvus_index`, and rag-cli's own
-  BM25 weights as sparse vectors), which then serves dense and sparse
-  search (`rag_cli.index.milvus`; publishing, rollback checks and pruning:
-  `rag_cli.index.milvus_publish`); `publish`, `serve_sparse` and `sync`
-  are the hooks the stages call.
-
-Every backend is a `VectorIndex`: `build(vectors, settings)`, `search`
-(cosines, best first, a `mask` applied inside the search: hnswlib's filter
-function, faiss's `IDSelectorBitmap`, a row subset for exact), `update`
-(labels marked deleted and vectors added, or for `exact` the vector file
-rewritten), `save` / `load` (a folder, `dense/` of a generation) and
-`vectors(rows)` (the stored vectors: re-ranking, evidence cosines, ANN
-recall). The backend and its parameters are written to
-`dense/rag_dense.json` and meta.json's `dense`; a generation written before
-backends existed is hnswlib.
+`index.backend` names one of `REGISTRY` (`rag_cli.index.registry`). A backend is a subclass of
+`Backend` (its methods are the life cycle) in its own module plus one registry line; the stages call
+the functions here, which look the backend up by the name rag_dense.json (or [index]) records, and
+never name one (docs/architecture.md: the interface, and a worked example).
 
 Labels: row i of a freshly built index has label i; `rag update` keeps the
 labels of unchanged chunks, so rows and labels differ after an update
@@ -42,237 +12,262 @@ labels of unchanged chunks, so rows and labels differ after an update
 
 from __future__ import annotations
 
+import importlib
 import json
+import time
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
+from rag_cli.errors import BadInput
 from rag_cli.index.dense_common import (EXACT_MAX_ROWS, FAISS_MISSING, Result, import_faiss,  # noqa: F401
                                         unit, top_k_blocks)  # the interface's names, for callers
-
-BACKENDS = ("hnswlib", "faiss", "exact", "milvus")
-FAISS_TYPES = ("hnsw-sq8", "sq8", "ivf-pq")
+from rag_cli.index.registry import DEFAULT, REGISTRY
 
 
+class Backend:
+    """One dense backend: its settings' names and the life cycle of its index (see the module doc).
 
-class VectorIndex(Protocol):
-    """What every dense backend offers (see the module doc)."""
+    Class attributes: `name` (its `REGISTRY` key, recorded as rag_dense.json's `backend`), `structure`
+    ({[index] key: the rag_dense.json key recording it} for the keys whose change needs a new structure:
+    `rag update` then builds afresh) and `search_keys` (the same for keys read at search time), `label`
+    (how an ANN recall report names it). An instance holds `params` (rag_dense.json: backend, space, dim,
+    n, next_label, n_deleted and the backend's own) and `row_labels` ((n,) int64 label of each row; None =
+    label i is row i)."""
 
-    params: dict  # rag_dense.json: backend, space, dim, n, next_label, n_deleted and the backend's own
-    row_labels: np.ndarray | None  # (n,) int64 label of each row; None = label i is row i
+    name = ""
+    structure: dict[str, str] = {}
+    search_keys: dict[str, str] = {}
+    label = ""
+    row_labels: np.ndarray | None = None
+    #: `publish(gen)` of a backend that keeps a copy elsewhere: called with a complete generation folder
+    #: before it becomes current (`write_index_folder`'s `publish`); None for a local backend.
+    publish = None
+
+    # ------------------------------------------------------------------ settings
+    @classmethod
+    def check(cls, settings) -> None:
+        """BadInput unless the backend can run here with `settings` ([index]): its extra installed, settings
+        it cannot take. Called before a write reads anything."""
+
+    @classmethod
+    def concrete(cls, settings, root: Path):
+        """`settings` as a build in the project folder `root` uses them (milvus: URI and alias made concrete)."""
+        return settings
+
+    @classmethod
+    def describe(cls, params: dict, where: bool = False) -> str:
+        """How `rag status` and reports name a generation of this backend (`where`: and its serving copy)."""
+        return cls.name
+
+    @classmethod
+    def rebuild_reason(cls, params: dict, settings) -> str | None:
+        """Why an index with `params` cannot be changed into one of `settings` (a `structure` key changed)."""
+        changed = [k for k, recorded in cls.structure.items() if params.get(recorded) != getattr(settings, k)]
+        return f"the {cls.describe(params)} parameters {' / '.join(changed)} changed" if changed else None
+
+    # ------------------------------------------------------------------ the index
+    @classmethod
+    def build(cls, vectors: np.ndarray, settings, threads: int = 0) -> "Backend":
+        """A fresh index over `vectors` ((n, d) float32; label i = row i) with the concrete [index]
+        `settings`. Raises BadInput for settings the data cannot take."""
+        raise NotImplementedError
+
+    @classmethod
+    def open(cls, folder: Path, params: dict, row_labels: np.ndarray | None = None) -> "Backend":
+        """The index saved in `folder` (a generation's `dense/`, rag_dense.json read as `params`), memory-mapped
+        where the backend allows. ValueError for files that do not match `params`."""
+        raise NotImplementedError
 
     def search(self, query_vectors: np.ndarray, k: int, mask: np.ndarray | None = None) -> Result:
         """Top-`k` rows per query ((q, d) float32): [(rows (m,) int64, cosines (m,) float32)], best first,
-        m = min(k, rows allowed by `mask`)."""
+        m = min(k, rows allowed by `mask`), the mask applied inside the search."""
+        raise NotImplementedError
 
     def update(self, row_labels: np.ndarray, deleted: list[int], add_vectors: np.ndarray, add_labels: np.ndarray,
                *, vectors: np.ndarray, settings, threads: int = 0) -> None:
         """Delete the labels `deleted`, add `add_vectors` under `add_labels`; `row_labels` is the new row ->
         label map and `vectors` ((n, d) float32) every row's vector in the new row order."""
+        raise NotImplementedError
 
-    def save(self, folder: Path) -> None: ...
+    def save(self, folder: Path) -> None:
+        """Write the index and rag_dense.json (`params`) into `folder`."""
+        raise NotImplementedError
 
     def vectors(self, rows) -> np.ndarray:
         """(len(rows), d) float32: the stored vectors of `rows` (unit length)."""
+        raise NotImplementedError
+
+    @classmethod
+    def open_sparse(cls, sparse, params: dict, gen: Path):
+        """The BM25 retriever a search of the generation `gen` uses: `sparse` (its local `SparseIndex`) or a
+        retriever that serves it from the backend's copy."""
+        return sparse
+
+    # ------------------------------------------------------------------ a copy kept elsewhere
+    @classmethod
+    def verify(cls, gen: Path, params: dict, settings) -> None:
+        """Before `rag update` builds on the generation `gen`: BadInput when the copy it is served from is gone."""
+
+    @classmethod
+    def status(cls, gen: Path, params: dict) -> str | None:
+        """What `rag status` says when the copy `gen` is served from is visibly gone (from the file system
+        alone), else None."""
+        return None
+
+    @classmethod
+    def check_switch(cls, gen: Path, params: dict) -> None:
+        """Before CURRENT moves to the existing generation `gen` (`rag rollback`): raise what switching its
+        serving copy would raise, so a refusal changes nothing."""
+
+    @classmethod
+    def targets(cls, index_dir: Path) -> set:
+        """The copies of `index_dir`'s generations this backend serves (read before a write, given to `sync`)."""
+        return set()
+
+    @classmethod
+    def sync(cls, index_dir: Path, current: Path | None, known: set) -> dict | None:
+        """After a write or a rollback: point the served copy at `current` and drop those of removed
+        generations (`known`: `targets` before the write, and after it)."""
+        return None
+
+    @classmethod
+    def status_note(cls, index_dir: Path, current: Path, known: set) -> str:
+        """After a rollback to `current`: what of the served copies `known` did not follow it ("" = nothing)."""
+        return ""
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The `Backend` registered as `name`. ValueError naming the known ones for another name."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown dense backend {name!r}; known: {', '.join(REGISTRY)}")
+    module, cls = REGISTRY[name][0].split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def backend_of(params: dict) -> str:
     """The backend recorded in rag_dense.json / meta.json's `dense` (hnswlib when absent: older generations)."""
-    return params.get("backend", "hnswlib")
+    return params.get("backend", DEFAULT)
 
 
-def describe(params: dict) -> str:
-    """`hnswlib`, `exact` or `faiss ivf-pq`: the backend (and faiss index type) of a generation."""
-    b = backend_of(params)
-    if b == "milvus":
-        return f"milvus {params.get('milvus_index')}"
-    return f"faiss {params.get('index_type')}" if b == "faiss" else b
+def backend_for(recorded) -> type[Backend]:
+    """The `Backend` that `recorded` names: a generation's rag_dense.json / meta `dense` (a dict) or the
+    [index] settings. ValueError for a name not registered."""
+    return backend_class(backend_of(recorded) if isinstance(recorded, dict)
+                         else getattr(recorded, "backend", DEFAULT))
+
+
+def describe(params: dict, where: bool = False) -> str:
+    """`hnswlib`, `exact`, `faiss ivf-pq`, `milvus hnsw` (`where`: `(alias A at URI)`): a generation's backend."""
+    return backend_for(params).describe(params, where)
+
+
+def ann_label(described: str | None) -> str:
+    """How an ANN recall report names the backend `described` (`describe`'s words; None: a report that
+    records none, of the default backend): the class's `label` (HNSW for hnswlib), else `described`."""
+    described = described or DEFAULT
+    name = described.split(" ")[0]
+    return (backend_class(name).label or described) if name in REGISTRY else described
 
 
 def check_backend(settings) -> None:
-    """BadInput unless `settings.backend` can be used here: faiss (pymilvus) must import; milvus needs a BM25
-    variant that is a sparse inner product."""
-    if settings.backend == "faiss":
-        import_faiss()
-    elif settings.backend == "milvus":
-        from rag_cli.index.milvus import check_settings
-
-        check_settings(settings)
-
-
-def concrete_settings(settings, root: Path):
-    """`settings` ([index]) as a build at the project folder `root` uses them: for milvus the URI and the
-    collection alias made concrete (`rag_cli.index.milvus.concrete`); others unchanged."""
-    if getattr(settings, "backend", "hnswlib") != "milvus":
-        return settings
-    from rag_cli.index.milvus import concrete
-
-    return concrete(settings, root)
-
-
-def publisher(dense: VectorIndex):
-    """What publishes a complete generation folder before it becomes current (`write_index_folder`'s
-    `publish`): `MilvusIndex.publish` for milvus, None for the local backends."""
-    return getattr(dense, "publish", None)
-
-
-def check_served(gen: Path, params: dict, settings) -> None:
-    """Before `rag update` builds on the generation `gen` (its rag_dense.json / meta `dense` `params`) with
-    the [index] `settings`: BadInput when the copy it is served from is gone (milvus: its Lite file,
-    `rag_cli.index.milvus_publish.check_served`). Nothing for the local backends (their files are
-    `gen`'s own)."""
-    if params.get("backend") == "milvus":
-        from rag_cli.index.milvus_publish import check_served as check_milvus
-
-        check_milvus(gen, params, settings)
+    """BadInput unless `settings.backend` can be used here (`Backend.check`)."""
+    backend_for(settings).check(settings)
 
 
 def serving_problem(gen: Path, params: dict) -> str | None:
-    """What `rag status` says when the copy the generation `gen` (its meta.json `dense` `params`) is served
-    from is visibly gone (milvus: its Lite file missing or not a folder,
-    `rag_cli.index.milvus_publish.lite_problem`; looked at on disk only: status opens no Milvus, which would
-    take a Lite file from a `rag serve`), else None. Nothing for the local backends."""
-    if not isinstance(params, dict) or params.get("backend") != "milvus":
+    """What `rag status` says when the copy the generation `gen` (its meta.json `dense`) is served from is
+    visibly gone (`Backend.status`), else None."""
+    if not isinstance(params, dict) or backend_of(params) not in REGISTRY:
         return None
-    from rag_cli.index.milvus_publish import lite_problem
+    return backend_for(params).status(gen, params)
 
-    return lite_problem(gen, params)
+
+def _recorded(path: Path) -> dict | None:
+    """rag_dense.json at `path` when it is readable and names a registered backend, else None (checked
+    when the generation is opened; a generation from before rag_dense.json is hnswlib's)."""
+    try:
+        params = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return params if isinstance(params, dict) and backend_of(params) in REGISTRY else None
 
 
 def check_switch(gen: Path) -> None:
-    """Before CURRENT moves to the existing generation `gen` (`rag rollback`): raise what switching its
-    serving copy to it would raise, so a refusal changes nothing (milvus:
-    `rag_cli.index.milvus_publish.check_switch`: the Lite file missing or held by another process, the server
-    unreachable, the collection gone or another project's). Nothing for the local backends (their files are
-    `gen`'s own, already verified)."""
-    try:
-        params = json.loads((Path(gen) / "dense" / "rag_dense.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return  # verified before: a generation of the time before rag_dense.json (hnswlib)
-    if isinstance(params, dict) and params.get("backend") == "milvus":
-        from rag_cli.index.milvus_publish import check_switch as check_milvus
-
-        check_milvus(gen, params)
+    """Before CURRENT moves to the existing generation `gen` (`rag rollback`): `Backend.check_switch`."""
+    if (params := _recorded(Path(gen) / "dense" / "rag_dense.json")) is not None:
+        backend_for(params).check_switch(gen, params)
 
 
-def serving_targets(index_dir: Path) -> set:
-    """The external copies of the generations in `index_dir` (milvus: {(uri, alias, collection)}); read
-    before a write, given to `sync_serving` after it. Empty (and nothing imported) when there are none."""
-    if not any(Path(index_dir).glob("gen-*/dense/rag_dense.json")):
-        return set()
-    from rag_cli.index.milvus_publish import targets
-
-    return targets(index_dir)
+def serving_targets(index_dir: Path) -> dict[str, set]:
+    """{backend: its `targets`} for the backends of `index_dir`'s generations that keep copies elsewhere;
+    read before a write, given to `sync_serving` after it. Empty when there are none."""
+    names = {backend_of(p) for f in Path(index_dir).glob("gen-*/dense/rag_dense.json") if (p := _recorded(f))}
+    out = {name: backend_class(name).targets(index_dir) for name in sorted(names)}
+    return {name: places for name, places in out.items() if places}
 
 
-def sync_serving(index_dir: Path, known: set = frozenset()) -> dict | None:
-    """After a write or a rollback of `index_dir`: point the Milvus alias at the current generation's
-    collection and drop the collections of generations that are gone
-    (`rag_cli.index.milvus_publish.sync`), `known` being `serving_targets` before the write. None (nothing
-    imported) when no generation was ever a milvus one."""
+def sync_serving(index_dir: Path, known: dict | None = None) -> dict | None:
+    """After a write or a rollback of `index_dir`: each backend's `sync` of its copies (`known`: the
+    `serving_targets` before the write). None when no generation keeps a copy elsewhere."""
     from rag_cli.store.index_folder import current_generation
 
-    places = set(known) | serving_targets(index_dir)
-    if not places:
-        return None
-    from rag_cli.index.milvus_publish import sync
+    now = serving_targets(index_dir)
+    places = {name: set((known or {}).get(name, ())) | now.get(name, set()) for name in set(known or {}) | set(now)}
+    out = None
+    for name, known_places in sorted(places.items()):
+        done = backend_class(name).sync(index_dir, current_generation(index_dir), known_places)
+        out = done if out is None else {**out, **(done or {})}
+    return out
 
-    return sync(index_dir, current_generation(index_dir), places)
+
+def serving_notes(index_dir: Path, current: Path) -> str:
+    """After a rollback to `current`: what of the copies kept elsewhere did not follow it (`status_note`),
+    from the folder alone; "" when nothing (or when a generation is unreadable: opening it says why)."""
+    try:
+        known = serving_targets(index_dir)
+    except Exception:  # noqa: BLE001 - a generation opened later says what is wrong with it
+        return ""
+    return "".join(backend_class(name).status_note(index_dir, current, places) for name, places in known.items())
 
 
-def build_dense(vectors: np.ndarray, settings, threads: int = 0) -> VectorIndex:
+def build_dense(vectors: np.ndarray, settings, threads: int = 0) -> Backend:
     """A fresh dense index of `settings.backend` over `vectors` ((n, d) float32; label i = row i).
-    `settings` is the [index] config (`IndexConfig`). Raises BadInput for settings the data cannot
-    take (e.g. a `pq_m` that does not divide the dimension) or a missing faiss."""
-    import time
-
+    `settings` is the [index] config (`IndexConfig`), made concrete (`Backend.concrete`). Raises BadInput
+    for settings the data cannot take (e.g. a `pq_m` that does not divide the dimension) or a missing extra."""
     t0 = time.perf_counter()
-    backend = getattr(settings, "backend", "hnswlib")
-    if backend == "exact":
-        from rag_cli.index.exact import ExactIndex
-
-        dense = ExactIndex.build(vectors)
-    elif backend == "faiss":
-        import_faiss()
-        from rag_cli.index.faiss_index import FaissIndex
-
-        dense = FaissIndex.build(vectors, settings, threads=threads)
-    elif backend == "milvus":
-        from rag_cli.index.milvus import MilvusIndex
-
-        dense = MilvusIndex.build(vectors, settings)  # settings made concrete (`concrete_settings`)
-    else:
-        from rag_cli.index.dense import DenseIndex
-
-        dense = DenseIndex.build(vectors, m=settings.hnsw_m, ef_construction=settings.hnsw_ef_construction,
-                                 ef=settings.hnsw_ef, threads=threads)
+    cls = backend_for(settings)
+    cls.check(settings)
+    dense = cls.build(vectors, settings, threads=threads)
     dense.params["build_seconds"] = round(time.perf_counter() - t0, 3)  # of the last full build
     return dense
 
 
-def load_dense(folder: Path, row_labels: np.ndarray | None = None) -> VectorIndex:
+def load_dense(folder: Path, row_labels: np.ndarray | None = None) -> Backend:
     """The dense index saved in `folder` (`dense/` of a generation), of the backend its rag_dense.json
-    names; vectors and codes are memory-mapped where the backend allows. Raises BadInput for a faiss
-    index without faiss installed or a space other than cosine, ValueError for an unreadable one."""
+    names (`Backend.open`). Raises BadInput for a backend whose extra is missing or a space other than
+    cosine, ValueError for an unreadable index or an unknown backend."""
     params = json.loads((folder / "rag_dense.json").read_text(encoding="utf-8"))
     if params.get("space", "cosine") != "cosine":
-        from rag_cli.errors import BadInput
-
         raise BadInput(f"{folder / 'rag_dense.json'} records space {params.get('space')!r}; "
                        "rag-cli searches by cosine and needs space 'cosine'; rebuild it with `rag index`")
-    backend = backend_of(params)
-    if backend == "exact":
-        from rag_cli.index.exact import ExactIndex
-
-        return ExactIndex.load(folder, params)
-    if backend == "faiss":
-        import_faiss(f"{folder} is a faiss index ({params.get('index_type')}); {FAISS_MISSING}")
-        from rag_cli.index.faiss_index import FaissIndex
-
-        return FaissIndex.load(folder, params, row_labels)
-    if backend == "milvus":
-        from rag_cli.index.milvus import MilvusIndex, import_pymilvus
-
-        import_pymilvus()  # a missing extra is exit 2 on open, not at the first search
-        return MilvusIndex.load(folder, params)
-    if backend != "hnswlib":
-        raise ValueError(f"{folder / 'rag_dense.json'} names the backend {backend!r}; known: {', '.join(BACKENDS)}")
-    from rag_cli.index.dense import DenseIndex
-
-    return DenseIndex.load(folder, row_labels)
-
-
-#: [index] keys whose change needs a new index structure, per backend (the rest are read at search time).
-_STRUCTURE = {"hnswlib": ("hnsw_m", "hnsw_ef_construction"), "exact": (),
-              "faiss": ("index_type", "hnsw_m", "hnsw_ef_construction", "nlist", "pq_m"),
-              "milvus": ("uri", "collection")}  # milvus republishes every generation whole anyway
-#: [index] key -> the rag_dense.json key that records it.
-_RECORDED = {"hnsw_m": "M", "hnsw_ef_construction": "ef_construction", "hnsw_ef": "ef", "index_type": "index_type",
-             "nlist": "nlist_setting", "pq_m": "pq_m_setting", "nprobe": "nprobe", "rerank": "rerank",
-             "uri": "uri", "collection": "alias", "milvus_index": "milvus_index"}
-#: [index] keys read at search time, per backend (milvus: those of its index, whose change republishes the
-#: generation; `rag update` then writes a new one even when no chunk changed).
-_SEARCH = {"hnswlib": ("hnsw_ef",), "exact": (),
-           "faiss": ("hnsw_ef", "nprobe", "rerank"),
-           "milvus": ("milvus_index", "hnsw_m", "hnsw_ef_construction", "hnsw_ef", "nlist", "pq_m", "nprobe")}
+    try:
+        cls = backend_for(params)
+    except ValueError as exc:
+        raise ValueError(f"{folder / 'rag_dense.json'}: {exc}") from None
+    return cls.open(folder, params, row_labels)
 
 
 def rebuild_reason(params: dict, settings) -> str | None:
     """Why `rag update` must build the dense index afresh rather than change it (`params`: the current
     generation's rag_dense.json / meta `dense`; `settings`: the [index] config), or None."""
-    backend = backend_of(params)
-    want = getattr(settings, "backend", "hnswlib")
-    if backend != want:
+    want = getattr(settings, "backend", DEFAULT)
+    if backend_of(params) != want:
         return f"the dense backend changed ({describe(params)} -> {want})"
-    changed = [k for k in _STRUCTURE[backend]
-               if params.get(_RECORDED[k]) != getattr(settings, k)]
-    if changed:
-        return (f"the {describe(params)} parameters {' / '.join(changed)} changed"
-                if backend != "hnswlib" else "the HNSW parameters M / ef_construction changed")
-    return None
+    return backend_class(want).rebuild_reason(params, settings)
 
 
 def same_search_params(params: dict, settings) -> bool:
-    """Whether the dense index's search-time parameters (ef; faiss nprobe, rerank) equal `settings`'."""
-    return all(params.get(_RECORDED[k]) == getattr(settings, k) for k in _SEARCH[backend_of(params)])
+    """Whether the dense index's search-time parameters (ef; faiss nprobe, rescore) equal `settings`'."""
+    keys = backend_for(params).search_keys
+    return all(params.get(recorded) == getattr(settings, k) for k, recorded in keys.items())

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from rag_cli.config import IndexConfig
 from rag_cli.errors import BadInput
-from rag_cli.index.backends import VectorIndex, build_dense
+from rag_cli.index.backends import Backend, build_dense
 from rag_cli.index.sparse import SparseIndex
 from rag_cli.store.chunks import embedded_column, read_chunks
 from rag_cli.store.embeddings import (NAMED_IDS, Embeddings, bad_vector_rows, describe_bad_vectors, off_unit_rows,
@@ -80,7 +80,7 @@ def index_texts(chunks: pa.Table) -> Iterator[str]:
 
 
 def build_full(chunks: pa.Table, vectors: np.ndarray, params: IndexConfig, threads: int = 0,
-               step: Callable[[int], None] = lambda done: None) -> tuple[VectorIndex, SparseIndex, pa.Table]:
+               step: Callable[[int], None] = lambda done: None) -> tuple[Backend, SparseIndex, pa.Table]:
     """A fresh dense index of `params.backend` (label = row) and BM25 index;
     returns them and `chunks` with the `label` column (int64)."""
     dense = build_dense(vectors, params, threads)
@@ -97,7 +97,7 @@ def with_labels(chunks: pa.Table, labels: np.ndarray) -> pa.Table:
     return chunks.append_column("label", pa.array(labels, type=pa.int64()))
 
 
-def index_meta(emb: Embeddings, vectors: np.ndarray, dense: VectorIndex, sparse: SparseIndex, n_chunks: int) -> dict:
+def index_meta(emb: Embeddings, vectors: np.ndarray, dense: Backend, sparse: SparseIndex, n_chunks: int) -> dict:
     """meta.json of an index generation (see `rag_cli.store.index_folder`); `dense` holds the
     backend (`backend`, and `index_type` for faiss) and its parameters."""
     return {

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
+from rag_cli.index.backends import Backend
 from rag_cli.index.dense_common import EXACT_MAX_ROWS
 
 
 @dataclass
-class DenseIndex:
+class DenseIndex(Backend):
     """`index` (hnswlib.Index), `params` (space, dim, n live items, M,
     ef_construction, ef, max_elements, n_deleted, next_label), and
     `row_labels` ((n,) int64 label of each row; None = label i is row i)."""
@@ -33,20 +34,31 @@ class DenseIndex:
     params: dict
     row_labels: np.ndarray | None = None
 
+    name = "hnswlib"
+    label = "HNSW"
+    structure = {"hnsw_m": "M", "hnsw_ef_construction": "ef_construction"}
+    search_keys = {"hnsw_ef": "ef"}
+
     @classmethod
-    def build(cls, vectors: np.ndarray, *, m: int = 32, ef_construction: int = 200, ef: int = 128,
-              threads: int = 0, seed: int = 100) -> "DenseIndex":
-        """Index `vectors` (n, d) float32; label i is row i of `chunks.parquet`."""
+    def rebuild_reason(cls, params: dict, settings) -> str | None:
+        return "the HNSW parameters M / ef_construction changed" if super().rebuild_reason(params, settings) else None
+
+    @classmethod
+    def build(cls, vectors: np.ndarray, settings, threads: int = 0, seed: int = 100) -> "DenseIndex":
+        """Index `vectors` (n, d) float32 with [index] `settings` (hnsw_m, hnsw_ef_construction, hnsw_ef);
+        label i is row i of `chunks.parquet`."""
         import hnswlib
 
+        m, ef_construction, ef = settings.hnsw_m, settings.hnsw_ef_construction, settings.hnsw_ef
         n, d = vectors.shape
         index = hnswlib.Index(space="cosine", dim=d)
         index.init_index(max_elements=max(n, 1), M=m, ef_construction=ef_construction, random_seed=seed)
         if n:
             index.add_items(vectors, np.arange(n), num_threads=threads or -1)
         index.set_ef(ef)
-        return cls(index, {"backend": "hnswlib", "space": "cosine", "dim": d, "n": n, "M": m, "ef_construction": ef_construction, "ef": ef,
-                           "max_elements": max(n, 1), "n_deleted": 0, "next_label": n})
+        return cls(index, {"backend": cls.name, "space": "cosine", "dim": d, "n": n, "M": m,
+                           "ef_construction": ef_construction, "ef": ef, "max_elements": max(n, 1), "n_deleted": 0,
+                           "next_label": n})
 
     def update(self, row_labels: np.ndarray, deleted: list[int], add_vectors: np.ndarray, add_labels: np.ndarray,
                *, ef: int | None = None, threads: int = 0, vectors: np.ndarray | None = None,
@@ -80,22 +92,11 @@ class DenseIndex:
         (folder / "rag_dense.json").write_text(json.dumps(self.params), encoding="utf-8")
 
     @classmethod
-    def load(cls, folder: Path, row_labels: np.ndarray | None = None) -> "DenseIndex":
-        """Load `folder` (hnsw.bin + rag_dense.json); `row_labels` as in the class doc.
-
-        Raises:
-            BadInput: rag_dense.json records a space other than cosine (the
-                scores would not be cosines).
-            ValueError, KeyError: no dim/n.
-        """
+    def open(cls, folder: Path, params: dict, row_labels: np.ndarray | None = None) -> "DenseIndex":
+        """Load `folder` (hnsw.bin; `params` its rag_dense.json); `row_labels` as in the class doc.
+        ValueError, KeyError: no dim/n."""
         import hnswlib
 
-        from rag_cli.errors import BadInput
-
-        params = json.loads((folder / "rag_dense.json").read_text(encoding="utf-8"))
-        if params.get("space") != "cosine":
-            raise BadInput(f"{folder / 'rag_dense.json'} records space {params.get('space')!r}; "
-                           "rag-cli searches by cosine and needs space 'cosine'")
         index = hnswlib.Index(space="cosine", dim=params["dim"])
         index.load_index(str(folder / "hnsw.bin"), max_elements=max(params.get("max_elements", params["n"]), 1))
         index.set_ef(params["ef"])

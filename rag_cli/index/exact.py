@@ -20,13 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
+from rag_cli.index.backends import Backend
 from rag_cli.index.dense_common import (EXACT_MAX_ROWS, Result, check_queries, empty, exact_rows, load_vectors,
                                     save_vectors, top_k_blocks, unit)
 
 
-class ExactIndex:
+class ExactIndex(Backend):
     """`vecs` ((n, d) float32 unit rows, in memory or memory-mapped) and `params` (rag_dense.json)."""
 
+    name = "exact"
     row_labels = None  # rows are the vectors' order
 
     def __init__(self, vecs: np.ndarray, params: dict):
@@ -34,9 +36,9 @@ class ExactIndex:
         self.params = params
 
     @classmethod
-    def build(cls, vectors: np.ndarray) -> "ExactIndex":
+    def build(cls, vectors: np.ndarray, settings=None, threads: int = 0) -> "ExactIndex":
         n, d = vectors.shape
-        return cls(unit(vectors), {"backend": "exact", "space": "cosine", "dim": int(d), "n": int(n),
+        return cls(unit(vectors), {"backend": cls.name, "space": "cosine", "dim": int(d), "n": int(n),
                                    "n_deleted": 0, "next_label": int(n)})
 
     def update(self, row_labels: np.ndarray, deleted: list[int], add_vectors: np.ndarray, add_labels: np.ndarray,
@@ -53,7 +55,7 @@ class ExactIndex:
         (folder / "rag_dense.json").write_text(json.dumps(self.params), encoding="utf-8")
 
     @classmethod
-    def load(cls, folder: Path, params: dict) -> "ExactIndex":
+    def open(cls, folder: Path, params: dict, row_labels: np.ndarray | None = None) -> "ExactIndex":
         """`folder`'s vectors.npy, memory-mapped. ValueError when its shape is not rag_dense.json's."""
         vecs = load_vectors(folder / "vectors.npy")
         if vecs.shape != (params["n"], params["dim"]):
@@ -83,7 +85,7 @@ def exact_of(dense) -> ExactIndex:
     """The exact backend over the vectors stored in `dense` (any backend; `dense` itself when it is
     exact), rows as in `dense`: the ground truth of its recall. A faiss index lends its memory-mapped
     vectors.npy; an hnswlib graph's vectors are copied out of it."""
-    if isinstance(dense, ExactIndex):
+    if type(dense) is ExactIndex:  # not a subclass: milvus searches its server
         return dense
     n, d = int(dense.params["n"]), int(dense.params["dim"])
     vecs = getattr(dense, "vecs", None)

@@ -13,10 +13,10 @@ i.e. cosine:
   `pq_m` bytes (0: about dim / 6, 64 for 384 dimensions) of 8 bits (fewer
   on a corpus too small to train 256 centroids per sub-quantizer).
 
-Re-ranking: the best `max(k, index.rerank)` candidates of the codes are
+Re-scoring: the best `max(k, rescore)` candidates of the codes ([index.faiss]) are
 re-scored with the exact vectors, read from `dense/vectors.npy`
 (memory-mapped: only the candidates' rows are read), and the best k kept,
-so the scores are exact cosines; `rerank` 0 keeps the codes' approximate
+so the scores are exact cosines; `rescore` 0 keeps the codes' approximate
 scores. A filter (`mask`) becomes an `IDSelectorBitmap` over the labels,
 applied inside the search; a filter that allows at most EXACT_MAX_ROWS rows,
 or a search that finds fewer than k allowed rows, is answered exactly from
@@ -46,8 +46,9 @@ from pathlib import Path
 import numpy as np
 
 from rag_cli.errors import BadInput
-from rag_cli.index.dense_common import (EXACT_MAX_ROWS, Result, check_queries, empty, exact_rows, import_faiss,
-                                    label_rows, load_vectors, save_vectors, top_k_blocks, unit)
+from rag_cli.index.backends import Backend
+from rag_cli.index.dense_common import (EXACT_MAX_ROWS, FAISS_MISSING, Result, check_queries, empty, exact_rows,
+                                        import_faiss, label_rows, load_vectors, save_vectors, top_k_blocks, unit)
 
 #: Training sample: at most this many vectors per IVF cell (k-means) and for the scalar quantiser.
 TRAIN_PER_LIST = 64
@@ -85,9 +86,22 @@ def _set_threads(faiss, threads: int, n: int) -> None:
     faiss.omp_set_num_threads(threads or (1 if n < SMALL_N else len(os.sched_getaffinity(0))))
 
 
-class FaissIndex:
+class FaissIndex(Backend):
     """`index` (a faiss index), `vecs` ((n, d) unit float32 in row order, memory-mapped once loaded),
     `params` (rag_dense.json), `row_labels` (None = label i is row i), `deleted` (bool per label, or None)."""
+
+    name = "faiss"
+    structure = {"index_type": "index_type", "hnsw_m": "M", "hnsw_ef_construction": "ef_construction",
+                 "nlist": "nlist_setting", "pq_m": "pq_m_setting"}
+    search_keys = {"hnsw_ef": "ef", "nprobe": "nprobe", "rescore": "rescore"}
+
+    @classmethod
+    def check(cls, settings) -> None:
+        import_faiss()
+
+    @classmethod
+    def describe(cls, params: dict, where: bool = False) -> str:
+        return f"faiss {params.get('index_type')}"
 
     def __init__(self, index, vecs: np.ndarray, params: dict, row_labels: np.ndarray | None = None,
                  deleted: np.ndarray | None = None, folder: Path | None = None):
@@ -113,7 +127,7 @@ class FaissIndex:
         params = {"backend": "faiss", "index_type": kind, "space": "cosine", "dim": int(d), "n": int(n),
                   "M": settings.hnsw_m, "ef_construction": settings.hnsw_ef_construction, "ef": settings.hnsw_ef,
                   "nlist_setting": settings.nlist, "pq_m_setting": settings.pq_m, "nprobe": settings.nprobe,
-                  "rerank": settings.rerank, "n_deleted": 0, "next_label": int(n)}
+                  "rescore": settings.rescore, "n_deleted": 0, "next_label": int(n)}
 
         def sample(size: int) -> np.ndarray:
             return x if n <= size else x[np.sort(rng.choice(n, size, replace=False))]
@@ -122,7 +136,7 @@ class FaissIndex:
             nlist = min(settings.nlist or auto_nlist(n), max(n, 1))
             m = settings.pq_m or auto_pq_m(d)
             if d % m:
-                raise BadInput(f"--pq-m {m} (config index.pq_m): must divide the vectors' dimension {d}; "
+                raise BadInput(f"--pq-m {m} (config index.ivf.pq_m): must divide the vectors' dimension {d}; "
                                f"try {auto_pq_m(d)}")
             nbits = pq_nbits(n)
             index = faiss.index_factory(d, f"IVF{nlist},PQ{m}x{nbits}", faiss.METRIC_INNER_PRODUCT)
@@ -147,7 +161,7 @@ class FaissIndex:
                     index.add(x[start:start + 65536])
             params["code_bytes"] = int(d)  # one byte per dimension
         else:
-            raise BadInput(f"--index-type {kind!r} (config index.index_type): use hnsw-sq8, sq8 or ivf-pq")
+            raise BadInput(f"--index-type {kind!r} (config index.faiss.index_type): use hnsw-sq8, sq8 or ivf-pq")
         return cls(index, x, params)
 
     def _writable(self):
@@ -189,7 +203,7 @@ class FaissIndex:
         self.row_labels = np.asarray(row_labels, dtype=np.int64)
         self._rows = None
         if settings is not None:
-            self.params.update(ef=settings.hnsw_ef, nprobe=settings.nprobe, rerank=settings.rerank)
+            self.params.update(ef=settings.hnsw_ef, nprobe=settings.nprobe, rescore=settings.rescore)
         self.params.update(n=int(len(row_labels)), n_deleted=n_deleted,
                            next_label=int(max(self.params.get("next_label", 0),
                                               int(add_labels.max()) + 1 if len(add_labels) else 0)))
@@ -205,10 +219,10 @@ class FaissIndex:
         (folder / "rag_dense.json").write_text(json.dumps(self.params), encoding="utf-8")
 
     @classmethod
-    def load(cls, folder: Path, params: dict, row_labels: np.ndarray | None = None) -> "FaissIndex":
+    def open(cls, folder: Path, params: dict, row_labels: np.ndarray | None = None) -> "FaissIndex":
         """`folder`'s index with its codes memory-mapped, and vectors.npy memory-mapped. ValueError when
-        their sizes disagree with rag_dense.json."""
-        faiss = import_faiss()
+        their sizes disagree with rag_dense.json; BadInput without faiss installed."""
+        faiss = import_faiss(f"{folder} is a faiss index ({params.get('index_type')}); {FAISS_MISSING}")
         index = faiss.read_index(str(folder / "faiss.index"), faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY)
         vecs = load_vectors(folder / "vectors.npy")
         deleted = np.load(folder / "deleted.npy") if (folder / "deleted.npy").exists() else None
@@ -268,8 +282,8 @@ class FaissIndex:
             return empty(q)
         if mask is not None and allowed <= EXACT_MAX_ROWS:
             return exact_rows(self.vectors, query_vectors, k, np.flatnonzero(mask))
-        rerank = int(self.params.get("rerank", 0))
-        depth = min(max(k, rerank), allowed)
+        rescore = int(self.params.get("rescore", self.params.get("rerank", 0)))  # rerank: its name before #33
+        depth = min(max(k, rescore), allowed)
         sel, _bits = self._selector(mask)  # _bits must live until the search returns
         sp = self._search_params(sel, ef, depth)
         qv = np.ascontiguousarray(unit(query_vectors))
@@ -285,7 +299,7 @@ class FaissIndex:
                 rest = np.flatnonzero(mask) if mask is not None else self._live_rows()
                 out.append(top_k_blocks(self.vecs, qv[i:i + 1], k, rows=rest)[0])
                 continue
-            if rerank:
+            if rescore:
                 s = (self.vectors(rows) @ qv[i]).astype(np.float32)
             else:
                 s = sims[i][keep].astype(np.float32)

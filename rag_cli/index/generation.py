@@ -19,8 +19,9 @@ from rag_cli.store.index_folder import GenerationVanished, current_generation, c
 class IndexFolder:
     """A loaded index generation: `meta` (meta.json), `chunks` (pyarrow.Table
     of INDEX_COLUMNS present, plus `label`, memory-mapped), `dense` (a
-    `rag_cli.index.backends.VectorIndex` of the backend meta.json names), `sparse`
-    (`SparseIndex`; for a milvus generation a `MilvusSparse` around it), each None when not asked for (`open`'s `parts`), `docs`
+    `rag_cli.index.backends.Backend` of the backend meta.json names), `sparse`
+    (`SparseIndex`, or the backend's retriever around it: `Backend.open_sparse`), each None when not
+    asked for (`open`'s `parts`), `docs`
     (pyarrow.Table of INDEX_DOC_COLUMNS, None for a generation without
     docs.parquet); `path` is the generation's folder; `key` says which
     generation this is in a way that never repeats: (folder, sha256 of its
@@ -92,15 +93,14 @@ class IndexFolder:
             if "dense" in parts:
                 from rag_cli.index.backends import load_dense
 
-                dense = load_dense(gen / "dense", labels)
+                dense = load_dense(gen / "dense", labels)  # of the backend its rag_dense.json names
             if "sparse" in parts:
                 from rag_cli.index.sparse import SparseIndex
 
                 sparse = SparseIndex.load(gen / "sparse")
-                if meta.get("dense", {}).get("backend") == "milvus":  # BM25 served from the generation's collection
-                    from rag_cli.index.milvus import serve_sparse
+                from rag_cli.index.backends import backend_for
 
-                    sparse = serve_sparse(sparse, meta["dense"], gen)
+                sparse = backend_for(meta.get("dense", {})).open_sparse(sparse, meta.get("dense", {}), gen)
             docs = pq.ParquetFile(gen / "docs.parquet").read() if (gen / "docs.parquet").exists() else None
         except BadInput:
             raise

@@ -59,14 +59,15 @@ file, pymilvus's logging) is `rag_cli.index.milvus_connection`.
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
 
 import numpy as np
 
 from rag_cli.errors import BadInput
-from rag_cli.index.dense_common import Result, check_queries, empty, load_vectors, save_vectors, unit
+from rag_cli.index import milvus_publish
+from rag_cli.index.dense_common import Result, check_queries, empty, unit
+from rag_cli.index.exact import ExactIndex
 from rag_cli.index.milvus_connection import (  # noqa: F401 - the backend's names, re-exported
     OWNER, TOKEN, busy, client, close_clients, collection_of, default_alias, failed, forget, given_uri,
     import_pymilvus, is_server, lite_holders, loaded, mark_loaded, properties, resolve_uri)
@@ -165,29 +166,66 @@ def _check_k(k: int) -> None:
 
 
 # --------------------------------------------------------------------------- the dense index
-class MilvusIndex:
-    """The dense side of a milvus generation (a `VectorIndex`): `vecs` ((n, d) float32 unit rows, the
-    generation's `dense/vectors.npy`, memory-mapped once loaded: `vectors`, evidence cosines and the
-    exact ground truth read it locally) and `params` (rag_dense.json: backend, uri, alias, milvus_index,
-    the index's parameters); `collection` is the generation's collection once it is known (load, publish)."""
+class MilvusIndex(ExactIndex):
+    """The dense side of a milvus generation (a `Backend`, stored as `exact` is): `vecs` ((n, d) float32
+    unit rows, the generation's `dense/vectors.npy`, memory-mapped once loaded: `vectors`, evidence cosines
+    and the exact ground truth read it locally) and `params` (rag_dense.json: backend, uri, alias, milvus_index,
+    the index's parameters); `collection` is the generation's collection once it is known (open, publish).
+    The serving life cycle (`verify`, `status`, `check_switch`, `targets`, `sync`) is
+    `rag_cli.index.milvus_publish`'s."""
 
-    row_labels = None  # rows are the vectors' order, as for `exact`
+    name = "milvus"
+    structure = {"uri": "uri", "collection": "alias"}  # milvus republishes every generation whole anyway
+    #: read at search time: those of its index, whose change republishes the generation (`rag update` then
+    #: writes a new one even when no chunk changed)
+    search_keys = {"milvus_index": "milvus_index", "hnsw_m": "M", "hnsw_ef_construction": "ef_construction",
+                   "hnsw_ef": "ef", "nlist": "nlist_setting", "pq_m": "pq_m_setting", "nprobe": "nprobe"}
+    check = staticmethod(check_settings)
+    concrete = staticmethod(concrete)
+
+    @classmethod
+    def describe(cls, params: dict, where: bool = False) -> str:
+        return f"milvus {params.get('milvus_index')}" + (
+            f" (alias {params.get('alias')} at {params.get('uri')})" if where else "")
+
+    @classmethod
+    def open_sparse(cls, sparse, params: dict, gen: Path) -> "MilvusSparse":
+        """`sparse` (the generation `gen`'s local `SparseIndex`) served from its collection."""
+        import_pymilvus()  # a missing extra is exit 2 on open, not at the first search
+        return MilvusSparse(sparse, params, collection_of(params["alias"], gen.name), Path(gen).absolute().parent.parent)
+
+    verify = staticmethod(milvus_publish.check_served)
+    status = staticmethod(milvus_publish.lite_problem)
+    check_switch = staticmethod(milvus_publish.check_switch)
+    targets = staticmethod(milvus_publish.targets)
+    sync = staticmethod(milvus_publish.sync)
+
+    @classmethod
+    def status_note(cls, index_dir: Path, current: Path, known: set) -> str:
+        """"; the Milvus alias ... " naming the aliases of this project's other milvus generations that the
+        rollback to `current` did not move (only the alias `current` was published under follows it, none for
+        a local generation: see docs/scale-out.md), else "". From the folder alone (status opens no Milvus)."""
+        mine = {(uri, alias) for uri, alias, name in known if name == collection_of(alias, current.name)}
+        left = sorted({(uri, alias) for uri, alias, _ in known} - mine)
+        if not left:
+            return ""
+        names = ", ".join(f"{alias} at {uri}" for uri, alias in left)
+        return (f"; the Milvus alias {names} still serves the collection it pointed at (a rollback moves only the "
+                f"alias of the generation it makes current{', which has none' if not mine else ''}); `rag index` "
+                "publishes the current chunks again under the configured --collection")
 
     def __init__(self, vecs: np.ndarray, params: dict, collection: str | None = None, uri: str | None = None):
-        self.vecs = vecs
-        self.params = params
+        super().__init__(vecs, params)
         self.collection = collection
         self.uri = uri  # params["uri"] resolved against the project folder (load, publish)
 
     @classmethod
-    def build(cls, vectors: np.ndarray, settings) -> "MilvusIndex":
+    def build(cls, vectors: np.ndarray, settings, threads: int = 0) -> "MilvusIndex":
         """From (n, d) float32 vectors and concrete [index] settings (`concrete`). Nothing is sent yet:
         `publish` sends the written generation."""
-        n, d = vectors.shape
-        params = {"backend": "milvus", "space": "cosine", "dim": int(d), "n": int(n), "n_deleted": 0,
-                  "next_label": int(n), "token": uuid.uuid4().hex}
-        params.update(cls._settings(settings, n, d))
-        return cls(unit(vectors), params)
+        dense = super().build(vectors)
+        dense.params.update(token=uuid.uuid4().hex, **cls._settings(settings, *vectors.shape))
+        return dense
 
     @staticmethod
     def _settings(settings, n: int, d: int) -> dict:
@@ -201,31 +239,19 @@ class MilvusIndex:
     def update(self, row_labels: np.ndarray, deleted: list[int], add_vectors: np.ndarray, add_labels: np.ndarray,
                *, vectors: np.ndarray, settings, threads: int = 0) -> None:
         """The new generation's vectors, whole (its collection is published whole: see the module doc)."""
-        self.vecs = unit(vectors)
-        self.params.update(n=int(len(vectors)), n_deleted=0, token=uuid.uuid4().hex,
-                           next_label=int(max(self.params.get("next_label", 0),
-                                              int(add_labels.max()) + 1 if len(add_labels) else 0)))
-        self.params.update(self._settings(settings, len(vectors), self.params["dim"]))
-
-    def save(self, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        save_vectors(folder / "vectors.npy", self.vecs)
-        (folder / "rag_dense.json").write_text(json.dumps(self.params), encoding="utf-8")
+        super().update(row_labels, deleted, add_vectors, add_labels, vectors=vectors)
+        self.params.update(token=uuid.uuid4().hex, **self._settings(settings, len(vectors), self.params["dim"]))
 
     @classmethod
-    def load(cls, folder: Path, params: dict) -> "MilvusIndex":
-        """`folder` (a generation's `dense/`): its vectors.npy memory-mapped, its collection named after the
-        generation. Nothing is sent to Milvus until a search. ValueError when the shape is not rag_dense.json's."""
-        vecs = load_vectors(folder / "vectors.npy")
-        if vecs.shape != (params["n"], params["dim"]):
-            raise ValueError(f"{folder / 'vectors.npy'} holds {vecs.shape} vectors where rag_dense.json says "
-                             f"({params['n']}, {params['dim']})")
-        return cls(vecs, params, collection_of(params["alias"], folder.parent.name),
-                   resolve_uri(params["uri"], Path(folder).absolute().parent.parent.parent))
-
-    def vectors(self, rows) -> np.ndarray:
-        rows = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, dtype=np.int64)
-        return np.asarray(self.vecs[rows], dtype=np.float32).reshape(len(rows), self.params["dim"])
+    def open(cls, folder: Path, params: dict, row_labels: np.ndarray | None = None) -> "MilvusIndex":
+        """`folder` (a generation's `dense/`): its vectors.npy memory-mapped (`ExactIndex.open`), its
+        collection named after the generation. Nothing is sent to Milvus until a search. BadInput without
+        pymilvus (a missing extra is exit 2 on open, not at the first search)."""
+        import_pymilvus()
+        dense = super().open(folder, params)
+        dense.collection = collection_of(params["alias"], folder.parent.name)
+        dense.uri = resolve_uri(params["uri"], Path(folder).absolute().parent.parent.parent)
+        return dense
 
     def _search_params(self, k: int) -> dict:
         kind = self.params["milvus_index"]
@@ -334,13 +360,3 @@ class MilvusSparse:
         _check_rows(rows, int(self.local.retriever.scores["num_docs"]), self.collection, self.uri)
         keep = scores > 0
         return rows[keep], scores[keep]
-
-
-def serve_sparse(sparse, dense_params: dict, gen: Path):
-    """`sparse` (the generation's local `SparseIndex`) served from Milvus when the generation is a milvus
-    one (`MilvusSparse`), else `sparse` itself."""
-    if dense_params.get("backend") != "milvus":
-        return sparse
-    import_pymilvus()  # a missing extra is exit 2 on open, not at the first search
-    return MilvusSparse(sparse, dense_params, collection_of(dense_params["alias"], gen.name),
-                        Path(gen).absolute().parent.parent)

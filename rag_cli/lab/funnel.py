@@ -75,13 +75,6 @@ def run(p, qrels: str | os.PathLike, queries: str | os.PathLike, *, k: int | Non
     return report
 
 
-def ann_label(report: dict) -> str:
-    """What the ANN recall of a funnel report measured: HNSW (hnswlib; reports without `ann_backend`),
-    or the backend, e.g. `faiss ivf-pq`, `exact`."""
-    backend = report.get("ann_backend", "hnswlib")
-    return "HNSW" if backend == "hnswlib" else backend
-
-
 class FunnelReport(Report):
     """Counts of the layer where the gold first goes missing, and ANN recall."""
 
@@ -109,5 +102,7 @@ class FunnelReport(Report):
         for label, v in rows:
             table.add_row(label, str(v), f"{v / n:.1%}" if n else "")
         console.print(table)
-        console.print(f"ANN recall ({ann_label(r)} vs exact): " + ", ".join(f"{k} {'n/a' if v is None else f'{v:.4f}'}"
-                                                                 for k, v in r["ann"].items()), highlight=False)
+        from rag_cli.index.backends import ann_label
+
+        console.print(f"ANN recall ({ann_label(r.get('ann_backend'))} vs exact): " + ", ".join(
+            f"{k} {'n/a' if v is None else f'{v:.4f}'}" for k, v in r["ann"].items()), highlight=False)

@@ -13,9 +13,11 @@ LLM or make it send a key elsewhere.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from rag_cli.config import all_settings, setting_info
 
 FilterField = Field(None, description="Filter expressions (AND), e.g. [\"doc_id=guides/*\", \"date>=2025-01-01\"]; "
                                       "see docs/living-index.md")
@@ -25,49 +27,55 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class SearchRequest(_Strict):
+def setting_field(section: str, key: str, note: str = "") -> tuple[Any, Any]:
+    """(type, Field) of the optional request field for config `section.key`, from its `config.setting`:
+    its type (None = not given: rag.toml's value), its help (+ `note`) and its limits in the schema
+    (`minimum`/`maximum`, or `enum`; checked by the library, whose message names the flag and the key)."""
+    info = setting_info(section, key)
+    limits = info.limits or ()
+    schema = {"enum": list(limits)} if limits and isinstance(limits[0], str) else \
+        {name: v for name, v in zip(("minimum", "maximum"), limits) if v is not None}
+    return Optional[type(info.default)], Field(None, description=f"{info.help}{note} (config: {info.place}.{key})",
+                                               json_schema_extra=schema or None)
+
+
+def _options(self) -> dict:
+    """The config options given (not None): every field but the text, the filter and `stream`."""
+    return {k: v for k, v in self.model_dump(exclude={"query", "question", "filter", "stream"}).items()
+            if v is not None}
+
+
+class _SearchBase(_Strict):
     """POST /search: one query; the answer is what `rag search QUERY --json` prints."""
 
     query: str = Field(description="The query")
-    mode: str | None = Field(None, description="dense | sparse | hybrid (search.mode)")
-    k: int | None = Field(None, description="Results (search.k; at most serve.max_k)")
     filter: list[str] | str | None = FilterField
-    rrf_k: int | None = Field(None, description="RRF constant k (search.rrf_k)")
-    candidates: int | None = Field(None, description="Hybrid: hits per retriever before fusion (search.candidates)")
-    fusion: str | None = Field(None, description="Hybrid: rrf | minmax | zscore (search.fusion)")
-    dense_weight: float | None = Field(None, description="minmax/zscore: weight of the dense scores "
-                                                         "(search.dense_weight)")
-
-    def options(self) -> dict:
-        """The [search] options given (not None)."""
-        return {k: v for k, v in self.model_dump(exclude={"query", "filter"}).items() if v is not None}
+    options = _options
 
 
-class AskRequest(_Strict):
+class _AskBase(_Strict):
     """POST /ask: one question; the answer is what `rag ask QUESTION --json` prints
     (with `stream`: server-sent events, see docs/serve.md)."""
 
     question: str = Field(description="The question")
     stream: bool = Field(False, description="Send the answer as server-sent events while it is written")
-    mode: str | None = Field(None, description="Retrieval mode of the evidence (search.mode)")
-    k: int | None = Field(None, description="Evidence chunks (ask.k; at most serve.max_k)")
     filter: list[str] | str | None = FilterField
-    min_score: float | None = Field(None, description="Refuse below this cosine of the best evidence (ask.min_score: "
-                                                      "questions with Chinese characters; without min_score_en, "
-                                                      "every question)")
-    min_score_en: float | None = Field(None, description="Refuse below this cosine of the best evidence, for "
-                                                         "questions without Chinese characters (ask.min_score_en)")
-    min_coverage: float | None = Field(None, description="ask.min_coverage")
-    strong_score: float | None = Field(None, description="ask.strong_score")
-    max_sentences: int | None = Field(None, description="ask.max_sentences")
-    min_rerank_score: float | None = Field(None, description="ask.min_rerank_score")
-    gate: Literal["on", "off"] | None = Field(None, description="ask.gate")
-    rewrite: str | None = Field(None, description="none | multi-query | hyde (ask.rewrite; an LLM generator)")
-    grade: str | None = Field(None, description="off | llm (ask.grade; an LLM generator)")
+    options = _options
 
-    def options(self) -> dict:
-        """The [ask] and [search] options given (not None)."""
-        return {k: v for k, v in self.model_dump(exclude={"question", "filter", "stream"}).items() if v is not None}
+
+def _fields(section: str, without: tuple[str, ...] = ()) -> dict[str, tuple[Any, Any]]:
+    """`setting_field` of each command-line key of `section` not in `without`, k noting serve.max_k."""
+    return {s.key: setting_field(section, s.key, "; at most serve.max_k per request" if s.key == "k" else "")
+            for s in all_settings() if s.section == section and s.cli and s.key not in without}
+
+
+SearchRequest = create_model("SearchRequest", __base__=_SearchBase, __doc__=_SearchBase.__doc__, **_fields("search"))
+#: [ask] keys a request cannot set: the generator and prompt are the server's (rag.toml); the others are
+#: not served yet.
+AskRequest = create_model("AskRequest", __base__=_AskBase, __doc__=_AskBase.__doc__,
+                          mode=setting_field("search", "mode"),
+                          **_fields("ask", without=("generator", "prompt", "min_entity_coverage", "key_idf",
+                                                    "entity_scope", "rerank_candidates", "refusal_scope")))
 
 
 class FeedbackRequest(_Strict):

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from rag_cli.config import IndexConfig
-from rag_cli.index.backends import check_backend, concrete_settings, publisher, serving_targets, sync_serving
+from rag_cli.index.backends import backend_for, check_backend, serving_targets, sync_serving
 from rag_cli.index.build import build_full, index_docs, index_meta, read_inputs, record_index
 from rag_cli.progress import Progress
 from rag_cli.store.index_folder import write_index_folder
@@ -39,7 +39,7 @@ def build_index(project: "ProjectFolder", params: IndexConfig, threads: int = 0,
     """
     t0 = time.perf_counter()
     check_backend(params)  # a missing faiss (pymilvus) is exit 2 before anything is read
-    params = concrete_settings(params, project.root)
+    params = backend_for(params).concrete(params, project.root)
     known = serving_targets(project.index_dir)
     step = (lambda done: progress("indexing", done, 3)) if progress else (lambda done: None)
     chunks, vectors, emb = read_inputs(project.require(project.chunks_path, "chunk"),
@@ -50,7 +50,7 @@ def build_index(project: "ProjectFolder", params: IndexConfig, threads: int = 0,
     counts = {"n_chunks": chunks.num_rows}
     gen = write_index_folder(project.index_dir, dense=dense, sparse=sparse, chunks=chunks, meta=meta, keep=keep,
                              command=command, counts=counts, docs=index_docs(project.docs_path),
-                             publish=publisher(dense))
+                             publish=dense.publish)
     sync_serving(project.index_dir, known)  # pruned generations' collections go (the alias moved at the publish)
     seconds = time.perf_counter() - t0
     record_index(project, params, emb, gen.name, counts, seconds)

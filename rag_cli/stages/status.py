@@ -134,37 +134,17 @@ def stale_stages(project: "ProjectFolder") -> list[dict[str, Any]]:
     if current is None:
         stale("index", "there is no index yet", "rag index")
     elif built.get("generation") and current != project.index_dir and built["generation"] != current.name:
+        from rag_cli.index.backends import serving_notes
+
         stale("index", f"the current generation {current.name} is not {built['generation']}, the one built from "
                        "the current chunks.parquet and embeddings.parquet, as after `rag rollback`"
-                       + _aliases_left(project.index_dir, current), "rag index")
+                       + serving_notes(project.index_dir, current), "rag index")
     elif not built:
         stale("index", "manifest.json has no record of what the current generation was built from", "rag index")
     elif any(built.get("inputs", {}).get(k) != v for k, v in sha.items()):
         stale("index", "chunks.parquet or embeddings.parquet changed since the current generation was built",
               "rag index")
     return out
-
-
-def _aliases_left(index_dir: Path, current: Path) -> str:
-    """After a rollback: "; the Milvus alias ... " naming the aliases of this project's other milvus
-    generations that the rollback to `current` did not move (only the alias `current` was published under
-    follows it, none for a local generation: see docs/scale-out.md), else "". From the folder alone (status
-    opens no Milvus)."""
-    from rag_cli.index.backends import serving_targets
-    from rag_cli.index.milvus_connection import collection_of
-
-    try:
-        places = serving_targets(index_dir)
-    except Exception:  # noqa: BLE001 - a generation opened later says what is wrong with it
-        return ""
-    mine = {(uri, alias) for uri, alias, name in places if name == collection_of(alias, current.name)}
-    left = sorted({(uri, alias) for uri, alias, _ in places} - mine)
-    if not left:
-        return ""
-    names = ", ".join(f"{alias} at {uri}" for uri, alias in left)
-    return (f"; the Milvus alias {names} still serves the collection it pointed at (a rollback moves only the alias "
-            f"of the generation it makes current{', which has none' if not mine else ''}); `rag index` publishes "
-            "the current chunks again under the configured --collection")
 
 
 def _vector_problems(project: "ProjectFolder", unreadable: bool) -> list[str]:

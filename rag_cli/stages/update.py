@@ -43,8 +43,8 @@ import pyarrow as pa
 from rag_cli.chunking import chunk_with_parents
 from rag_cli.chunking.setup import chunk_options, chunk_settings
 from rag_cli.config import ChunkConfig, IndexConfig, ModelConfig
-from rag_cli.index.backends import (check_backend, check_served, concrete_settings, publisher, rebuild_reason,
-                                    same_search_params, serving_targets, sync_serving)
+from rag_cli.index.backends import (backend_for, check_backend, rebuild_reason, same_search_params, serving_targets,
+                                    sync_serving)
 from rag_cli.index.build import build_full, index_docs, index_meta, index_texts, read_inputs, record_index, with_labels
 from rag_cli.index.sparse import SparseIndex
 from rag_cli.loaders import load_sources
@@ -203,7 +203,7 @@ def _merge(old: pa.Table | None, new: pa.Table, order: list[str], keep: set[str]
 
 def check_served_index(project: "ProjectFolder", params: IndexConfig) -> None:
     """Before an update changes anything: BadInput when the current generation is served from a copy that
-    is gone (a deleted Milvus Lite file: `rag_cli.index.backends.check_served`), so `rag update` stops
+    is gone (a deleted Milvus Lite file: `Backend.verify`), so `rag update` stops
     before rechunking. Nothing when there is no index yet, or its meta.json cannot be read (opening the
     generation says why later)."""
     from rag_cli.store.index_folder import current_generation
@@ -216,7 +216,7 @@ def check_served_index(project: "ProjectFolder", params: IndexConfig) -> None:
     except (OSError, ValueError, KeyError, TypeError):
         return
     if isinstance(dense, dict):
-        check_served(gen, dense, concrete_settings(params, project.root))
+        backend_for(dense).verify(gen, dense, backend_for(params).concrete(params, project.root))
 
 
 def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int = 0, keep: int = 2,
@@ -227,7 +227,7 @@ def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int 
     build was done, or None), compacted (bool), generation, seconds."""
     t0 = time.perf_counter()
     check_backend(params)
-    params = concrete_settings(params, project.root)
+    params = backend_for(params).concrete(params, project.root)
     known = serving_targets(project.index_dir)
     step = (lambda done: progress("indexing", done, 3)) if progress else (lambda done: None)
     chunks, vectors, emb = read_inputs(project.require(project.chunks_path, "chunk"),
@@ -236,7 +236,7 @@ def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int 
     full = None
     cur = IndexFolder.open(project.index_dir) if IndexFolder.exists(project.index_dir) else None
     if cur is not None:
-        check_served(cur.path, cur.meta["dense"], params)  # a deleted Milvus Lite file: `rag index`, not an update
+        backend_for(cur.meta["dense"]).verify(cur.path, cur.meta["dense"], params)  # a deleted Milvus Lite file: `rag index`, not an update
     if cur is None:
         full = "there is no index yet"
     elif cur.meta["model_fingerprint"] != emb.fingerprint:
@@ -293,7 +293,7 @@ def update_index(project: "ProjectFolder", params: IndexConfig, *, threads: int 
     counts = {"n_chunks": chunks.num_rows, "vectors_added": added, "vectors_deleted": deleted,
               "full": full, "compacted": compacted}
     gen = write_index_folder(project.index_dir, dense=dense, sparse=sparse, chunks=chunks, meta=meta, keep=keep,
-                             command="update", counts=counts, docs=docs, publish=publisher(dense))
+                             command="update", counts=counts, docs=docs, publish=dense.publish)
     sync_serving(project.index_dir, known)
     seconds = time.perf_counter() - t0
     record_index(project, params, emb, gen.name, counts, seconds)
