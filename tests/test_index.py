@@ -111,7 +111,7 @@ def test_exact_and_hnsw_dense_ties_are_ordered_by_row():
     assert rows.tolist() == list(range(10))
     [(rows, _)] = top_k_blocks(x, x[:1], 5, rows=np.arange(100, 5000), block=1000)
     assert rows.tolist() == [100, 101, 102, 103, 104]
-    [(rows, cos)] = DenseIndex.build(x[:300], m=16, ef_construction=100, ef=50).search(x[:1], 10)
+    [(rows, cos)] = DenseIndex.build(x[:300], IndexConfig(hnsw_m=16, hnsw_ef_construction=100, hnsw_ef=50)).search(x[:1], 10)
     assert rows.tolist() == sorted(rows.tolist()) and len(set(cos.tolist())) <= 2
 
 
