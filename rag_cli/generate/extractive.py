@@ -68,17 +68,40 @@ _END = re.compile(r"[。！？；.!?:：;]$")
 _SENTENCE = re.compile(r".*?(?:[。！？；]|[.!?](?=\s|$)|$)", re.S)
 
 
+#: a line that is page furniture, no evidence: a page number ("2", "- 2 -", "Page 2", "Page 2 of 9", "2 / 9",
+#: "第 2 页", "p. 2"), a table separator ("|---|---|", "----") or a form feed (a page break of a PDF's text)
+_FURNITURE = re.compile(r"^\s*(?:[-–—]?\s*\d{1,4}\s*[-–—]?|(?:page|p\.|pg\.?)\s*\d{1,4}(?:\s*(?:of|/)\s*\d{1,4})?"
+                        r"|\d{1,4}\s*/\s*\d{1,4}|第\s*\d{1,4}\s*页(?:\s*[/，,]?\s*共\s*\d{1,4}\s*页)?"
+                        r"|\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?|[=_*·•.\s]{3,})\s*$", re.I)
+#: list numbering at the start of a line ("1. ", "2) ", "(3) ", "a) ", "- ", "• "): not part of the sentence
+_LIST_MARK = re.compile(r"^\s*(?:\(?\d{1,3}[.)]|\(?[a-z][)]|[-*+•·])\s+", re.I)
+
+
+def strip_furniture(text: str) -> str:
+    """`text` without page furniture (`_FURNITURE` lines: page numbers and "Page N" headers or footers, table
+    separators; a form feed ends a line) and without list numbering at the start of a line; a heading stays
+    (`split_sentences` drops a heading alone)."""
+    lines = []
+    for line in text.replace("\f", "\n").split("\n"):
+        if _FURNITURE.match(line):
+            continue
+        lines.append(_LIST_MARK.sub("", line) if _LIST_MARK.match(line) and line.strip()[:1] not in "|#" else line)
+    return "\n".join(lines)
+
+
 def split_sentences(text: str, min_chars: int = 5) -> list[str]:
     """Split `text` into sentences (str), dropping those under `min_chars` characters.
 
     A single line break inside a paragraph (hard-wrapped text) does not end a
     sentence; a blank line, a list item, a heading or a table row does.
     Headings, table rows, code fences, lead-ins ending in a colon and short
-    lines without final punctuation are not sentences and are dropped.
+    lines without final punctuation are not sentences and are dropped; so are
+    page furniture lines and list numbering (`strip_furniture`): "Page 2" above
+    a sentence never becomes part of it.
     """
     out = []
     for block in _BLOCK.split(text):
-        block = " ".join(_CJK_BREAK.sub("", block).split())
+        block = " ".join(_CJK_BREAK.sub("", strip_furniture(block)).split())
         for m in _SENTENCE.finditer(block):
             s = m.group(0).strip()
             if len(s) < min_chars or s.startswith(("```", "#", "|")) or s.endswith((":", "：")):
