@@ -429,7 +429,7 @@ class ExtractiveGenerator:
         best score that names the question's (the evidence of "version 2.0" answers "... in version 2.0?",
         not the notes on 1.0). Otherwise a
         sentence within `conflict_margin` of the best, from another chunk, that holds as many of the
-        question's weighted terms (`Ranked.shares`, at least `conflict_share` and at least the best's less
+        question's key terms (`key_term_share`, at least `conflict_share` and at least the best's less
         0.05) and states other numbers (`stated_values`) than the best does, while each one states some
         number, disagrees with it: both are quoted, each with its citation."""
         order = [int(i) for i in ranked.order]
@@ -443,12 +443,16 @@ class ExtractiveGenerator:
             if carrying:
                 return carrying[0], None
         mine = stated_values(ranked.sentences[best], question)
-        if not mine or float(ranked.shares[best]) < self.conflict_share:
+
+        def share(i: int) -> float:
+            return key_term_share(question, ranked.sentences[i], self.analyze, self.idf)
+
+        if not mine or share(best) < self.conflict_share:
             return best, None
         for i in near[1:]:
             if ranked.evidence[i].chunk_id == ranked.evidence[best].chunk_id:
                 continue
-            if float(ranked.shares[i]) < max(self.conflict_share, float(ranked.shares[best]) - 0.05):
+            if share(i) < max(self.conflict_share, share(best) - 0.05):
                 continue
             theirs = stated_values(ranked.sentences[i], question)
             if theirs and not (theirs & mine):
