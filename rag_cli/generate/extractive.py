@@ -268,8 +268,8 @@ class ExtractiveGenerator:
         margin: a further sentence is considered only when its score >= best - margin.
         lexical_weight: weight of the weighted share of question terms in a sentence.
         type_weight: bonus of a sentence holding the number or date asked for.
-        context: the cosine of a sentence is taken over it and the `context`
-            sentences that follow it (a sentence alone is often too short for
+        context: the cosine of a sentence is taken over its section heading (the
+            last of `Evidence.title_path`), it and the `context` sentences that follow it (a sentence alone is often too short for
             its meaning: "ef is the size of the candidate list ... It is the
             main knob for ..."); only the sentence itself is quoted.
         add_share: a second sentence is quoted only when it holds at least
@@ -362,12 +362,15 @@ class ExtractiveGenerator:
         seen: set[str] = set()
         for ev in evidence:
             split = [strip_marks(x) for x in split_sentences(ev.text)]
+            # the section heading the sentence stands under says what it is about ("The two parameters" above
+            # "b controls ...": the b parameter); it is read with the sentence, never quoted
+            heading = strip_marks(ev.title_path[-1]).strip() + ": " if ev.title_path else ""
             for i, sentence in enumerate(split):
                 if sentence not in seen:
                     seen.add(sentence)
                     sentences.append(sentence)
                     owners.append(ev)
-                    windows.append(" ".join(split[i:i + 1 + self.context]))
+                    windows.append(heading + " ".join(split[i:i + 1 + self.context]))
         if not sentences:
             empty = np.zeros(0, dtype=np.float32)
             return Ranked([], [], empty, np.zeros(0, dtype=np.int64), empty)
