@@ -62,9 +62,12 @@ def ask(question: QuestionArg = None, queries: QueriesOpt = None, stream: Stream
     its citation. The answer is as short as the question needs: one sentence
     (a second only when the question asks two things and it adds them), and for
     a question asking for a date, number, person, place or thing, the phrase of
-    it that holds the fact when the answerer is sure of it, else the sentence cut
-    to 20 words around that phrase, quoted verbatim with its citation (`--json`
-    keeps the full sentence as `support`); Markdown marks are removed. It needs no
+    it that holds the fact when the answerer is sure of it, else the whole sentence,
+    quoted verbatim with its citation; under a short answer the supporting sentence is
+    printed with its citation (`--json`: `support`). Page numbers, running headers and
+    list numbering are no evidence; two sources that state different values are both
+    quoted unless the question names a qualifier (a version, a year) that one carries
+    (`--json`: `conflict`). Markdown marks are removed. It needs no
     LLM and cannot say what the sources do not; it can quote a true but not quite
     responsive sentence. `--reader DIR` (`model.reader`, any ONNX
     extractive-QA export) answers with the reader's best span and its citation,
