@@ -361,16 +361,25 @@ class ExtractiveGenerator:
         windows: list[str] = []
         seen: set[str] = set()
         for ev in evidence:
-            split = [strip_marks(x) for x in split_sentences(ev.text)]
+            split, heads = [], []
             # the section heading the sentence stands under says what it is about ("The two parameters" above
-            # "b controls ...": the b parameter); it is read with the sentence, never quoted
-            heading = strip_marks(ev.title_path[-1]).strip() + ": " if ev.title_path else ""
+            # "b controls ...": the b parameter); it is read with the sentence, never quoted: the last of the
+            # chunk's title path, or a heading line of the text itself (a short line without final punctuation)
+            heading = strip_marks(ev.title_path[-1]).strip() if ev.title_path else ""
+            for block in _BLOCK.split(ev.text):
+                line = " ".join(strip_furniture(block).split()).lstrip("#").strip()
+                if line and len(line) < 40 and not _END.search(line) and not line.startswith(("|", "```")):
+                    heading = strip_marks(line)
+                    continue
+                got = [strip_marks(x) for x in split_sentences(block)]
+                split += got
+                heads += [heading + ": " if heading else ""] * len(got)
             for i, sentence in enumerate(split):
                 if sentence not in seen:
                     seen.add(sentence)
                     sentences.append(sentence)
                     owners.append(ev)
-                    windows.append(heading + " ".join(split[i:i + 1 + self.context]))
+                    windows.append(heads[i] + " ".join(split[i:i + 1 + self.context]))
         if not sentences:
             empty = np.zeros(0, dtype=np.float32)
             return Ranked([], [], empty, np.zeros(0, dtype=np.int64), empty)
