@@ -47,6 +47,7 @@ def answer_json(res) -> dict:
         "refused": res.answer.refused,
         "citations": res.answer.citations,
         **({"support": res.answer.support} if res.answer.support and not res.answer.refused else {}),
+        "conflict": bool(getattr(res.answer, "conflict", False)) and not res.answer.refused,
         "statements": [] if res.answer.refused else [
             {"text": st.text, "citations": st.citations, "uncited": st.uncited}
             for st in statements(res.answer.text)],

@@ -93,7 +93,8 @@ class AnswerStream:
 
 
 def answer(res, streamed: bool = False) -> None:
-    """Question, answer and cited sources; all document text is plain (`rag_cli.safe_text`).
+    """Question, answer, the supporting sentences (cited) when the answer is a phrase of them, and cited
+    sources; all document text is plain (`rag_cli.safe_text`).
     `streamed`: the question and answer were printed already (`AnswerStream`), only end the line."""
     from rich.text import Text
 
@@ -105,6 +106,9 @@ def answer(res, streamed: bool = False) -> None:
     else:
         out.print(Text.assemble(("Q:", "bold"), " ", plain(res.question)))
         out.print(Text.assemble(("A:", "bold"), " ", plain(res.answer.text)))
+        support = res.answer.support
+        if support and not res.answer.refused and support.strip() != res.answer.text.strip():
+            out.print(Text.assemble(("Support:", "bold"), " ", plain(support)))
     cited = set(res.answer.citations)
     if cited:
         out.print(Text("Sources:", style="bold"))

@@ -8,10 +8,11 @@ LLM generator (an OpenAI-compatible server, a local GGUF) implements the same
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rag_cli.loaders.normalize import has_cjk
+from rag_cli.loaders.normalize import CJK, has_cjk
 
 
 REFUSAL = {"en": "Not found in the sources.", "zh": "资料中未提及。"}
@@ -20,6 +21,37 @@ REFUSAL = {"en": "Not found in the sources.", "zh": "资料中未提及。"}
 def language(text: str) -> str:
     """'zh' if `text` contains a CJK ideograph, else 'en'."""
     return "zh" if has_cjk(text) else "en"
+
+
+_CJK_RUN = re.compile(rf"[{CJK}]+")
+_NAME_TOKEN = re.compile(r"[A-Za-z]*\d[\w.-]*|\b[A-Z][A-Za-z]*[A-Z][\w-]*")  # BM25, X200, nDCG, HNSW, 2.0
+
+
+def _mostly_cjk(text: str) -> bool:
+    """Whether `text` is written in Chinese: at least 30% of its letters are CJK characters (an English
+    passage under a Chinese heading, or naming one Chinese term, is English)."""
+    cjk = len(_CJK_RUN.findall(text)) and sum(len(r) for r in _CJK_RUN.findall(text))
+    latin = len(re.findall(r"[A-Za-z]", text)) / 4  # about four letters to a word, one character to a word
+    return bool(cjk) and cjk >= 0.3 * (cjk + latin)
+
+
+def script_question(question: str, texts: list[str]) -> str:
+    """The part of `question` whose key terms the evidence `texts` could hold in their own language (`ask`
+    takes the entity coverage of each evidence text with its own): the question itself when it and some
+    text share a language; across languages (a Chinese question, no text
+    with CJK characters; an English question, every text with them) only its names and numbers ("nDCG 的折扣
+    是怎么计算的？" over English sources -> "nDCG"): the question's other words are in another language
+    than the sources, and their absence says nothing about whether the sources answer it. "" when none
+    is left (then `entity_coverage` is 1.0: the rule does not judge)."""
+    if not texts:
+        return question
+    zh_q = has_cjk(question)
+    zh_texts = [_mostly_cjk(t) for t in texts]
+    if zh_q and not any(zh_texts):
+        return " ".join(_CJK_RUN.sub(" ", question).split())
+    if not zh_q and all(zh_texts):
+        return " ".join(_NAME_TOKEN.findall(question))
+    return question
 
 
 def refusal(question: str) -> str:
@@ -76,6 +108,7 @@ class Answer:
     n_citations_removed: int = 0
     support: str = ""  # the full sentences an extractive answer quotes from, cited ("" for an LLM answer)
     signals: dict = field(default_factory=dict)  # what the generator measured of its answer (extractive: `signals`)
+    conflict: bool = False  # the evidence holds two different values for what was asked; both are quoted
 
 
 class Generator(Protocol):

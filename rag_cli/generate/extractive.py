@@ -68,17 +68,40 @@ _END = re.compile(r"[。！？；.!?:：;]$")
 _SENTENCE = re.compile(r".*?(?:[。！？；]|[.!?](?=\s|$)|$)", re.S)
 
 
+#: a line that is page furniture, no evidence: a page number ("2", "- 2 -", "Page 2", "Page 2 of 9", "2 / 9",
+#: "第 2 页", "p. 2"), a table separator ("|---|---|", "----") or a form feed (a page break of a PDF's text)
+_FURNITURE = re.compile(r"^\s*(?:[-–—]?\s*\d{1,4}\s*[-–—]?|(?:page|p\.|pg\.?)\s*\d{1,4}(?:\s*(?:of|/)\s*\d{1,4})?"
+                        r"|\d{1,4}\s*/\s*\d{1,4}|第\s*\d{1,4}\s*页(?:\s*[/，,]?\s*共\s*\d{1,4}\s*页)?"
+                        r"|\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?|[=_*·•.\s]{3,})\s*$", re.I)
+#: list numbering at the start of a line ("1. ", "2) ", "(3) ", "a) ", "- ", "• "): not part of the sentence
+_LIST_MARK = re.compile(r"^\s*(?:\(?\d{1,3}[.)]|\(?[a-z][)]|[-*+•·])\s+", re.I)
+
+
+def strip_furniture(text: str) -> str:
+    """`text` without page furniture (`_FURNITURE` lines: page numbers and "Page N" headers or footers, table
+    separators; a form feed ends a line) and without list numbering at the start of a line; a heading stays
+    (`split_sentences` drops a heading alone)."""
+    lines = []
+    for line in text.replace("\f", "\n").split("\n"):
+        if _FURNITURE.match(line):
+            continue
+        lines.append(_LIST_MARK.sub("", line) if _LIST_MARK.match(line) and line.strip()[:1] not in "|#" else line)
+    return "\n".join(lines)
+
+
 def split_sentences(text: str, min_chars: int = 5) -> list[str]:
     """Split `text` into sentences (str), dropping those under `min_chars` characters.
 
     A single line break inside a paragraph (hard-wrapped text) does not end a
     sentence; a blank line, a list item, a heading or a table row does.
     Headings, table rows, code fences, lead-ins ending in a colon and short
-    lines without final punctuation are not sentences and are dropped.
+    lines without final punctuation are not sentences and are dropped; so are
+    page furniture lines and list numbering (`strip_furniture`): "Page 2" above
+    a sentence never becomes part of it.
     """
     out = []
     for block in _BLOCK.split(text):
-        block = " ".join(_CJK_BREAK.sub("", block).split())
+        block = " ".join(_CJK_BREAK.sub("", strip_furniture(block)).split())
         for m in _SENTENCE.finditer(block):
             s = m.group(0).strip()
             if len(s) < min_chars or s.startswith(("```", "#", "|")) or s.endswith((":", "：")):
@@ -176,6 +199,47 @@ def key_term_share(question: str, sentence: str, analyze: Callable[[str], list[s
     return sum(weights[t] for t in terms if holds_term(t, low, words)) / total if total > 0 else 1.0
 
 
+#: a qualifier of a question, by kind: a version ("version 2.0", "v2", "release 3.1"), a year ("in 1998"), a
+#: model or product name with digits ("X200"); the evidence that carries it answers the question (`qualifiers`)
+_QUALIFIERS = {
+    "version": re.compile(r"(?<![\w.])(?:version|release|v)\s?(\d+(?:\.\d+)*)(?![\w]|\.\d)", re.I),
+    "year": re.compile(r"(?<![\w.,])((?:1[5-9]|20)\d\d)(?![\w.,]\d|\w)"),
+    "name": re.compile(r"(?<![\w.-])([A-Z]+-?\d+[A-Za-z\d]*)(?![\w.-])"),
+}
+
+
+#: a value a sentence states: a number (a version or year too), the thing two sources may disagree on
+_VALUE = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*(?![\w])")
+
+
+def qualifiers(text: str) -> list[tuple[str, str]]:
+    """The qualifiers `text` names, as (kind, value lower-cased): "What does X default to in version 2.0?"
+    -> [("version", "2.0")]; "the X200" -> [("name", "x200")]."""
+    out = []
+    for kind, pattern in _QUALIFIERS.items():
+        for m in pattern.finditer(text):
+            q = (kind, m.group(1).lower())
+            if q not in out:
+                out.append(q)
+    return out
+
+
+def _holds_qualifier(sentence: str, qualifier: tuple[str, str]) -> bool:
+    """Whether `sentence` names `qualifier` ((kind, value)) as a whole token ("2.0" is not in "12.0")."""
+    return qualifier in qualifiers(sentence)
+
+
+def _names_another(sentence: str, qualifier: tuple[str, str]) -> bool:
+    """Whether `sentence` names a qualifier of the same kind with another value ("version 1.0" for 2.0)."""
+    return any(k == qualifier[0] and v != qualifier[1] for k, v in qualifiers(sentence))
+
+
+def stated_values(sentence: str, question: str) -> set[str]:
+    """The numbers `sentence` states that `question` does not hold (the values two sources may disagree on)."""
+    asked = set(_VALUE.findall(question)) | {v for _, v in qualifiers(question)}
+    return {v for v in _VALUE.findall(sentence) if v not in asked}
+
+
 @dataclass
 class Ranked:
     """The candidate sentences of some evidence, scored for a question:
@@ -204,8 +268,8 @@ class ExtractiveGenerator:
         margin: a further sentence is considered only when its score >= best - margin.
         lexical_weight: weight of the weighted share of question terms in a sentence.
         type_weight: bonus of a sentence holding the number or date asked for.
-        context: the cosine of a sentence is taken over it and the `context`
-            sentences that follow it (a sentence alone is often too short for
+        context: the cosine of a sentence is taken over its section heading (the
+            last of `Evidence.title_path`), it and the `context` sentences that follow it (a sentence alone is often too short for
             its meaning: "ef is the size of the candidate list ... It is the
             main knob for ..."); only the sentence itself is quoted.
         add_share: a second sentence is quoted only when it holds at least
@@ -215,6 +279,9 @@ class ExtractiveGenerator:
         spans: quote, for a question that asks for a date, a number, a person,
             a place or a thing, the phrase or clause of the sentence that holds
             it (`rag_cli.generate.spans`); the full sentence stays in `Answer.support`.
+        conflict_margin: sentences within this of the best score may carry the question's qualifier or
+            disagree with the best (`disagree`).
+        conflict_share: a disagreeing sentence holds at least this weighted share of the question's terms.
 
     Sentence vectors are kept (up to `cache_size` texts), so a long-lived
     generator encodes each evidence sentence once.
@@ -227,7 +294,8 @@ class ExtractiveGenerator:
                  analyze: Callable[[str], list[str]], idf: Callable[[list[str]], dict[str, float]],
                  max_sentences: int = 3, margin: float = 0.03, lexical_weight: float = 0.15,
                  type_weight: float = 0.05, context: int = 1, add_share: float = 0.3, spans: bool = True,
-                 cache_size: int = 20000, subject_weight: float = 0.05, add_margin: float = 0.05):
+                 cache_size: int = 20000, subject_weight: float = 0.05, add_margin: float = 0.05,
+                 conflict_margin: float = 0.03, conflict_share: float = 0.6):
         self.encode_query = encode_query
         self.encode_passages = encode_passages
         self.analyze = analyze
@@ -240,6 +308,8 @@ class ExtractiveGenerator:
         self.add_share = add_share
         self.add_margin = add_margin
         self.subject_weight = subject_weight
+        self.conflict_margin = conflict_margin
+        self.conflict_share = conflict_share
         self.spans = spans
         self.cache_size = cache_size
         self.vectors: dict[str, np.ndarray] = {}
@@ -291,13 +361,25 @@ class ExtractiveGenerator:
         windows: list[str] = []
         seen: set[str] = set()
         for ev in evidence:
-            split = [strip_marks(x) for x in split_sentences(ev.text)]
+            split, heads = [], []
+            # the section heading the sentence stands under says what it is about ("The two parameters" above
+            # "b controls ...": the b parameter); it is read with the sentence, never quoted: the last of the
+            # chunk's title path, or a heading line of the text itself (a short line without final punctuation)
+            heading = strip_marks(ev.title_path[-1]).strip() if ev.title_path else ""
+            for block in _BLOCK.split(ev.text):
+                line = " ".join(strip_furniture(block).split()).lstrip("#").strip()
+                if line and len(line) < 40 and not _END.search(line) and not line.startswith(("|", "```")):
+                    heading = strip_marks(line)
+                    continue
+                got = [strip_marks(x) for x in split_sentences(block)]
+                split += got
+                heads += [heading + ": " if heading else ""] * len(got)
             for i, sentence in enumerate(split):
                 if sentence not in seen:
                     seen.add(sentence)
                     sentences.append(sentence)
                     owners.append(ev)
-                    windows.append(" ".join(split[i:i + 1 + self.context]))
+                    windows.append(heads[i] + " ".join(split[i:i + 1 + self.context]))
         if not sentences:
             empty = np.zeros(0, dtype=np.float32)
             return Ranked([], [], empty, np.zeros(0, dtype=np.int64), empty)
@@ -351,10 +433,63 @@ class ExtractiveGenerator:
                 have |= new
         return chosen
 
+    def disagree(self, question: str, ranked: Ranked) -> tuple[int, int | None]:
+        """(the sentence to quote, a second one that disagrees with it or None), as indices of `ranked`.
+
+        A question that names a qualifier (`qualifiers`: a version, a year, a product) whose best sentence
+        names another one of its kind is answered from the best sentence within `conflict_margin` of the
+        best score that names the question's (the evidence of "version 2.0" answers "... in version 2.0?",
+        not the notes on 1.0). Otherwise a
+        sentence within `conflict_margin` of the best, from another chunk, that holds as many of the
+        question's key terms (`key_term_share`, at least `conflict_share` and at least the best's less
+        0.05) and states other numbers (`stated_values`) than the best does, while each one states some
+        number, disagrees with it: both are quoted, each with its citation."""
+        order = [int(i) for i in ranked.order]
+        best = order[0]
+        top = float(ranked.scores[best])
+        near = [i for i in order if float(ranked.scores[i]) >= top - self.conflict_margin]
+        for q in qualifiers(question):  # the best sentence is about another version / year / model
+            if _holds_qualifier(ranked.sentences[best], q) or not _names_another(ranked.sentences[best], q):
+                continue
+            carrying = [i for i in near if _holds_qualifier(ranked.sentences[i], q)]
+            if carrying:
+                return carrying[0], None
+        mine = stated_values(ranked.sentences[best], question)
+
+        def share(i: int) -> float:
+            return key_term_share(question, ranked.sentences[i], self.analyze, self.idf)
+
+        if not mine or share(best) < self.conflict_share:
+            return best, None
+        for i in near[1:]:
+            if ranked.evidence[i].chunk_id == ranked.evidence[best].chunk_id:
+                continue
+            if share(i) < max(self.conflict_share, share(best) - 0.05):
+                continue
+            theirs = stated_values(ranked.sentences[i], question)
+            if theirs and not (theirs & mine):
+                return best, i
+        return best, None
+
     def generate(self, question: str, evidence: list[Evidence]) -> Answer:
         ranked = self.rank(question, evidence)
         if not ranked:
             return Answer(text="", citations=[], refused=True, generator=self.name)
+        first, other = self.disagree(question, ranked)
+        if other is not None:  # two sources disagree and the question does not say which: both, cited
+            parts, support, citations = [], [], []
+            for i in (first, other):
+                sentence, ev = ranked.sentences[i], ranked.evidence[i]
+                parts.append(f"{sentence} [{ev.number}]")
+                if ev.chunk_id not in citations:
+                    citations.append(ev.chunk_id)
+            joiner = "" if language(question) == "zh" else " "
+            return Answer(text=joiner.join(parts), citations=citations, refused=False, generator=self.name,
+                          support=joiner.join(parts), signals=self.signals(question, ranked), conflict=True)
+        if first != int(ranked.order[0]):  # the evidence that carries the question's qualifier
+            rest = [int(i) for i in ranked.order if int(i) != first]
+            ranked = Ranked(ranked.sentences, ranked.evidence, ranked.scores,
+                            np.array([first] + rest, dtype=np.int64), ranked.shares)
         chosen = self.choose(question, ranked)
         joiner = "" if language(question) == "zh" else " "
         parts, citations, support = [], [], []

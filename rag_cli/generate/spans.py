@@ -48,9 +48,9 @@ English:
 `answer_unit(question, sentence, terms)` is what the extractive generator
 quotes: the phrase when its evidence is strong (a date or number matched
 by type, "what type of X", a cue) or when the piece the phrase picker chose
-beats the next best by `min_margin`; otherwise the sentence cut to 20
-words around that phrase (a phrase picked among close rivals misses the
-gold answer most of the time; the sentence around it rarely does). Measured
+beats the next best by `min_margin`; otherwise the whole sentence (a phrase
+picked among close rivals misses the gold answer most of the time, and a
+window cut from the sentence lost the answer at its edge or cut a clause). Measured
 on SQuAD 2.0's tune articles: docs/answers.md.
 
 Chinese: for date / number questions only, the clause (split at ，；：、
@@ -170,15 +170,19 @@ _DATE_EN = re.compile(
     rf"\b(?:{_MONTH}\.? \d{{1,2}}(?:st|nd|rd|th)?,? \d{{3,4}}|\d{{1,2}}(?:st|nd|rd|th)? {_MONTH},? \d{{3,4}}|"
     rf"{_MONTH},? \d{{3,4}}|{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?|"
     r"(?:the )?(?:early |late |mid-?)?\d{3,4}s|\d{1,2}(?:st|nd|rd|th) (?:century|centuries)|"
-    r"(?:1[0-9]|20)\d\d(?:\s*(?:–|-|to|and)\s*(?:1[0-9]|20)?\d\d)?)\b")
+    r"(?:1[0-9]|20)\d\d(?:\s*(?:–|-|to|and)\s*(?:1[0-9]|20)?\d\d)?|"
+    r"(?:~\s?|about |around |some |nearly |over )?\d{1,3}(?:,\d{3})*(?:\.\d+)?(?: million| thousand| billion)? "
+    r"years ago|\d{1,4} (?:BC|BCE|AD|CE))\b")
 _NUMBER_WORDS = ("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
                  "sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety "
                  "hundred thousand dozen half").split()
 _SCALE = r"(?:hundred|thousand|million|billion|trillion|percent|per cent|%)"
+#: one number: digits with thousands separators ("8,000", "8 000", "8.000"), a decimal, or number words
+_NUM = (rf"(?:\d{{1,3}}(?:(?:,|\u202f|\u00a0| (?=\d{{3}}\b))\d{{3}})+(?:\.\d+)?|\d{{1,3}}(?:\.\d{{3}})+(?!\.?\d)|\d+(?:[.,]\d+)?"
+        rf"|(?:{'|'.join(_NUMBER_WORDS)})(?:[- ](?:{'|'.join(_NUMBER_WORDS)}))*)")
 _NUMBER_EN = re.compile(
     rf"(?:(?:about|around|over|under|nearly|almost|approximately|more than|less than|up to) )?"
-    rf"(?:[$£€]\s?)?(?:\d[\d,]*(?:\.\d+)?|(?:{'|'.join(_NUMBER_WORDS)})(?:[- ](?:{'|'.join(_NUMBER_WORDS)}))*)"
-    rf"(?:\s?{_SCALE})*\b(?:\s?%)?", re.I)
+    rf"(?<![\w.,])(?:[$£€]\s?)?{_NUM}(?:\s?(?:–|-|to)\s?{_NUM})?(?:\s?{_SCALE})*\b(?:\s?%)?", re.I)
 _FUNCTION = frozenset(
     "a an the of in on at to for from by with as and or but nor is are was were be been being has have had do does "
     "did this that these those it its they them their there here which who whom whose what when where why how "
@@ -244,7 +248,10 @@ def _typed_span(question: str, sentence: str, kind: str, words, q_pos) -> str | 
     return sentence[start:end]
 
 
-_CLAUSE_EN = re.compile(r"[,;:()\[\]\"“”—–]|\s-\s|\s(?=(?:which|that|who|whom|whose|where|whereas|while|when|because|"
+#: a punctuation mark that ends a clause; a comma, point, colon or dash between two digits is part of a number
+#: ("8,000", "3.5", "10:30", "1998–2001") and ends nothing
+_PUNCT_EN = r"(?:(?<!\d)[,:–]|[,:–](?!\d)|[;()\[\]\"“”—]|\s-\s)"
+_CLAUSE_EN = re.compile(_PUNCT_EN + r"|\s(?=(?:which|that|who|whom|whose|where|whereas|while|when|because|"
                         r"although|though|but|so that)\s)", re.I)
 _LINK_EN = re.compile(r"\s(?:is|are|was|were|has been|have been|had been|became|becomes|become|remains|remained|"
                       r"include|includes|included|including|means|refers to|is called|are called|was called|"
@@ -415,7 +422,7 @@ def _after(sentence: str, words, at: int, q_mask, max_words: int = 6) -> tuple[i
     idx = [k for k, w in enumerate(words) if w[0] >= at]
     out = []
     for k in idx:
-        if out and re.search(r"[,;:()\[\]\"“”—–]|\s-\s", sentence[words[out[-1]][1]:words[k][0]]):
+        if out and re.search(_PUNCT_EN, sentence[words[out[-1]][1]:words[k][0]]):
             break
         out.append(k)
         if len(out) == max_words:
@@ -517,7 +524,7 @@ def _english_span(question: str, sentence: str, kind: str, terms: Terms) -> str 
 
 
 # ----------------------------------------------------------------------------- Chinese
-_ZH_CLAUSE = re.compile(r"[^，,；;：:、（）()“”「」]+")
+_ZH_CLAUSE = re.compile(r"(?:[^，,；;：:、（）()“”「」]|(?<=\d)[,:](?=\d))+")
 _ZH_DATE = re.compile(r"\d+\s*[年月日]|世纪|年代|(?<!\d)(?:1[0-9]|20)\d\d(?!\d)|[一二三四五六七八九十〇零]+[年月日]")
 _ZH_NUMBER = re.compile(r"\d|[一二三四五六七八九十百千万亿两]+[个名座条种岁米年次位人所家倍层公里吨元]")
 
@@ -572,7 +579,7 @@ def answer_span(question: str, sentence: str, terms: Terms) -> str | None:
 
 
 # ----------------------------------------------------------------------------- the unit of an answer
-_CLAUSE_CUT = re.compile(r"[,;:()\[\]\"“”—–]|\s-\s|\s(?=(?:which|that|who|whom|whose|where|whereas|while|because|"
+_CLAUSE_CUT = re.compile(_PUNCT_EN + r"|\s(?=(?:which|that|who|whom|whose|where|whereas|while|because|"
                          r"although|though|but|so that|and then)\s)", re.I)
 
 
@@ -620,7 +627,7 @@ STRONG = ("date", "number", "type", "as", "example", "head", "title")
 
 
 def answer_unit(question: str, sentence: str, terms: Terms, *, mode: str = "auto", max_words: int = 20,
-                min_margin: float = 0.4, weak: str = "window") -> str:
+                min_margin: float = 0.4, weak: str = "sentence") -> str:
     """The text to quote from `sentence` for `question`, verbatim: the smallest unit the answerer is sure of.
 
     English questions that ask for a date, a number, a person, a place or a thing (`question_kind`):
@@ -631,8 +638,12 @@ def answer_unit(question: str, sentence: str, terms: Terms, *, mode: str = "auto
       question's words are densest); a sentence of at most `max_words` words whole;
     * "clause": the clause (the sentence cut at punctuation and relative words) that holds the phrase,
       joined with a neighbour holding the question's words when it has none, cut to `max_words`;
-    * "auto" (the default): the phrase when its evidence is strong (`STRONG`), or when the piece the
-      phrase picker chose beats the next best by at least `min_margin`; else the `weak` unit.
+    * "auto" (the default): the phrase when the answerer is confident of it, else the `weak` unit ("sentence":
+      the whole sentence, the default; "window" or "clause" as above). The confidence is the kind of
+      evidence: a date or number matched by the question's answer type and the cues of `_cue_span` are
+      confident (`STRONG`); a phrase of the piece picker is confident when its score beats the next best
+      piece's by at least `min_margin` (the score of `_entity_span`: nearness to the question's words,
+      words the question lacks, the other side of a linking verb, capitals for who / where).
 
     Chosen on SQuAD 2.0's tune articles (docs/answers.md, `bench/answer_units.py`). Questions that ask for
     no kind of fact (why, how, what does X do, claims) get the whole sentence; Chinese questions the
@@ -670,6 +681,8 @@ def answer_unit(question: str, sentence: str, terms: Terms, *, mode: str = "auto
         return sentence
     if mode == "auto":
         mode = weak
+    if mode == "sentence":  # not confident: the whole sentence, never a fragment cut mid-clause
+        return sentence
     starts = [w[0] for w in words]
     around = None
     if phrase:

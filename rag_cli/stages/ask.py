@@ -97,7 +97,7 @@ import numpy as np
 
 from rag_cli.chunking import make_embed_text
 from rag_cli.config import AskConfig, SearchConfig
-from rag_cli.generate.base import Answer, Evidence, refusal
+from rag_cli.generate.base import Answer, Evidence, refusal, script_question
 from rag_cli.generate.citations import CitationStream, check_answer, neutralise
 from rag_cli.generate.gate import GateSignals, gate_reason, min_score_for, min_score_key, question_entity_coverage
 from rag_cli.generate.prompt import shown_evidence
@@ -306,7 +306,8 @@ def ask(searcher: Searcher, generator, question: str, cfg: AskConfig, search: Se
     rerank_ms = (time.perf_counter() - t_rerank) * 1000.0
     read = [make_embed_text(e.title_path, e.context or e.text) for e in evidence]
     coverage = searcher.sparse.coverage(question, read) if evidence else 0.0
-    entity = question_entity_coverage(question, read, searcher.sparse, cfg.key_idf) if evidence else 1.0
+    entity = max((question_entity_coverage(script_question(question, [e.context or e.text]), [t], searcher.sparse,
+                                           cfg.key_idf) for e, t in zip(evidence, read)), default=1.0)
     quoted = {}
     if evidence and (generator.name == "extractive" or cfg.refusal_weights or cfg.gate == "off"):
         picker = picker_for(searcher, generator)
