@@ -173,3 +173,23 @@ def test_cli_eval_answers_warns_with_and_without_json(tmp_path):
         assert res.exit_code == 0, res.output
         assert "2 question(s) of the gold file have no answer row: q5, q99" in " ".join(res.stderr.split()), fmt
     assert json.loads(res.stdout)["missing_answers"] == ["q5", "q99"]
+
+
+def test_markers_and_support_line_are_not_scored():
+    """An answer is scored as read: "10th century [1]" is EM 1 against "10th
+    century" (it was EM 0 and F1 0.8 with the marker's "1" as a token)."""
+    from rag_cli.evaluate.answers import answer_text
+
+    assert answer_text("10th century [1]") == "10th century"
+    assert answer_text("k = 60 [2, 3]") == "k = 60"
+    assert answer_text("北京【1】") == "北京"
+    assert answer_text("ten seconds [1]\nsupport: hold the red button for ten seconds. [1]") == "ten seconds"
+    assert answer_text("ten seconds [1]\n依据：按住红色按钮十秒。 [1]") == "ten seconds"
+    gold = {"q1": ["10th century"], "q2": ["北京"], "q3": ["ten seconds"]}
+    rows = [{"query_id": "q1", "answer": "10th century [1]", "citations": ["c1"], "contexts": ["c1"], "refused": False},
+            {"query_id": "q2", "answer": "北京 [1]", "citations": ["c2"], "contexts": ["c2"], "refused": False},
+            {"query_id": "q3", "answer": "ten seconds [1]\nSupport: Hold it for ten seconds. [1]",
+             "citations": ["c3"], "contexts": ["c3"], "refused": False}]
+    m = answer_metrics(rows, gold, {"c1": "In the 10th century.", "c2": "北京。", "c3": "Ten seconds."})
+    assert m["metrics"]["em"] == 1.0 and m["metrics"]["f1"] == 1.0
+    assert [q["em"] for q in m["per_query"].values()] == [1.0, 1.0, 1.0]

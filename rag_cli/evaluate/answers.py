@@ -17,6 +17,12 @@ recall, refusal rate, latency percentiles.
   token of its own (character-level F1), while runs of other characters are
   split on whitespace as in SQuAD. (The CMRC script scores F1 by the
   longest common substring; this module keeps SQuAD's bag of tokens.)
+* The answer is scored as it is read (`answer_text`): its citation markers
+  (`[n]`, `[n, m]`, `【n】`, `［n］`: `rag_cli.generate.citations.MARKER`)
+  and any support line (a line starting "support:" or "依据：", the
+  sentence an answer is cut from) are removed first, so "10th century [1]"
+  scores EM 1 against "10th century" (the SQuAD and CMRC scripts score the
+  bare answer string); citations are scored from the `citations` column.
 * A refused question answers "" (EM 0, F1 0); `em`/`f1` are over every
   question with gold answers, `em_answered`/`f1_answered` over those not
   refused.
@@ -42,6 +48,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+#: A support line under an answer: "support:" / "Support -" / "依据：" at a line start.
+_SUPPORT_LINE = re.compile(r"^\s*(?:support|依据|支持)\s*[:：\-–—]", re.I)
 
 
 def _is_punct(ch: str) -> bool:
@@ -61,6 +69,21 @@ def normalize_answer(s: str) -> str:
     s = "".join(ch for ch in unicodedata.normalize("NFKC", s).lower() if not _is_punct(ch))
     s = _ARTICLES.sub(" ", s)
     return " ".join(s.split())
+
+
+def answer_text(answer: str) -> str:
+    """The answer a reader reads, as scored: `answer` (str) without its
+    citation markers (`rag_cli.generate.citations.MARKER`) and without any
+    support line (from the first line that starts "support:" or "依据：" on),
+    whitespace collapsed. "10th century [1]" -> "10th century"."""
+    from rag_cli.generate.citations import MARKER
+
+    lines = []
+    for line in (answer or "").splitlines():
+        if _SUPPORT_LINE.match(line):
+            break
+        lines.append(line)
+    return " ".join(MARKER.sub(" ", "\n".join(lines)).split())
 
 
 def answer_tokens(s: str) -> list[str]:
@@ -139,7 +162,7 @@ def answer_metrics(rows: Sequence[Mapping], gold: Mapping[str, Sequence[str]],
             continue
         golds = gold[qid]
         refused = bool(row["refused"])
-        answer = "" if refused else (row.get("answer") or "")
+        answer = "" if refused else answer_text(row.get("answer") or "")
         cited = list(dict.fromkeys(row.get("citations") or []))
         evidence = list(dict.fromkeys(row.get("contexts") or []))
         q = {"refused": refused, "em": exact_match(answer, golds) if answer else 0.0,
