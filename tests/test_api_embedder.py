@@ -152,6 +152,16 @@ def test_cli_server_down_exits_1_naming_the_url(tmp_path, default_model):
     assert not (tmp_path / "p" / "embeddings.parquet").exists()
 
 
+def test_cli_embedder_flag_spells_model(fake, tmp_path, default_model):
+    """`--embedder openai:MODEL` is `--model openai:MODEL` (model.embedder)."""
+    flags = ["--embedder", "openai:fake", *api_flags(fake.base_url)[2:]]
+    r = rag("chunk", SAMPLE_DOCS, "--project", tmp_path / "p", "--embedder", "openai:fake")
+    assert r.returncode == 0, r.stderr
+    r = rag("embed", "--project", tmp_path / "p", *flags, "--json")
+    assert r.returncode == 0, r.stderr
+    assert fake.requests and {q[1]["model"] for q in fake.requests if q[0].endswith("embeddings")} == {"fake"}
+
+
 def test_cli_nan_vector_exits_1_and_writes_nothing(fake, tmp_path, default_model):
     fake.mode = "nan"
     r = rag("build", SAMPLE_DOCS, "--project", tmp_path / "p", *api_flags(fake.base_url))
