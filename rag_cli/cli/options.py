@@ -68,7 +68,9 @@ def _lower(value: str | None) -> str | None:
 def setting_option(info: SettingInfo) -> Any:
     """The `Annotated[Optional[T], typer.Option(...)]` of a config setting."""
     choices = bool(info.limits) and isinstance(info.limits[0], str) and all(c == c.lower() for c in info.limits)
-    option = typer.Option(info.flag, help=f"{info.help} (config: {info.place}.{info.key})",
+    # `--embedder` spells the bi-encoder's `--model` as model.embedder is spelled (issue 33)
+    aliases = ("--embedder",) if (info.section, info.key) == ("model", "embedder") else ()
+    option = typer.Option(info.flag, *aliases, help=f"{info.help} (config: {info.place}.{info.key})",
                           callback=_lower if choices else None)
     return Annotated[Optional[type(info.default)], option]
 

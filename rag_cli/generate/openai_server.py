@@ -27,18 +27,14 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from typing import Callable
 
+from rag_cli import http_json
 from rag_cli.errors import BadInput, WorkFailed
 from rag_cli.generate.base import Answer, Evidence, is_refusal
 from rag_cli.generate.prompt import STOP, chat_messages, completion_prompt, fit_budget
 
 APIS = ("chat", "completions")
-
-
-class _Retry(Exception):
-    """A failed attempt worth retrying (HTTP 429 or 5xx); the message says what happened."""
 
 
 class OpenAIGenerator:
@@ -131,51 +127,22 @@ class OpenAIGenerator:
 
     def _problem(self, exc) -> str:
         """What went wrong with a request, in words, from an httpx error."""
-        import httpx
-
-        if isinstance(exc, httpx.ConnectError):
-            return f"cannot connect ({exc}); is the server running?"
-        if isinstance(exc, httpx.TimeoutException):
-            return f"no answer within {self.timeout:g} s (generator.timeout, --timeout)"
-        return f"{type(exc).__name__}: {exc}"
-
-    def _failed(self, url: str, problem: str) -> WorkFailed:
-        tries = self.max_retries + 1
-        return WorkFailed(f"the generator server at {url} failed {tries} time{'s' if tries > 1 else ''}: {problem}")
+        return http_json.problem(exc, self.timeout, "generator.timeout, --timeout")
 
     def _headers(self) -> dict:
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         return {"Authorization": f"Bearer {key}"} if key else {}
 
     def _with_retries(self, url: str, attempt):
-        """`attempt(client)` (an httpx.Client with the timeout) up to 1 +
-        max_retries times, waiting `backoff * 2**i` before retry i+1, while it
-        raises an httpx error or `_Retry`; its result, else WorkFailed naming
-        `url` and the last problem."""
-        import httpx
-
-        problem = ""
-        with httpx.Client(timeout=self.timeout) as client:
-            for i in range(self.max_retries + 1):
-                if i:
-                    time.sleep(self.backoff * 2 ** (i - 1))
-                try:
-                    return attempt(client)
-                except httpx.HTTPError as exc:
-                    problem = self._problem(exc)
-                except _Retry as exc:
-                    problem = str(exc)
-        raise self._failed(url, problem)
+        """`attempt(client)` with bounded retries (`http_json.with_retries`); WorkFailed naming `url`."""
+        return http_json.with_retries(url, attempt, timeout=self.timeout, max_retries=self.max_retries,
+                                      backoff=self.backoff, what="generator server",
+                                      timeout_hint="generator.timeout, --timeout")
 
     @staticmethod
     def _check_status(url: str, status: int, text: str) -> None:
-        """Nothing for HTTP 200; `_Retry` for 429 and 5xx; WorkFailed for another status."""
-        if status == 200:
-            return
-        problem = f"HTTP {status}: {text[:300]}"
-        if status != 429 and status < 500:
-            raise WorkFailed(f"the generator server at {url} refused the request: {problem}")
-        raise _Retry(problem)
+        """Nothing for HTTP 200; `http_json.Retry` for 429 and 5xx; WorkFailed for another status."""
+        http_json.check_status(url, status, text, "generator server")
 
     def post(self, path: str, body: dict) -> dict:
         """POST `body` to base_url + `path` with timeouts and bounded retries; the JSON answer.
