@@ -169,9 +169,13 @@ def test_cli_query_model_of_another_size_exits_2(fake, tmp_path, default_model):
 
 
 def test_cli_server_dying_mid_run_keeps_the_finished_part(fake, tmp_path, default_model):
+    # `rag embed` alone keeps the vectors that came back; `rag build` commits all its stages or none
+    # (test_pipeline_hardening), so the paid-for vectors are kept by embedding as its own stage
     project = tmp_path / "p"
+    r = rag("chunk", SAMPLE_DOCS, "--project", project, "--model", "openai:fake")
+    assert r.returncode == 0, r.stderr
     fake.fail_after = 2 + 3  # the two probes, then three batches of 4 texts
-    r = rag("build", SAMPLE_DOCS, "--project", project, *api_flags(fake.base_url), "--api-batch", "4")
+    r = rag("embed", "--project", project, *api_flags(fake.base_url), "--api-batch", "4")
     assert r.returncode == 1 and f"{fake.base_url}/embeddings failed 2 times" in r.stderr, r.stderr
     assert not (project / "embeddings.parquet").exists() and not (project / "index").exists()
     fake.fail_after = None

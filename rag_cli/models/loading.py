@@ -67,7 +67,12 @@ def load_embedder(model_cfg: dict, on_ray: bool = False):
 def check_embedder(model_cfg: dict) -> None:
     """Check the `[model]` config's bi-encoder without loading an ONNX session: the
     precision, the folder (or default name) and its files (`ModelFolder.load`), so a
-    multi-stage command fails before it writes anything. Raises BadInput as `load_embedder`."""
+    multi-stage command fails before it writes anything. Raises BadInput as `load_embedder`.
+    An `openai:MODEL` embedder is checked as `load_api_embedder` checks it (its name, its key variable);
+    the server is first reached by the embedding itself."""
+    if is_api_embedder(model_cfg["embedder"]):
+        load_api_embedder(model_cfg)
+        return
     from rag_cli.models.defaults import resolve_model
     from rag_cli.models.folder import ModelFolder
 
