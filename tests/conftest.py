@@ -54,6 +54,16 @@ sys.path.insert(0, os.path.dirname(__file__))  # `import tiny_models` from any t
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
+try:  # hypothesis keeps its example database and constants in the temp folder, not .hypothesis/ in the
+    # working tree (#31 item 25)
+    import tempfile
+
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "rag-cli-hypothesis")
+except ImportError:  # the dev extra is missing: the tests that need hypothesis say so
+    pass
+
 #: every file the tests read from each data set (a partial copy is reported as missing)
 SCIFACT_FILES = ("corpus.jsonl.gz", "queries.jsonl", "queries-train.jsonl", "qrels/test.tsv", "qrels/train.tsv")
 CMRC_FILES = ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv", "answers.jsonl")
@@ -101,14 +111,15 @@ def contract_checker_path() -> Path:
     return Path(env).expanduser().absolute() if env else SHARED / "tools" / "check_contract.py"
 
 
-def require_module(name: str, dist: str):
-    """``import name`` (PyPI distribution ``dist``, in the dev extra); else :func:`missing`."""
+def require_module(name: str, dist: str, extra: str = "dev"):
+    """``import name`` (PyPI distribution ``dist``, in the ``extra`` extra, which `make test`
+    installs); else :func:`missing` naming that extra."""
     try:
         return importlib.import_module(name)
     except ImportError as err:
         error = err
     missing(f"Python package {dist} (import {name}: {error})", f"sys.path of {sys.executable}",
-            "`make test` installs the dev extra: pip install -e '.[dev]'")
+            f"`make test` installs the {extra} extra: pip install -e '.[{extra}]'")
 
 
 # --------------------------------------------------------------------------- fixtures: test inputs

@@ -418,7 +418,7 @@ def test_an_unreachable_server_is_exit_1_naming_the_uri(tmp_path, tiny_bi_encode
     """`rag index --backend milvus --uri http://127.0.0.1:PORT` with nothing listening: exit 1 (a service
     that is down is a failure of the work), one line naming the URI and what to check, no pymilvus log
     line, no generation written; the connection waits CONNECT_TIMEOUT seconds, not pymilvus's default."""
-    pymilvus = require_module("pymilvus", "pymilvus")
+    pymilvus = require_module("pymilvus", "pymilvus", "milvus")
     import rag_cli.index.milvus_connection as conn
     from rag_cli.errors import WorkFailed
 
@@ -454,7 +454,7 @@ def test_a_uri_of_another_scheme_is_exit_2_naming_the_accepted_forms(tmp_path, t
     """`--uri ftp://x/y.db` (not a path: no folder `ftp:` made) and `--uri grpc://127.0.0.1:19530` (not a
     scheme pymilvus connects with; it would call it illegal, after a connection wait): exit 2 at once,
     naming --uri and the accepted forms, nothing written. The schemes pymilvus takes are servers."""
-    require_module("pymilvus", "pymilvus")
+    require_module("pymilvus", "pymilvus", "milvus")
     from rag_cli.index.milvus_connection import is_server
 
     assert all(map(is_server, ("http://h:19530", "HTTPS://h", "tcp://h:19530", "unix:/run/milvus.sock")))
@@ -706,8 +706,8 @@ def test_bm25_variants_with_a_constant_are_refused(tmp_path):
 def milvus_lite():
     """pymilvus and milvus_lite (the milvus extra); Milvus Lite servers started by the module's tests are
     closed at its end."""
-    require_module("pymilvus", "pymilvus")
-    require_module("milvus_lite", "milvus-lite")
+    require_module("pymilvus", "pymilvus", "milvus")
+    require_module("milvus_lite", "milvus-lite", "milvus")
     from rag_cli.index.milvus import close_clients
 
     try:

@@ -4,7 +4,7 @@
 row i of the generation's chunks) and is memory-mapped on load, so opening
 costs nothing and a search streams the file in blocks of 65,536 rows. Its
 results are exact (ties by lower row), which makes it the ground truth of
-recall (`rag eval --funnel`'s ANN recall, `bench/scale.py`); on a small corpus
+recall (`rag eval funnel`'s ANN recall, `bench/scale.py`); on a small corpus
 it is also fast enough to be the index (a query costs n x d multiply-adds:
 about 1 ms per 10,000 chunks of 384 dimensions on one core).
 
