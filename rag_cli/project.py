@@ -201,6 +201,7 @@ class Project:
         anything is written, and the three stages commit all or none
         (`ProjectFolder.all_or_nothing`): a failure, Ctrl-C included, leaves the
         folder as it was (a new folder is removed)."""
+        from rag_cli.loaders.sources import check_sources
         from rag_cli.models.loading import check_embedder
 
         split = split_options(options, ("chunk", "model", "index"), _RENAMED)  # unknown options fail first
@@ -209,6 +210,7 @@ class Project:
         config = self.folder.config
         for section in ("chunk", "model", "index"):  # every option and the model, before anything is written
             config, _ = config.with_options(section, given.get(section))
+        check_sources(sources)  # a missing source fails before the default model is converted
         check_embedder(asdict(config.model))
         model = {("model" if k == "embedder" else k): v for k, v in split.get("model", {}).items()}
         sources = [os.path.abspath(os.fspath(s)) for s in sources]

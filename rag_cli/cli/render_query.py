@@ -106,9 +106,9 @@ def answer(res, streamed: bool = False) -> None:
     else:
         out.print(Text.assemble(("Q:", "bold"), " ", plain(res.question)))
         out.print(Text.assemble(("A:", "bold"), " ", plain(res.answer.text)))
-        support = res.answer.support
-        if support and not res.answer.refused and support.strip() != res.answer.text.strip():
-            out.print(Text.assemble(("Support:", "bold"), " ", plain(support)))
+    support = res.answer.support  # under the answer, streamed or not: the output is the same
+    if support and not res.answer.refused and support.strip() != res.answer.text.strip():
+        out.print(Text.assemble(("Support:", "bold"), " ", plain(support)))
     cited = set(res.answer.citations)
     if cited:
         out.print(Text("Sources:", style="bold"))

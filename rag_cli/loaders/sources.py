@@ -169,6 +169,20 @@ def _glob_root(pattern: str) -> str:
     return str(Path(*fixed)) if fixed else "."
 
 
+def check_sources(sources) -> None:
+    """Raise BadInput, as reading them would, for a source that does not exist or a glob that matches
+    no file, without reading any: a multi-stage command checks its sources before its model."""
+    for source in map(str, sources):
+        if os.path.exists(source):
+            continue
+        if _GLOB_CHARS & set(source):
+            if not any(os.path.isfile(p) for p in glob.iglob(source, recursive=True)):
+                raise BadInput(f"source {source!r}: the glob matches no files; give existing files, folders or "
+                               "a glob that matches some")
+            continue
+        raise BadInput(f"source {source!r} does not exist; give existing files, folders or globs")
+
+
 def _expand(source: str) -> list[tuple[str, str]]:
     """`source` → list of `(file_path, doc_id)`; raises BadInput if nothing is there."""
     if os.path.isdir(source):
