@@ -34,6 +34,26 @@ def test_parse_and_match():
             parse(bad)
 
 
+@pytest.mark.parametrize("bad, why", [
+    ("path=[", "never closed"), ("path=guides/[ab", "never closed"), ("tags in [a, [b]", "never closed"),
+    ("path=a\nb", "control character"), ("path=\x1b[31m", "control character"), ("path=a\tb", "control character"),
+    ("path=", "no VALUE"), ("path!= ", "no VALUE"), ("tags in []", "list is empty"), ("tags in [ , ]", "list is empty"),
+    ("path===x", "doubled operator"), ("n=>3", "doubled operator"), ("n<<3", "doubled operator"),
+])
+def test_expressions_that_could_never_match_are_refused(bad, why):
+    """#31 item 18: a typo'd operator, an unclosed glob set, an empty value or list, a newline."""
+    with pytest.raises(BadInput, match=why) as e:
+        parse(bad)
+    assert repr(bad) in str(e.value)
+
+
+def test_what_the_refusals_leave_allowed():
+    assert parse("path==x").value == "x" and parse("path==x").op == "="  # == is =
+    assert parse('path=""').value == "" and parse('n="=3"').value == "=3"  # quoted: taken as written
+    assert parse("path=[[]x").matches("[x") and not parse("path=[[]x").matches("x")  # a literal [
+    assert parse("path=[!a]*").matches("b.md") and parse("path=[]]").matches("]") and parse("x=a]").matches("a]")
+
+
 def test_chunk_mask_combines_with_and_and_names_unknown_fields():
     chunks = pa.table({"chunk_id": ["a#0", "a#1", "b#0", "c#0"], "doc_id": ["a", "a", "b", "c"],
                        "text": ["t"] * 4})

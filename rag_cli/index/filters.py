@@ -13,7 +13,12 @@ An expression is ``FIELD OP VALUE``; repeated expressions combine with AND.
 - A list value (front matter ``tags: [api, cli]``) matches when one of its
   elements does (``!=`` and ``not in``: when none does).
 - A document without the field matches only ``!=`` and ``not in``.
-- Quotes around VALUE or list items are removed.
+- Quotes around VALUE or list items are removed; ``==`` is ``=``.
+- Refused (BadInput), as they could never match what was meant: an empty
+  VALUE (write ``""`` for an empty string) or list, a VALUE that starts with
+  ``= < >`` (a doubled operator such as ``path===x`` or ``n=>3``), a glob
+  with a ``[`` that is never closed (write ``[[]`` for a literal ``[``), and
+  a control character (newline, tab, escape) anywhere in the expression.
 
 Fields: the chunk columns of the index (chunk_id, doc_id, title_path,
 parent_id, context_start, context_end), then the document fields of the
@@ -121,8 +126,28 @@ def _same_tz(a, b):
     return a, b
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _check_value(expr: str, value: str) -> None:
+    """BadInput for a glob whose `[` is never closed (fnmatch would take it literally)."""
+    i = value.find("[")
+    while i >= 0:
+        j = i + 1 + (value[i + 1:i + 2] in "!^")  # a set may start with ! and then with ]
+        j += value[j:j + 1] == "]"
+        close = value.find("]", j)
+        if close < 0:
+            raise BadInput(f"--filter {expr!r}: the '[' in {value!r} is never closed; a glob set is [abc], "
+                           "and a literal '[' is written [[]")
+        i = value.find("[", close + 1)
+
+
 def parse(expr: str) -> Condition:
-    """Parse one --filter expression. Raises BadInput saying the forms allowed."""
+    """Parse one --filter expression (module docstring). Raises BadInput naming
+    the expression and saying the forms allowed, or why it could never match."""
+    if _CONTROL.search(expr):
+        raise BadInput(f"--filter {expr!r}: holds a control character (newline, tab, escape); "
+                       "give one FIELD OP VALUE on one line")
     m = _EXPR.match(expr)
     if not m:
         raise BadInput(f"--filter {expr!r}: expected FIELD=VALUE (VALUE may be a glob), FIELD!=VALUE, "
@@ -130,9 +155,21 @@ def parse(expr: str) -> Condition:
     field = m.group(1)
     if m.group(2):
         items = tuple(_unquote(x) for x in m.group(3).split(",") if x.strip())
+        if not items:
+            raise BadInput(f"--filter {expr!r}: the list is empty, so nothing would match; give 'FIELD in [a, b]'")
+        for item in items:
+            _check_value(expr, item)
         return Condition(expr, field, "not in" if m.group(2).startswith("not") else "in", items)
     op = "=" if m.group(4) == "==" else m.group(4)
-    value = _unquote(m.group(5))
+    raw = m.group(5).strip()
+    if not raw:
+        raise BadInput(f"--filter {expr!r}: no VALUE after {op!r}; give FIELD{op}VALUE, or FIELD{op}\"\" "
+                       "for an empty string")
+    if raw[0] in "=<>":
+        raise BadInput(f"--filter {expr!r}: the value starts with {raw[0]!r}, a doubled operator; "
+                       "use one of = != < <= > >=, and quote a value that starts with one of them")
+    value = _unquote(raw)
+    _check_value(expr, value)
     if op in ("<", "<=", ">", ">=") and _ordered(value) is None:
         raise BadInput(f"--filter {expr!r}: {op} needs a number or an ISO date (like 2025-01-31), not {value!r}")
     return Condition(expr, field, op, value)
