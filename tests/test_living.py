@@ -767,6 +767,29 @@ def test_a_one_line_current_of_earlier_versions_is_read_and_replaced(tmp_path, s
     assert (p.index_dir / "CURRENT").read_text().splitlines()[1].startswith("files.json sha256 ")
 
 
+def test_a_one_line_current_naming_an_older_generation_is_refused(tmp_path, scifact_docs, tiny_bi_encoder):
+    # #31 item 19: a one-line CURRENT (from a backup, or by hand) naming gen-000001 while gen-000002 exists
+    # served gen-000001's results with exit 0
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    p.index()
+    cur = p.index_dir / "CURRENT"
+    cur.write_text("gen-000001\n")
+    with pytest.raises(BadInput, match="names gen-000001, but gen-000002 is the newest complete generation"):
+        Project.open(p.root).search("cancer", mode="sparse", k=1)
+    res = CliRunner().invoke(app, ["search", "cancer", "-p", str(p.root), "--mode", "sparse"])
+    err = " ".join(res.stderr.split())
+    assert res.exit_code == 2 and str(cur) in res.stderr.replace("\n", ""), err
+    assert "gen-000002 is the newest" in err and res.stdout == ""
+    cur.write_text("gen-000002\n")  # naming the newest, it is still read
+    assert Project.open(p.root).search("cancer", mode="sparse", k=1).hits
+
+
 def test_a_search_retries_when_its_generation_is_removed_while_it_is_hashed(tmp_path, scifact_docs,
                                                                             tiny_bi_encoder, monkeypatch):
     # item 9: a generation deleted between the size check and the hash of one of its files gave

@@ -37,7 +37,9 @@ generation's own content when it is opened), the highest generation number
 ever given out (numbers only grow, also after `rollback` and `--keep 0`: a
 name is never reused), and a sha256 of these three lines. A CURRENT that
 fails any of these is BadInput naming it. The one-line CURRENT of earlier
-versions (just the name) is still read.
+versions (just the name) is still read, but only when it names the newest
+complete generation: without a check line, a name from a backup or written
+by hand would silently serve an older index.
 
 A generation folder is complete once `files.json` is in it; unfinished
 ones (a killed writer) are removed by the next writer, which also keeps
@@ -141,7 +143,7 @@ def current_pointer(index_dir: Path) -> Pointer | None:
     Raises BadInput naming CURRENT when it is not a pointer this tool wrote:
     not UTF-8, not the four lines (name, files.json sha256, highest, check)
     or the one-line name of earlier versions, a name that is not gen-NNNNNN,
-    or a check line that does not match the lines above (a flipped digit, a
+    a one-line name that is not the newest complete generation, or a check line that does not match the lines above (a flipped digit, a
     truncated file)."""
     index_dir = Path(index_dir)
     f = index_dir / CURRENT
@@ -167,6 +169,12 @@ def current_pointer(index_dir: Path) -> Pointer | None:
         name = lines[0].strip() if lines else ""
         if not _POINTER_NAME.match(name):
             raise bad(f"{name!r} is not a generation name like gen-000001")
+        newest = max(generations(index_dir), default=None)
+        if newest is not None and newest[1].name != name:  # no check line: only the newest is believed
+            raise BadInput(f"{f} holds only a generation name (the form of earlier versions, which carries no "
+                           f"check) and names {name}, but {newest[1].name} is the newest complete generation; "
+                           f"that form is obeyed only when it names the newest one; "
+                           f"{_FIX_POINTER}")
         return Pointer(index_dir, name, None, None, raw)
     if len(lines) != 4:
         raise bad(f"it has {len(lines)} lines where a pointer has 4 (name, files.json sha256, highest, check)")
