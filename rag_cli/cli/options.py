@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from typer.core import TyperCommand
+
+from rag_cli.cli.common import RagCommand
 
 from rag_cli.config import SettingInfo, all_settings
 
@@ -162,7 +163,7 @@ RAY = Plain((_param("ray", Annotated[Optional[str], typer.Option(
          "a running cluster (docs/scale-out.md)")], None),))
 
 
-class RayCommand(TyperCommand):
+class RayCommand(RagCommand):
     """A command whose `--ray` takes an optional value: the word after
     `--ray` is its ADDRESS when it is one (`local`, `auto`, `ray://HOST:PORT`,
     `HOST:PORT`), or, for a command without arguments, when it is not a
