@@ -169,18 +169,21 @@ def _glob_root(pattern: str) -> str:
     return str(Path(*fixed)) if fixed else "."
 
 
+def _nothing_there(source: str) -> BadInput:
+    """The error for a source that is no file or folder, or a glob that matches no file."""
+    if _GLOB_CHARS & set(source):
+        return BadInput(f"source {source!r}: the glob matches no files; give existing files, folders or a glob "
+                        "that matches some")
+    return BadInput(f"source {source!r} does not exist; give existing files, folders or globs")
+
+
 def check_sources(sources) -> None:
     """Raise BadInput, as reading them would, for a source that does not exist or a glob that matches
     no file, without reading any: a multi-stage command checks its sources before its model."""
     for source in map(str, sources):
-        if os.path.exists(source):
-            continue
-        if _GLOB_CHARS & set(source):
-            if not any(os.path.isfile(p) for p in glob.iglob(source, recursive=True)):
-                raise BadInput(f"source {source!r}: the glob matches no files; give existing files, folders or "
-                               "a glob that matches some")
-            continue
-        raise BadInput(f"source {source!r} does not exist; give existing files, folders or globs")
+        if not os.path.exists(source) and not (
+                _GLOB_CHARS & set(source) and any(os.path.isfile(p) for p in glob.iglob(source, recursive=True))):
+            raise _nothing_there(source)
 
 
 def _expand(source: str) -> list[tuple[str, str]]:
@@ -192,10 +195,9 @@ def _expand(source: str) -> list[tuple[str, str]]:
     if _GLOB_CHARS & set(source):
         root = _glob_root(source)
         files = sorted(p for p in glob.glob(source, recursive=True) if os.path.isfile(p))
-        if not files:
-            raise BadInput(f"source {source!r}: the glob matches no files; give existing files, folders or a glob that matches some")
-        return [(p, Path(os.path.relpath(p, root)).as_posix()) for p in files]
-    raise BadInput(f"source {source!r} does not exist; give existing files, folders or globs")
+        if files:
+            return [(p, Path(os.path.relpath(p, root)).as_posix()) for p in files]
+    raise _nothing_there(source)
 
 
 def _beir_corpus_of(folder: str) -> str:
