@@ -6,9 +6,10 @@ reaches both alike.
 
     python bench/mode_switch.py --before /work/old-checkout [--rounds 3] [--searches 40]
 
-The project is built once from sample_corpus/docs with the tiny test
-bi-encoder (tests/tiny_models.py, dim 16), so model loading is cheap and the
-figure is mostly the reopening of the index. CPU time is the child's
+The project is built from sample_corpus/docs with the tiny test bi-encoder
+(tests/tiny_models.py, dim 16), once by each checkout (each reads the
+rag.toml it writes), so model loading is cheap and the figure is mostly the
+reopening of the index. CPU time is the child's
 `time.process_time()` around the searches (after one warm-up search per
 mode). Prints a table and writes bench/results/mode-switch.json. Never part of the tests.
 """
@@ -44,10 +45,19 @@ print(json.dumps({"cpu_ms_per_search": (time.process_time() - t0) * 1000 / n}))
 
 
 def run(repo: Path, project: Path, n: int) -> float:
+    """CPU ms per search of `repo`'s code on `project`; run from `repo` (`python -c` puts the working
+    directory first on sys.path, ahead of PYTHONPATH)."""
     env = {**os.environ, "PYTHONPATH": str(repo)}
     out = subprocess.run([sys.executable, "-c", CHILD, str(project), str(n)], env=env, capture_output=True,
-                         text=True, check=True).stdout
+                         text=True, check=True, cwd=repo).stdout
     return json.loads(out.splitlines()[-1])["cpu_ms_per_search"]
+
+
+def build(repo: Path, project: Path, model: Path) -> None:
+    """Build `project` from sample_corpus/docs with `repo`'s code (each checkout reads its own rag.toml)."""
+    subprocess.run([sys.executable, "-m", "rag_cli", "build", str(REPO / "sample_corpus" / "docs"), "--unit",
+                    "chars", "--model", str(model), "-q", "-p", str(project)],
+                   env={**os.environ, "PYTHONPATH": str(repo)}, check=True, cwd=repo)
 
 
 def main() -> None:
@@ -62,21 +72,23 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         model = make_bi_encoder(Path(tmp) / "tiny-bi")
-        project = Path(tmp) / "p.rag"
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        subprocess.run([sys.executable, "-m", "rag_cli", "build", str(REPO / "sample_corpus" / "docs"), "--unit",
-                        "chars", "--model", str(model), "-q", "-p", str(project)], env=env, check=True)
+        projects = {"before": Path(tmp) / "before.rag", "after": Path(tmp) / "after.rag"}
+        repos = {"before": args.before.resolve(), "after": REPO}
+        for k in projects:
+            build(repos[k], projects[k], model)
         times: dict[str, list[float]] = {"before": [], "after": []}
         for _ in range(args.rounds):  # interleaved
-            times["before"].append(run(args.before, project, args.searches))
-            times["after"].append(run(REPO, project, args.searches))
+            for k in times:
+                times[k].append(run(repos[k], projects[k], args.searches))
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"{'checkout':<8} {'CPU ms/search (median)':>24}  runs")
     for k, v in times.items():
         print(f"{k:<8} {med[k]:>24.2f}  {', '.join(f'{x:.2f}' for x in v)}")
     print(f"ratio before/after: {med['before'] / med['after']:.1f}x")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": " ".join(sys.argv), "commit": commit(), "before": str(args.before),
+    args.out.write_text(json.dumps({"command": " ".join(sys.argv), "commit": commit(),
+                                    "before_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=args.before,
+                                                                    capture_output=True, text=True).stdout.strip(),
                                     "machine": machine(), "searches": args.searches, "cpu_ms_per_search": times,
                                     "median": med, "ratio": med["before"] / med["after"]}, indent=2) + "\n")
 

@@ -120,7 +120,7 @@ class ModelConfig:
     precision: str = setting("int8", "int8 or fp32: which ONNX graph of the model runs", limits=("int8", "fp32"))
     reranker: str = setting("", "Cross-encoder: a model folder (none by default)", flag="--model")
     reader: str = setting("", "Extractive QA reader for `ask`: an ONNX question-answering export folder (none by "
-                          "default); answers with its best span, or refuses when its no-answer score wins",
+                          "default; docs/answers.md)",
                           flag="--reader")
     threads: int = setting(0, "CPU cores for the models (that many batches at once, one onnxruntime thread each); "
                            "0 = all cores",
@@ -151,7 +151,8 @@ class IndexConfig:
     that structure), [index.faiss] and [index.milvus] (docs/architecture.md)."""
 
     backend: str = setting(DEFAULT, "Dense index: " + " | ".join(f"{name} ({help_})" for name, (_, help_) in
-                                                                 REGISTRY.items()), limits=tuple(REGISTRY))
+                                                                 REGISTRY.items()) + "; docs/architecture.md",
+                           limits=tuple(REGISTRY))
     bm25_k1: float = setting(1.2, "BM25 k1: term-frequency saturation", limits=(0, None), flag="--k1")
     bm25_b: float = setting(0.75, "BM25 b: length normalisation, 0-1", limits=(0, 1), flag="--b")
     bm25_method: str = setting("lucene", "BM25 variant: lucene (Lucene's and Anserini's scoring) | robertson | "
@@ -164,22 +165,20 @@ class IndexConfig:
     hnsw_ef: int = setting(128, "HNSW query beam (raised to k)", limits=(1, None), flag="--ef", table="hnsw")
     nlist: int = setting(0, "faiss ivf-pq, milvus ivf-*: IVF cells (k-means); 0 = the power of two nearest 4·√n",
                          limits=(0, None), table="ivf")
-    pq_m: int = setting(0, "faiss and milvus ivf-pq: bytes per vector (PQ sub-vectors), must divide the dimension; "
-                        "0 = its largest divisor up to dimension / 6 (64 for 384)", limits=(0, None), table="ivf")
+    pq_m: int = setting(0, "faiss and milvus ivf-pq: bytes per vector (PQ sub-vectors), a divisor of the dimension; "
+                        "0 = the largest up to dimension / 6", limits=(0, None), table="ivf")
     nprobe: int = setting(64, "faiss ivf-pq, milvus ivf-*: cells searched per query", limits=(1, None), table="ivf")
     index_type: str = setting("hnsw-sq8", "faiss: hnsw-sq8 (HNSW over 8-bit codes) | sq8 (8-bit codes scanned "
                               "flat) | ivf-pq (IVF cells of product-quantised codes)",
                               limits=("hnsw-sq8", "sq8", "ivf-pq"), table="faiss")
     rescore: int = setting(100, "faiss: candidates re-scored with the exact (memory-mapped) vectors before the "
                            "best k are kept; 0 = the codes' approximate scores", limits=(0, None), table="faiss")
-    uri: str = setting("", "milvus: a local path ending in .db (Milvus Lite, embedded: a folder; relative to the "
-                       "project folder) or http://host:19530 / https://host (a Milvus server or cluster; also "
-                       "tcp://, unix:); empty = milvus.db in the project folder", table="milvus")
-    collection: str = setting("", "milvus: the alias of the current generation (each generation is the "
-                              "collection ALIAS_gen_NNNNNN); empty = rag_ and 12 hex digits of the project "
-                              "folder's path", check=collection_problem, table="milvus")
-    milvus_index: str = setting("hnsw", "milvus: dense index type: hnsw (--hnsw-m, --ef-construction, --ef) | "
-                                "ivf-sq8 (--nlist, --nprobe) | ivf-pq (--nlist, --pq-m, --nprobe) | flat (exact)",
+    uri: str = setting("", "milvus: a Milvus Lite path ending in .db or a server's http://host:19530 "
+                       "(docs/scale-out.md); empty = milvus.db in the project folder", table="milvus")
+    collection: str = setting("", "milvus: the alias of the current generation (collections ALIAS_gen_NNNNNN); empty "
+                              "= rag_ and 12 hex digits of the path", check=collection_problem, table="milvus")
+    milvus_index: str = setting("hnsw", "milvus: dense index type: hnsw (--hnsw-m, --ef) | ivf-sq8 | ivf-pq "
+                                "(--nlist, --nprobe, --pq-m) | flat (exact)",
                                 limits=("hnsw", "ivf-sq8", "ivf-pq", "flat"), table="milvus")
 
 
@@ -233,10 +232,10 @@ class AskConfig:
     k: int = setting(5, "Evidence chunks given to the generator", limits=(1, None), flag="-k")
     generator: str = setting("extractive", "extractive | openai (an OpenAI-compatible server) | llama-cpp "
                              "(a local GGUF, the llm extra)", limits=("extractive", "openai", "llama-cpp"))
-    min_score: float = setting(0.82, "Refuse below this bi-encoder cosine of the best evidence (questions with "
-                               "Chinese characters; with ask.min_score_en not given, every question)", limits=(-1, 1))
-    min_score_en: float = setting(0.81, "Refuse below this bi-encoder cosine of the best evidence, for questions "
-                                  "without Chinese characters", limits=(-1, 1), follows="min_score")
+    min_score: float = setting(0.82, "Refuse below this bi-encoder cosine of the best evidence (Chinese questions; "
+                               "all unless ask.min_score_en is given; docs/answers.md)", limits=(-1, 1))
+    min_score_en: float = setting(0.81, "The --min-score of questions without Chinese characters",
+                                  limits=(-1, 1), follows="min_score")
     min_coverage: float = setting(0.3, "Refuse below this idf-weighted share of question terms in the "
                                   "evidence, unless the cosine reaches ask.strong_score", limits=(0, 1))
     strong_score: float = setting(0.9, "A cosine at or above this answers without the --min-coverage check",
@@ -255,8 +254,7 @@ class AskConfig:
                                      "k are kept", limits=(1, None))
     min_rerank_score: float = setting(0.0, "With model.reranker: refuse below this best cross-encoder logit (a raw "
                                       "logit, per model); 0 = off")
-    prompt: str = setting("", "LLM generators: a prompt template file ($instructions, $sources, $question, "
-                          "$refusal, $language; a line --- splits the system message from the user message); "
+    prompt: str = setting("", "LLM generators: a prompt template file ($sources, $question, ...: docs/answers.md); "
                           "empty = the built-in prompt")
     gate: str = setting("on", "on | off: off refuses nothing itself (the generator may) and still records the "
                         "gate's signals, for `rag eval tune refusal`", limits=("on", "off"))
@@ -310,19 +308,17 @@ class ServeConfig:
     host: str = setting("127.0.0.1", "Address to listen on; one other than loopback (127.0.0.1, ::1, localhost) "
                         "needs --api-key-env")
     port: int = setting(8765, "TCP port to listen on; 0 = any free port (printed at start)", limits=(0, 65535))
-    api_key_env: str = setting("", "NAME of the environment variable holding the API key that every request must "
-                               "send (Authorization: Bearer KEY, or X-API-Key: KEY); \"\" = no key (loopback only)",
+    api_key_env: str = setting("", "NAME of the environment variable holding the API key every request must send "
+                               "(docs/serve.md); \"\" = no key (loopback only)",
                                flag="--api-key-env", check=env_name_problem)
     log: bool = setting(False, "Append every search and answer to logs/queries/ and accept POST /feedback into "
-                        "logs/feedback/ (Parquet; `rag_cli.lab.online` reports from them)")
+                        "logs/feedback/ (Parquet; `rag eval online`)")
     max_k: int = setting(100, "Largest k (results or evidence chunks) a request may ask for", limits=(1, 10000))
     max_body: int = setting(65536, "Largest request body, bytes (a larger one gets 413)", limits=(1024, None))
     max_concurrent: int = setting(8, "Requests computed at once, in threads of one process sharing one loaded index; "
                                   "more wait their turn", limits=(1, 256))
-    query_graph: str = setting("query", "What encodes the queries: query (the model's query graph when it has one, "
-                               "as `rag search` does) | passage (the graph the chunks were embedded with: for the "
-                               "default int8 model about a third less CPU per dense or hybrid request, with query "
-                               "vectors a little further from fp32's; docs/serve.md)", limits=("query", "passage"))
+    query_graph: str = setting("query", "What encodes the queries: query (the query graph, as `rag search` does) | "
+                               "passage (the chunks' graph: less CPU; docs/serve.md)", limits=("query", "passage"))
     reload_poll: float = setting(0.5, "Seconds between looks at index/CURRENT: a new generation is loaded beside "
                                  "the served one and swapped in between requests", limits=(0.05, 3600))
 
@@ -496,8 +492,7 @@ def setting_info(section: str, key: str) -> SettingInfo:
             help_ = m["help"]
             if m["follows"]:
                 led = setting_info(section, m["follows"])
-                help_ += (f"; when {section}.{led.key} is given without it (in rag.toml, by {led.flag} or the "
-                          f"{led.key} option), {section}.{led.key}'s value")
+                help_ += f"; {section}.{led.key}'s value when only that is given"
             return SettingInfo(section, key, _DEFAULTS[section][key], help_, m["limits"], flag, m["check"],
                                m["cli"], m["follows"], m["table"])
     raise KeyError(f"{section}.{key}")

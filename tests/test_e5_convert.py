@@ -12,6 +12,7 @@ import gzip
 import json
 import math
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -441,3 +442,37 @@ def test_failed_conversion_leaves_nothing_behind(tmp_path, monkeypatch, bin_mode
         e5_convert.convert(dest, quiet=True)
     assert [p.name for p in (tmp_path / "models").iterdir()] == ["e5"]
     assert (dest / "keep.txt").read_text() == "previous model"
+
+
+# ---------------------------------------------------------------- progress (#31 item 23)
+
+
+def test_conversion_reports_each_step(tmp_path, monkeypatch, bin_model):
+    """The first-use conversion names its steps as it goes, in order, and ends with done == total."""
+    import onnx
+
+    monkeypatch.setattr(e5_convert, "read_e5_bin", lambda path=None: bin_model)
+    monkeypatch.setattr(e5_convert, "check_tokenizer", lambda header, path: None)
+    monkeypatch.setattr(e5_convert, "build_onnx", lambda header, tensors: object())
+    monkeypatch.setattr(onnx, "save_model", lambda model, path: Path(path).write_bytes(b"onnx"))
+    monkeypatch.setattr(e5_convert, "fuse_transformer", lambda src, dst, header: None)
+    monkeypatch.setattr(e5_convert, "quantize_int8", lambda src, dst, tok: Path(dst).write_bytes(b"int8"))
+    monkeypatch.setattr(e5_convert, "quantize_query_graph", lambda src, dst: Path(dst).write_bytes(b"q"))
+    monkeypatch.setattr(e5_convert, "hf_config", lambda header: {})
+    seen = []
+    e5_convert.convert(tmp_path / "e5", quiet=True, progress=lambda *a: seen.append(a))
+    assert seen == [(step, i, 5) for i, step in enumerate(e5_convert.STEPS)] + [("model ready", 5, 5)]
+    seen.clear()
+    e5_convert.convert(tmp_path / "fp32", int8=False, quiet=True, progress=lambda *a: seen.append(a))
+    assert [s for s, _, _ in seen] == [*e5_convert.STEPS[:3], "model ready"] and seen[-1][1:] == (3, 3)
+
+
+def test_conversion_steps_are_lines_in_a_log(capsys):
+    """Without a terminal (cron, a CI log) each step is one line on stderr, nothing on stdout."""
+    with defaults._conversion_steps() as step:
+        for i, name in enumerate(e5_convert.STEPS):
+            step(name, i, 5)
+        step("model ready", 5, 5)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [f"rag: step {i + 1}/5: {name}" for i, name in enumerate(e5_convert.STEPS)]

@@ -275,6 +275,37 @@ def test_answers_whose_chunk_texts_changed_are_said(project, tmp_path):
         assert said is bool(changed), res.stderr
 
 
+def test_a_row_subset_of_an_answers_file_keeps_its_evidence_unchanged(project, tmp_path):
+    """A file cut to some of its rows (its answerable ones, say) is compared on the ids those rows use (#31 item 25)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = read_chunks(project.chunks_path, columns=["chunk_id", "text"], required=["chunk_id", "text"])
+    (c1, c2), (t1, t2) = table.column("chunk_id").to_pylist()[:2], table.column("text").to_pylist()[:2]
+    rows = [{"question": "q", "answer": "a [1]", "refused": False, "query_id": q, "citations": [c], "contexts": [c]}
+            for q, c in (("q1", c1), ("q2", c2))]
+    answers, subset = tmp_path / "a.parquet", tmp_path / "answerable.parquet"
+    write_answers(answers, rows, {c1: t1, c2: t2})
+    full = pq.read_table(answers)
+    pq.write_table(full.filter(pc.equal(full.column("query_id"), "q1")), subset)
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text('{"_id": "q1", "answers": ["a"]}\n')
+    out = tmp_path / "r.json"
+    for path, changed in ((subset, False), (answers, False)):
+        res = invoke("answers", "--answers", path, "--gold", gold, "-o", out, "-p", project.root)
+        assert res.exit_code == 0, res.output
+        assert json.loads(out.read_text())["evidence_changed"] is changed, path
+        assert "had other texts" not in " ".join(res.stderr.split())
+    write_answers(answers, rows, {c1: t1 + " (changed)", c2: t2})
+    full = pq.read_table(answers)
+    pq.write_table(full.filter(pc.equal(full.column("query_id"), "q2")), subset)
+    res = invoke("answers", "--answers", subset, "--gold", gold, "-o", out, "-p", project.root)
+    assert json.loads(out.read_text())["evidence_changed"] is False  # q2's chunk did not change
+    pq.write_table(full.filter(pc.equal(full.column("query_id"), "q1")), subset)
+    res = invoke("answers", "--answers", subset, "--gold", gold, "-o", out, "-p", project.root)
+    assert json.loads(out.read_text())["evidence_changed"] is True, res.output
+
+
 def test_rag_ask_queries_keeps_the_evidence_fingerprint(project, tmp_path):
     import pyarrow.parquet as pq
 

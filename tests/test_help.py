@@ -15,9 +15,6 @@ from rag_cli.cli import app
 MAX_LINES = 25  # lines of a command's description (its docstring), options apart
 MAX_OPTION = 160  # characters of one option's help: about one line of a wide terminal
 FIGURE = re.compile(r"bench/|\b\d+\.\d{3,}\b|\b\d+(?:\.\d+)? ?%")
-#: Commands whose help still holds an essay or figures (a ratchet: each must still fail, so the list only shrinks).
-#: All four for an option's help past one line (--min-score-en, --backend, --uri, --query-graph, ...).
-PENDING = {"rag ask", "rag index", "rag build", "rag serve"}
 
 
 def _commands():
@@ -44,24 +41,13 @@ def faults(command) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("name, command", [c for c in _commands() if c[0] not in PENDING],
-                         ids=[n for n, _ in _commands() if n not in PENDING])
+@pytest.mark.parametrize("name, command", _commands(), ids=[n for n, _ in _commands()])
 def test_help_is_short_and_holds_no_figures(name, command):
+    """Every command: a short description, one line per option, no measured figure."""
     assert faults(command) == [], name
-
-
-def test_the_pending_list_only_shrinks():
-    commands = dict(_commands())
-    assert PENDING <= set(commands)
-    assert [n for n in sorted(PENDING) if not faults(commands[n])] == [], "fixed: take it off PENDING"
 
 
 def test_eval_run_help_links_its_page_and_has_an_example():
     text = dict(_commands())["rag eval run"].help
     assert "docs/evaluation.md" in text and "rag eval run --qrels" in text
 
-
-@pytest.mark.parametrize("name, command", _commands(), ids=[n for n, _ in _commands()])
-def test_no_help_holds_a_measured_figure(name, command):
-    """Every command, pending ones too: figures go to docs/ (the help links the page)."""
-    assert [f for f in faults(command) if f.startswith("a measured figure")] == [], name

@@ -96,7 +96,7 @@ def test_the_rule_is_declared_once_and_documented_in_the_help():
     info = setting_info("ask", "min_score_en")
     assert info.flag == "--min-score-en" and info.limits == (-1, 1) and info.follows == "min_score"
     assert "without Chinese characters" in info.help
-    assert "when ask.min_score is given without it (in rag.toml, by --min-score or the min_score option)" in info.help
+    assert "ask.min_score's value when only that is given" in info.help
     assert setting_info("ask", "min_score").follows is None
 
 

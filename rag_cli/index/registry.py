@@ -6,12 +6,10 @@ own backend's libraries). Adding a backend is one module and one line here (docs
 
 #: name -> ("module:Class" of its `rag_cli.index.backends.Backend`, its help for `--backend`).
 REGISTRY: dict[str, tuple[str, str]] = {
-    "hnswlib": ("rag_cli.index.dense:DenseIndex", "HNSW over float32, in RAM"),
-    "faiss": ("rag_cli.index.faiss_index:FaissIndex", "the faiss extra; see --index-type"),
-    "exact": ("rag_cli.index.exact:ExactIndex", "brute force over memory-mapped vectors: small corpora, the "
-              "ground truth of recall"),
-    "milvus": ("rag_cli.index.milvus:MilvusIndex", "the milvus extra: dense and BM25 served from Milvus at --uri; "
-               "see --milvus-index"),
+    "hnswlib": ("rag_cli.index.dense:DenseIndex", "HNSW in RAM"),
+    "faiss": ("rag_cli.index.faiss_index:FaissIndex", "the faiss extra"),
+    "exact": ("rag_cli.index.exact:ExactIndex", "brute force"),
+    "milvus": ("rag_cli.index.milvus:MilvusIndex", "the milvus extra"),
 }
 #: The backend of a generation that records none, and of a new project.
 DEFAULT = next(iter(REGISTRY))

@@ -48,7 +48,7 @@ def score_answers(answers_path: Path, gold_path: Path | None, chunks_path: Path,
     or answers that cite no chunk of this project."""
     from rag_cli.evaluate.answers import answer_metrics, refusal_rates
     from rag_cli.evaluate.datasets import read_gold_answers
-    from rag_cli.store.answers import evidence_fingerprint, read_answers, read_evidence_fingerprint
+    from rag_cli.store.answers import evidence_changed, read_answers
     from rag_cli.store.chunks import read_chunks
 
     answers = read_answers(answers_path)  # checked first: a bad file fails before a judge loads
@@ -63,9 +63,7 @@ def score_answers(answers_path: Path, gold_path: Path | None, chunks_path: Path,
         unknown = chunks_not_in_project(wanted, texts, answers_path, chunks_path)
         report.update({"gold": str(gold_path), **answer_metrics(rows, gold, texts)})
         report["n_chunks_not_in_project"] = unknown
-        recorded = read_evidence_fingerprint(answers)
-        report["evidence_changed"] = (None if recorded is None else
-                                      recorded != evidence_fingerprint({c: texts.get(c, "") for c in wanted}))
+        report["evidence_changed"] = evidence_changed(answers, {c: texts.get(c, "") for c in wanted})
     if unanswerable is not None:
         from rag_cli.evaluate.gate_tuning import looks_gate_off
 

@@ -9,11 +9,13 @@ first use into the cache (``$RAG_CACHE`` or ``~/.cache/rag-cli``)::
     <cache>/models/multilingual-e5-small/
         model.onnx  model_int8.onnx  model_int8_query.onnx  tokenizer.json  config.json  rag_model.json
 
-Nothing is printed on stdout; the one-time conversion notes go to stderr.
+Nothing is printed on stdout; the one-time conversion shows its steps on
+stderr: a progress bar on a terminal, one line per step otherwise (a log).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -142,6 +144,31 @@ def _missing_default_message(value: str, err: Exception) -> str:
     )
 
 
+@contextlib.contextmanager
+def _conversion_steps():
+    """Yield a `convert` progress callback (step, done, total): a rich bar
+    with the step's name and the time spent on a terminal's stderr, else one
+    line per step on stderr ("rag: step 2/5: building the float32 graph")."""
+    if not sys.stderr.isatty():
+        def line(step: str, done: int, total: int) -> None:
+            if done < total:
+                print(f"rag: step {done + 1}/{total}: {step}", file=sys.stderr, flush=True)
+
+        yield line
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("converting", total=None)
+
+        def update(step: str, done: int, total: int) -> None:
+            bar.update(task, description=step, completed=done, total=total)
+
+        yield update
+
+
 def ensure_default_model() -> Path:
     """Convert the default embedder into the cache once; return its folder.
 
@@ -168,11 +195,12 @@ def ensure_default_model() -> Path:
         if not default_ready(folder):  # another process may have finished meanwhile
             print(
                 f"rag: first use of {DEFAULT_MODEL}: converting it to ONNX in {folder} "
-                "(once, under a minute)",
+                "(once, about a minute of CPU)",
                 file=sys.stderr, flush=True,
             )
             try:
-                e5.convert(folder, int8=True, quiet=True)
+                with _conversion_steps() as step:
+                    e5.convert(folder, int8=True, quiet=True, progress=step)
             except FileNotFoundError as err:
                 raise BadInput(_missing_default_message(DEFAULT_MODEL, err)) from None
             except ValueError as err:

