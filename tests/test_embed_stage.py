@@ -146,6 +146,9 @@ def test_rerun_embeds_nothing_and_damaged_parts_are_dropped(project, tiny_bi_enc
     project.embeddings_path.unlink()
     summary = embed_chunks(project, enc, **SMALL)
     assert not part.exists() and counter.rows == lost
+    [repaired] = summary["cache_repaired"]  # named (the reason in the middle is pyarrow's)
+    assert repaired.startswith(f"{part}: cannot be read as Parquet (") and repaired.endswith("); it was set aside "
+                                                                                             "(deleted)")
     assert summary["n_embedded"] >= lost and summary["n_reused"] > 0
     got = pq.read_table(project.embeddings_path)
     np.testing.assert_allclose(np.array(got.column("vector").to_pylist()),

@@ -972,6 +972,85 @@ def test_a_damaged_vector_in_the_cache_is_set_aside_and_embedded_again(tmp_path,
     assert p.search("cancer", mode="dense", k=1).hits
 
 
+def _parts(p: Project) -> set[Path]:
+    return set((p.root / "cache" / "vectors").glob("*/part-*.parquet"))
+
+
+def _built_with_a_part_of_two_documents(tmp_path, scifact_docs, tiny_bi_encoder) -> tuple[Project, Path, Path]:
+    """(project, its sources, the vector cache part holding exactly the vectors of documents 10 and 11):
+    built from documents 0-9, then updated with 10 and 11 added."""
+    src = tmp_path / "src"
+    write_corpus(src, scifact_docs[:10])
+    p = build(tmp_path / "p", src, tiny_bi_encoder)
+    before = _parts(p)
+    time.sleep(0.01)
+    write_corpus(src, scifact_docs[:12])
+    p.update()
+    [part] = _parts(p) - before
+    return p, src, part
+
+
+@pytest.mark.parametrize("command", ["embed", "update"])
+def test_a_damaged_cache_part_of_vectors_no_longer_used_is_set_aside(tmp_path, scifact_docs, tiny_bi_encoder,
+                                                                     command):
+    # issue 31 item 20: a damaged part holding only vectors of removed documents was never read by embed, so
+    # never set aside, and `status --verify` exited 2 after every embed and update
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    p, src, part = _built_with_a_part_of_two_documents(tmp_path, scifact_docs, tiny_bi_encoder)
+    time.sleep(0.01)
+    write_corpus(src, scifact_docs[:10])  # documents 10 and 11 removed: nothing uses that part any more
+    p.update()
+    n_stale = pq.read_metadata(part).num_rows
+    _damage_a_cached_vector(part, keep_checksum=True)
+    run = CliRunner().invoke
+    res = run(app, ["status", "--verify", "-p", str(p.root)])
+    assert res.exit_code == 2 and str(part) in res.stderr.replace("\n", ""), res.output
+    res = run(app, [command, "--json", "-p", str(p.root)])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    embed = out if command == "embed" else out["embed"]
+    assert embed["cache_repaired"] == [
+        f"{part}: its vectors' sha256 differs from the one written (the file was changed or damaged); it was set "
+        f"aside (deleted): none of its {n_stale} vector(s) is used by the current chunks"]
+    assert (embed["n_embedded"], embed["n_texts_embedded"]) == (0, 0)
+    assert not part.exists() and len(_parts(p)) == 1
+    res = run(app, ["status", "--verify", "-p", str(p.root)])
+    assert res.exit_code == 0 and "up to date" in res.stdout, res.output
+    assert p.embed().cache_repaired is None  # nothing left to set aside
+
+
+def test_a_repairing_embed_counts_the_vectors_it_embedded_again(tmp_path, scifact_docs, tiny_bi_encoder):
+    # issue 31 item 20: `rag embed --json` that embedded again the vectors of a damaged cache part said
+    # n_embedded 0 (and n_reused: every chunk)
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from rag_cli.cli import app
+
+    p, _, part = _built_with_a_part_of_two_documents(tmp_path, scifact_docs, tiny_bi_encoder)
+    good = _embedding_vectors(p)
+    held = set(pq.read_table(part, columns=["text_sha256"]).column(0).to_pylist())
+    shas = pq.read_table(p.embeddings_path, columns=["text_sha256"]).column(0).to_pylist()
+    n_chunks, n_again = len(shas), sum(s in held for s in shas)
+    assert 0 < n_again < n_chunks and len(held) == n_again  # (no two chunks of the corpus share a text)
+    _damage_a_cached_vector(part, keep_checksum=True)
+    res = CliRunner().invoke(app, ["embed", "--json", "-p", str(p.root)])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert (out["n_chunks"], out["n_embedded"], out["n_texts_embedded"], out["n_reused"]) == (
+        n_chunks, n_again, n_again, n_chunks - n_again)
+    assert out["cache_repaired"] == [
+        f"{part}: its vectors' sha256 differs from the one written (the file was changed or damaged); it was set "
+        f"aside and the {n_again} vector(s) of it that the chunks use are embedded again"]
+    assert p.manifest()["embed"]["n_embedded"] == n_again
+    assert np.allclose(_embedding_vectors(p), good, atol=1e-6)
+    assert p.status(verify=True)["damaged"] == []
+
+
 def test_index_refuses_embeddings_whose_vectors_lost_their_unit_norm(tmp_path, scifact_docs, tiny_bi_encoder):
     # item 8: a vector of norm 3.2e34 in embeddings.parquet was indexed
     import pyarrow as pa

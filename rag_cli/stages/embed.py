@@ -78,14 +78,20 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
             "error" (raise BadInput naming them, before any embedding).
 
     Returns:
-        Summary: n_chunks, n_embedded (chunks whose vector was computed now;
+        Summary: n_chunks, n_embedded (chunks whose vector was computed now,
+        those whose cached vector was damaged and embedded again included;
         identical texts are embedded once), n_texts_embedded (the distinct
-        texts embedded now: the `total` of `progress`), n_reused, n_truncated (chunks,
+        texts embedded now: the `total` of `progress`, plus those embedded
+        again after a damaged cache part), n_reused (n_chunks - n_embedded), n_truncated (chunks,
         embedded now or reused, longer than max_length tokens), truncated
         (the first `NAMED_IDS` of them: {"chunk_id", "n_tokens"}),
         truncation (the warning naming them, or None), max_length,
         rebuilt_unreadable (why an old embeddings.parquet could not be read,
-        or None), seconds, fingerprint, model_warnings (`ModelFolder.warnings`).
+        or None), seconds, fingerprint, model_warnings (`ModelFolder.warnings`);
+        cache_repaired (only when a damaged part of the vector cache was set
+        aside: one message each, naming the part; parts holding only vectors
+        the chunks no longer use are checked too, after embeddings.parquet
+        is written, see `VectorCache.set_aside_unread`).
 
     Raises:
         BadInput: `chunks.parquet` is missing, unreadable, lacks chunk_id/text
@@ -142,7 +148,6 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
     if truncation and on_truncate == "error":
         raise BadInput(f"{describe_truncated(truncated, n_truncated, max_length, embedded=False)}; nothing was embedded or written (--on-truncate error): chunk again with "
                        f"a smaller --size, or use --on-truncate warn")
-    n_embedded = sum(s in new for s in shas)
     total, done = len(new), 0
     cache.space_needed = total * (4 * dim + 80) + len(shas) * (4 * dim + ROW_BYTES)  # parts + embeddings.parquet
     kwargs = {} if batch_tokens is None else {"batch_tokens": batch_tokens}
@@ -184,7 +189,9 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
                 progress("embedding", done, total)
         flush()
 
-    repaired: list[str] = []
+    repaired: list[str] = list(cache.removed)  # parts that could not even be opened (deleted)
+    redone: set[str] = set()  # texts embedded again because their cached vector was damaged
+    used: set[str] = set()  # every chunk's text sha256, made when a damaged part is found
 
     def gather_checked(part: list[str], texts: Callable[[], list[str]]) -> np.ndarray:
         """The cached vectors of `part`; a damaged cache part (or older
@@ -197,11 +204,16 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
                         missing.setdefault(sha, text)
             if missing:
                 _embed_again(encoder, cache, missing, kwargs, project)
+                redone.update(missing)
             try:
                 return cache.gather(part)
             except DamagedVectors as exc:
-                n = cache.discard(exc.path)
-                repaired.append(f"{exc}; it was set aside and its {n} vector(s) are embedded again")
+                gone = cache.discard(exc.path)
+                if not used:
+                    used.update(shas)
+                n = sum(sha in used for sha in gone)
+                repaired.append(f"{exc}; it was set aside and the {n} vector(s) of it that the chunks "
+                                "use are embedded again")
         raise WorkFailed(f"the vector cache {cache_dir} keeps giving damaged vectors; delete that folder and run "
                          "`rag embed` again")
 
@@ -220,6 +232,10 @@ def embed_chunks(project: "ProjectFolder", encoder, progress: Progress | None = 
                                  "folder and run `rag embed` again")
             write(batch.column(0), part, vectors, n_tokens[row : row + batch.num_rows])
             row += batch.num_rows
+    repaired += cache.set_aside_unread()  # damaged parts that only hold vectors no chunk uses now
+    computed = new | redone
+    n_embedded = sum(s in computed for s in shas)
+    total = len(computed)
     seconds = time.perf_counter() - t0
     summary = {"n_chunks": len(shas), "n_embedded": n_embedded, "n_texts_embedded": total,
                "n_reused": len(shas) - n_embedded,

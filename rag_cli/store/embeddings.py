@@ -18,7 +18,9 @@ its own checksum: `vectors_sha256` in its schema metadata, the sha256 of its
 float32 vectors (row-major). Vectors read from the cache are checked as they
 are read: the checksum (parts written before it existed have none), and for
 a model that normalises, a norm of 1 (`UNIT_NORM_TOLERANCE`), so a flipped
-bit never becomes a vector of norm 3e34 (`DamagedVectors`).
+bit never becomes a vector of norm 3e34 (`DamagedVectors`). The parts that
+`rag embed` did not read are checked at its end (`VectorCache.set_aside_unread`),
+so a damaged part of vectors no chunk uses is set aside too.
 """
 
 from __future__ import annotations
@@ -248,6 +250,10 @@ class VectorCache:
     (`vectors_sha256` in a part's metadata) and, with `unit`, the norm of
     each vector; a damaged source raises DamagedVectors, and `discard`
     removes it (deleting a part of the cache) so its texts are embedded again.
+    The parts no `gather` read (they hold only vectors no longer needed, or
+    ones another part also holds) are checked by `set_aside_unread`, so a
+    damaged one does not stay in the cache for ever. A part that cannot be
+    opened at all is deleted when the cache is opened (`removed` says why).
 
     Args:
         folder: `PROJECT/cache/vectors/<fingerprint>`; created on the first write.
@@ -262,11 +268,17 @@ class VectorCache:
         self._where: dict[str, tuple[int, int, int]] = {}
         self._loaded: tuple[tuple[int, int], np.ndarray] | None = None  # the last row group read
         self._seq = 0
+        self._read_srcs: set[int] = set()  # sources of which `_read` read a row group (or found it damaged)
+        self._gone: set[int] = set()  # sources discarded
+        #: Why each part that could not be opened was deleted when the cache was opened (one message each).
+        self.removed: list[str] = []
         #: Bytes the step that writes parts needs (said when the disk is full); None: the part's size.
         self.space_needed: int | None = None
         if self.folder.is_dir():
             for part in sorted(self.folder.glob("part-*.parquet")):
-                self.add_source(part, remove_if_unreadable=True)
+                why = self.add_source(part, remove_if_unreadable=True)
+                if why is not None and not part.exists():
+                    self.removed.append(f"{why}; it was set aside (deleted)")
 
     def __contains__(self, sha: str) -> bool:
         return sha in self._where
@@ -311,19 +323,52 @@ class VectorCache:
         self._where.update(found)
         return None
 
-    def discard(self, path: Path) -> int:
+    def discard(self, path: Path) -> list[str]:
         """Stop using the source `path` (damaged); a part of this cache is
         deleted, another file (embeddings.parquet) is left as it is. Returns
-        how many hashes it held (to be embedded again)."""
+        the hashes it was the source of (no longer cached: to be embedded
+        again where they are needed)."""
         path = Path(path)
         srcs = {i for i, f in enumerate(self._files) if f == path}
         gone = [sha for sha, loc in self._where.items() if loc[0] in srcs]
         for sha in gone:
             del self._where[sha]
+        self._gone |= srcs
         self._loaded = None
-        if path.parent == self.folder and path.name.startswith("part-"):
+        if self._is_part(path):
             path.unlink(missing_ok=True)
-        return len(gone)
+        return gone
+
+    def _is_part(self, path: Path) -> bool:
+        return path.parent == self.folder and path.name.startswith("part-")
+
+    def set_aside_unread(self) -> list[str]:
+        """Check every part of this cache that no `gather` read (nor `discard`
+        dropped) as `gather` would, and discard (delete) the damaged ones: a
+        part holding only vectors that are no longer needed is never read, so
+        without this its damage would be reported by `rag status --verify`
+        after every embed. Call it once the vectors of every chunk were
+        gathered (a part read by no `gather` then holds no vector the chunks
+        use). Reads each such part once, a row group at a time. Returns one message per part set aside, naming it and the damage."""
+        out = []
+        for src, path in enumerate(self._files):
+            if src in self._read_srcs or src in self._gone or not self._is_part(path):
+                continue
+            try:
+                with pq.ParquetFile(path) as pf:
+                    n_groups = pf.num_row_groups
+                for rg in range(n_groups):
+                    self._read(src, rg)
+            except DamagedVectors as exc:
+                n = len(self.discard(path))
+                out.append(f"{exc}; it was set aside (deleted): none of its {n} vector(s) is used by the "
+                           "current chunks")
+            except Exception as exc:  # pyarrow raises several types for a damaged file
+                self.discard(path)
+                out.append(f"{path}: cannot be read as Parquet ({type(exc).__name__}: {exc}); it was set aside "
+                           "(deleted): none of its vectors is used by the current chunks")
+        self._loaded = None
+        return out
 
     def write_part(self, shas: list[str], vectors: np.ndarray) -> Path:
         """Write one part file atomically and index it.
@@ -365,6 +410,7 @@ class VectorCache:
     def _read(self, src: int, rg: int) -> np.ndarray:
         """Row group `rg` of source `src` as (n, dim) float32, checked (see `gather`)."""
         path = self._files[src]
+        self._read_srcs.add(src)
         try:
             with pq.ParquetFile(path) as pf:
                 col = pf.read_row_group(rg, columns=["vector"]).column(0)
@@ -388,7 +434,8 @@ def check_vector_cache(folder: Path, unit: bool = False) -> list[str]:
     """Problems of the part files of the vector cache `folder`: unreadable,
     a checksum (`vectors_sha256`) other than the one written, or with `unit`
     a vector whose norm is not 1. One message per damaged part, naming it
-    (for `rag status --verify`; `rag embed` sets such parts aside itself)."""
+    (for `rag status --verify`; `rag embed` sets such parts aside itself,
+    needed or not: `VectorCache.set_aside_unread`)."""
     problems = []
     for part in sorted(Path(folder).glob("part-*.parquet")):
         try:
@@ -406,7 +453,8 @@ def check_vector_cache(folder: Path, unit: bool = False) -> list[str]:
                 cache._read(0, rg)
         except DamagedVectors as exc:
             problems.append(str(exc))
-    return [f"{p}; the next `rag embed` sets it aside and embeds its texts again" for p in problems]
+    return [f"{p}; the next `rag embed` (or `update`) with its model sets it aside and embeds again those of its "
+            "texts the chunks use" for p in problems]
 
 
 def vector_cache_dir(root: Path, fingerprint: str) -> Path:
