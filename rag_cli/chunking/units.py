@@ -117,8 +117,8 @@ char_counter = SpanCounter(None)
 #: A text longer than this many characters is encoded in windows of at most
 #: this many, cut where a whitespace run starts (see `token_windows`), so the
 #: tokenizer's own memory is bounded by the window, not by the document
-#: (one encoding costs about 400 bytes per token; 50 MB of text in one piece
-#: grew past 5 GB).
+#: (an encoding and its offsets cost about 400 bytes a token: one 20 MB line
+#: encoded whole needed 4.3 GiB; docs/inputs.md).
 TOKEN_WINDOW = 100_000
 
 #: At most this many characters of text (whole texts and windows) go into one
