@@ -3,9 +3,10 @@
 Builds BEIR corpora of about `--mb` MB of text each from the SciFact corpus
 repeated (record k of copy r gets `_id` `ID~r`, so every id is new), then runs
 the real CLI (`python -m rag_cli chunk CORPUS --format beir`) once per
-corpus, under `nice`, and takes the child's peak resident memory from the
-kernel (os.wait4's ru_maxrss) and its wall time. MB is the UTF-8 size of the
-records' `title + "\\n\\n" + text`; MB/s is that over the wall time (process
+corpus, under `nice` (`--no-nice`: at normal priority), and takes the
+child's peak resident memory from the kernel (os.wait4's ru_maxrss) and its
+wall time. MB is the UTF-8 size of the records' `title + "\\n\\n" + text`
+(with `--shape line`, of the line); MB/s is that over the wall time (process
 start, imports and the tokenizer's load included).
 
 Sizes in tokens (`--unit tokens`, the default unit) use multilingual-e5-small's
@@ -15,8 +16,14 @@ tokenizer.json (the installed package's copy) in a model folder of its own:
 `--rev REV` runs the code of a git commit instead of the working tree (an
 export of it under bench/out/), to compare before and after a change.
 
+`--shape line` writes one document instead: a plain-text file of about
+`--mb` MB on a single line (the SciFact titles and texts, newlines turned
+into spaces, repeated), run as `rag chunk FILE.txt` (#31 item 12: one very
+long document in tokens).
+
     nice python bench/chunk_memory.py --mb 2,20                 # writes bench/results/chunk_memory.json
     nice python bench/chunk_memory.py --mb 2 --rev 82fc942 --out bench/out/before.json
+    nice python bench/chunk_memory.py --shape line --mb 5,20,50 --out bench/results/chunk_memory-line.json
 """
 
 from __future__ import annotations
@@ -82,6 +89,25 @@ def build_corpus(path: Path, mb: float, source: Path) -> tuple[int, int]:
     return n, size
 
 
+def build_line(path: Path, mb: float, source: Path) -> tuple[int, int]:
+    """Write about `mb` MB of the corpus's text as one line to `path`; returns (1, text bytes)."""
+    with gzip.open(source, "rt", encoding="utf-8") as fh:
+        records = [json.loads(line) for line in fh if line.strip()]
+    texts = [" ".join(f"{r.get('title') or ''} {r.get('text') or ''}".split()) for r in records]
+    want = int(mb * 1e6)
+    size = 0
+    with path.open("w", encoding="utf-8") as out:
+        while size < want:
+            for t in texts:
+                piece = (" " if size else "") + t
+                out.write(piece)
+                size += len(piece.encode("utf-8"))
+                if size >= want:
+                    break
+        out.write("\n")
+    return 1, size
+
+
 def tokenizer_folder(path: Path) -> Path:
     """A model folder holding multilingual-e5-small's tokenizer.json and a
     placeholder graph file (chunking never opens it)."""
@@ -108,9 +134,9 @@ def export(rev: str) -> Path:
     return dest
 
 
-def measure(code: Path, corpus: Path, project: Path, args: list[str]) -> dict:
+def measure(code: Path, corpus: Path, project: Path, args: list[str], fmt: str = "beir", nice: bool = True) -> dict:
     """Run `rag chunk` as a child and take its peak RSS from the kernel (wait4)."""
-    cmd = ["nice", sys.executable, "-m", "rag_cli", "chunk", str(corpus), "--format", "beir", "-p", str(project),
+    cmd = ["nice"] * nice + [sys.executable, "-m", "rag_cli", "chunk", str(corpus), "--format", fmt, "-p", str(project),
            "--json", *args]
     env = dict(os.environ, PYTHONPATH=str(code))
     # cwd: `python -m` puts the current folder first on sys.path, before PYTHONPATH
@@ -124,6 +150,10 @@ def main() -> None:
     ap.add_argument("--unit", default="tokens", choices=["tokens", "chars"])
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--overlap", type=int, default=32)
+    ap.add_argument("--shape", default="beir", choices=["beir", "line"],
+                    help="beir: many SciFact records; line: one text file on a single line")
+    ap.add_argument("--no-nice", action="store_true",
+                    help="run `rag chunk` at normal priority (on a machine busy with other work a niced child barely runs)")
     ap.add_argument("--rev", default=None, help="run this git commit's rag_cli instead of the working tree")
     ap.add_argument("--source", type=Path, default=DATA / "scifact" / "corpus.jsonl.gz")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "chunk_memory.json")
@@ -138,13 +168,19 @@ def main() -> None:
     rows = []
     try:
         for mb in [float(x) for x in opts.mb.split(",")]:
-            corpus = work / f"corpus-{mb:g}mb.jsonl"
-            n_docs, n_bytes = build_corpus(corpus, mb, opts.source)
-            m = measure(code, corpus, work / f"proj-{mb:g}", args)
+            if opts.shape == "line":
+                corpus = work / f"line-{mb:g}mb.txt"
+                n_docs, n_bytes = build_line(corpus, mb, opts.source)
+            else:
+                corpus = work / f"corpus-{mb:g}mb.jsonl"
+                n_docs, n_bytes = build_corpus(corpus, mb, opts.source)
+            m = measure(code, corpus, work / f"proj-{mb:g}", args, "text" if opts.shape == "line" else "beir",
+                        nice=not opts.no_nice)
             row = {"mb": round(n_bytes / 1e6, 2), "docs": n_docs, "chunks": m["result"]["n_chunks"],
                    "seconds": m["seconds"], "mb_per_s": round(n_bytes / 1e6 / m["seconds"], 3),
                    "peak_rss_mib": m["peak_rss_mib"],
-                   "rss_mib_per_text_mb": round(m["peak_rss_mib"] / (n_bytes / 1e6), 1)}
+                   "rss_mib_per_text_mb": round(m["peak_rss_mib"] / (n_bytes / 1e6), 1),
+                   "load_average_after": [round(x, 2) for x in os.getloadavg()]}
             rows.append(row)
             print(f"{row['mb']:8.2f} MB  {row['docs']:7d} docs  {row['chunks']:7d} chunks  {row['seconds']:7.1f} s  "
                   f"{row['mb_per_s']:6.3f} MB/s  peak RSS {row['peak_rss_mib']:8.1f} MiB", flush=True)
@@ -152,9 +188,13 @@ def main() -> None:
             corpus.unlink()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    what = ("rag chunk --format beir on SciFact repeated with new ids" if opts.shape == "beir" else
+            "rag chunk --format text on one file of SciFact text on a single line")
     report = {
-        "what": "rag chunk --format beir on SciFact repeated with new ids: peak RSS (wait4 ru_maxrss) and MB/s",
-        "command": " ".join(["python", "bench/chunk_memory.py", "--mb", opts.mb, "--unit", opts.unit, "--size",
+        "what": f"{what}: peak RSS (wait4 ru_maxrss) and MB/s",
+        "command": " ".join(["python", "bench/chunk_memory.py"] + (["--shape", "line"] if opts.shape == "line" else [])
+                            + (["--no-nice"] if opts.no_nice else [])
+                            + ["--mb", opts.mb, "--unit", opts.unit, "--size",
                              str(opts.size), "--overlap", str(opts.overlap)] + (["--rev", opts.rev] if opts.rev else [])),
         "commit": commit_of(opts.rev or "HEAD"),
         "machine": {**cpu_info(), "python": platform.python_version(), "platform": platform.platform()},

@@ -18,6 +18,7 @@ groups the counts above are exact.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 
 from .units import SpanCounter
 
@@ -43,7 +44,7 @@ def _char_windows(text: str, size: int, overlap: int) -> list[tuple[int, int]]:
     return spans
 
 
-def _token_windows(text: str, positions: list[int], size: int, overlap: int) -> list[tuple[int, int]]:
+def _token_windows(text: str, positions: Sequence[int], size: int, overlap: int) -> list[tuple[int, int]]:
     n, total = len(text), len(positions)
     spans = []
     i = 0  # first token of the window; always the first token of its character

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+from array import array
 from bisect import bisect_left
+from collections.abc import Sequence
 
 from ..errors import BadInput
 
-__all__ = ["STRATEGIES", "UNITS", "validate", "load_tokenizer", "SpanCounter", "char_counter", "token_counters"]
+__all__ = ["STRATEGIES", "UNITS", "validate", "load_tokenizer", "SpanCounter", "char_counter", "token_counters",
+           "token_windows", "TOKEN_WINDOW", "BATCH_CHARS"]
 
 STRATEGIES = ("recursive", "fixed", "markdown", "code", "sentence", "parent-child", "semantic")
 UNITS = ("tokens", "chars")
@@ -87,14 +90,15 @@ class SpanCounter:
     """Counts units in a span `[a, b)` of one document's text.
 
     With `starts=None` the unit is the character; otherwise `starts` is the
-    sorted list of token start offsets of the whole-document encoding and a
-    span's count is the number of tokens starting inside it (additive:
-    `count(a, b) + count(b, c) == count(a, c)`).
+    sorted sequence of token positions in the document (`token_counters`
+    gives an `array('q')`: 8 bytes per token, where a list of ints takes
+    about 36) and a span's count is the number of tokens starting inside it
+    (additive: `count(a, b) + count(b, c) == count(a, c)`).
     """
 
     __slots__ = ("starts",)
 
-    def __init__(self, starts: list[int] | None):
+    def __init__(self, starts: Sequence[int] | None):
         self.starts = starts
 
     def __call__(self, a: int, b: int) -> int:
@@ -110,36 +114,112 @@ class SpanCounter:
 char_counter = SpanCounter(None)
 
 
-def token_counters(texts: list[str], tokenizer, batch_size: int = 256) -> list[SpanCounter]:
-    """One token `SpanCounter` per text, encoding each text once (in batches,
-    without special tokens).
+#: A text longer than this many characters is encoded in windows of at most
+#: this many, cut where a whitespace run starts (see `token_windows`), so the
+#: tokenizer's own memory is bounded by the window, not by the document
+#: (an encoding and its offsets cost about 400 bytes a token: one 20 MB line
+#: encoded whole needed 4.3 GiB; docs/inputs.md).
+TOKEN_WINDOW = 100_000
+
+#: At most this many characters of text (whole texts and windows) go into one
+#: `encode_batch` call.
+BATCH_CHARS = 1_000_000
+
+
+def token_windows(text: str, window: int = TOKEN_WINDOW) -> list[tuple[int, int]]:
+    """The `(start, end)` character spans, in order and covering `text`, that
+    `token_counters` encodes one at a time: `[(0, len(text))]` when the text
+    has at most `window` characters; otherwise spans of at most `window`
+    characters, each (after the first) starting where a run of whitespace
+    (space, tab, line break) starts, the last such start in the window's
+    second half. A window whose second half has none is cut at its last
+    character.
+
+    Cut before a whitespace run, the tokens of common tokenizers (WordPiece,
+    SentencePiece/Metaspace, byte-level BPE) are those of the whole text: a
+    word's tokens, and a run's, never span the cut. A hard cut (no whitespace)
+    can split a token in two or add a word-start `▁`, one token more or less
+    per cut."""
+    n = len(text)
+    if window <= 0:
+        raise ValueError(f"window must be > 0, got {window}")
+    spans = []
+    a = 0
+    while n - a > window:
+        lo, hi = a + max(window // 2, 1), a + window
+        cut = max(text.rfind(c, lo, hi) for c in " \n\t")
+        while cut > a and text[cut - 1] in " \n\t\u2581":
+            cut -= 1  # the start of the run (SentencePiece's `▁` is one of its kind), so no run is split
+        if cut <= a:
+            cut = hi
+        spans.append((a, cut))
+        a = cut
+    spans.append((a, n))
+    return spans
+
+
+def _token_starts(text: str, enc, shift: int):
+    """Sorted token positions (int64 numpy array) of one encoding of `text`
+    (see `token_counters`), plus `shift` (where `text` starts in its
+    document)."""
+    import numpy as np
+
+    offs = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+    if len(offs) == 0:
+        return offs[:, 0]
+    starts, ends = offs[:, 0], offs[:, 1]
+    if text.isascii():
+        cps = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    else:
+        cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    safe = np.minimum(starts, len(cps) - 1)
+    c = cps[safe]
+    ws = (c == 32) | (c == 10) | (c == 9)
+    move = ws & (ends > starts + 1) & (starts < len(cps))
+    starts = np.where(move, starts + 1, starts)
+    starts.sort(kind="stable")
+    return starts + shift if shift else starts
+
+
+def token_counters(texts: list[str], tokenizer, batch_size: int = 256, *, window: int | None = None,
+                   batch_chars: int | None = None) -> list[SpanCounter]:
+    """One token `SpanCounter` per text, encoding each text once (without
+    special tokens), in `encode_batch` calls of at most `batch_size` pieces
+    and about `batch_chars` characters. A text of more than `window`
+    characters is encoded in the pieces of `token_windows` and their offsets
+    shifted by the piece's start, so memory is bounded by the window plus
+    the positions kept (8 bytes per token); a text of at most `window`
+    characters is encoded whole, as before windows. `window` and
+    `batch_chars` default to `TOKEN_WINDOW` and `BATCH_CHARS` (read at each
+    call).
 
     A token's position is its start offset, moved past one leading whitespace
     character when the token also covers more (SentencePiece's `▁word` tokens
     start at the space before the word), so a token counts where its word
     starts.
     """
-    import numpy as np
-
-    out: list[SpanCounter] = []
-    for i in range(0, len(texts), batch_size):
-        batch = texts[i:i + batch_size]
+    window = TOKEN_WINDOW if window is None else window
+    batch_chars = BATCH_CHARS if batch_chars is None else batch_chars
+    pieces = [(i, a, b) for i, text in enumerate(texts) for a, b in token_windows(text, window)]
+    starts = [array("q") for _ in texts]
+    for group in _groups(pieces, batch_size, batch_chars):
+        batch = [texts[i] if (a, b) == (0, len(texts[i])) else texts[i][a:b] for i, a, b in group]
         encs = tokenizer.encode_batch(batch, add_special_tokens=False)
-        for text, enc in zip(batch, encs):
-            offs = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
-            if len(offs) == 0:
-                out.append(SpanCounter([]))
-                continue
-            starts, ends = offs[:, 0], offs[:, 1]
-            if text.isascii():
-                cps = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-            else:
-                cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-            safe = np.minimum(starts, len(cps) - 1)
-            c = cps[safe]
-            ws = (c == 32) | (c == 10) | (c == 9)
-            move = ws & (ends > starts + 1) & (starts < len(cps))
-            starts = np.where(move, starts + 1, starts)
-            starts.sort(kind="stable")
-            out.append(SpanCounter(starts.tolist()))
-    return out
+        for (i, a, _b), piece, enc in zip(group, batch, encs):
+            starts[i].frombytes(_token_starts(piece, enc, a).tobytes())  # int64 into array("q")
+    return [SpanCounter(s) for s in starts]
+
+
+def _groups(pieces: list[tuple[int, int, int]], batch_size: int, batch_chars: int):
+    """`pieces` `(text index, start, end)` in order, in lists of at most
+    `batch_size` pieces and `batch_chars` characters (a longer piece alone)."""
+    group, chars = [], 0
+    for piece in pieces:
+        n = piece[2] - piece[1]
+        if group and (len(group) == batch_size or chars + n > batch_chars):
+            yield group
+            group, chars = [], 0
+        group.append(piece)
+        chars += n
+    if group:
+        yield group
