@@ -204,14 +204,16 @@ def shown(argv: list[str], python: str, work: Path, corpus: Path) -> str:
 
 
 def measure(cmds, runs: int, env: dict, cwd: Path, envs: dict | None = None) -> dict[str, list[dict]]:
-    """{name: [time_v result per run]}; `envs` name -> env for commands that run with another (--before)."""
+    """{name: [time_v result per run]}; `envs` name -> (env, cwd) for commands that run another
+    checkout (--before: `python -m` puts the working folder first on sys.path, so it must be that
+    checkout's)."""
     envs = envs or {}
     results: dict[str, list[dict]] = {name: [] for name, _ in cmds}
     for name, argv in cmds:  # warm-up: page cache, file-hash cache, a default model converted if needed
-        check(time_v(argv, envs.get(name, env), cwd), name)
+        check(time_v(argv, *envs.get(name, (env, cwd))), name)
     for i in range(runs):
         for name, argv in cmds:
-            r = time_v(argv, envs.get(name, env), cwd)
+            r = time_v(argv, *envs.get(name, (env, cwd)))
             check(r, name)
             results[name].append(r)
         print(f"  run {i + 1}/{runs} done", file=sys.stderr)
@@ -687,7 +689,7 @@ def main() -> None:
             record["before"] = {"repo": str(before), **git_commit(before)}
             benv = {**env, "PYTHONPATH": str(before)}
             bcmds = [(f"{name} (before)", argv) for name, argv in cmds]
-            envs = {name: benv for name, _ in bcmds}
+            envs = {name: (benv, before) for name, _ in bcmds}
             cmds = [c for pair in zip(cmds, bcmds) for c in pair]
         # the floor a one-query process cannot go below: the libraries a dense query needs, imported
         cmds = [(BASELINE_NAME, [args.python, "-c", BASELINE])] + cmds
