@@ -64,7 +64,9 @@ def test_rag_search_never_imports_pydantic_and_a_bad_value_still_gets_typers_mes
             "sys.meta_path.insert(0, F())\n"
             "import os\n"
             "real = os._exit\n"
-            "os._exit = lambda code: (sys.stderr.write(f'@@tried {sorted(set(tried))}\\n'), sys.stderr.flush(), real(code))\n"
+            "def done(code):\n"
+            "    sys.stderr.write(f'@@tried {sorted(set(tried))}\\n'); sys.stderr.flush(); real(code)\n"
+            "os._exit = done\n"
             "sys.argv = ['rag'] + sys.argv[1:]\n"
             "runpy.run_module('rag_cli', run_name='__main__')\n")
     for mode in ("sparse", "hybrid"):

@@ -23,7 +23,8 @@ _WHERE = {
     "HEADING_SEPARATOR": ".chunk", "Chunk": ".chunk", "make_embed_text": ".chunk",
     "HEADING_AWARE_FORMATS": ".core", "ChunkStats": ".core", "chunk_document": ".core", "chunk_documents": ".core",
     "chunk_stats": ".core", "chunk_with_parents": ".core",
-    "CHUNKS_SCHEMA": "rag_cli.store.chunks", "chunks_table": "rag_cli.store.chunks",  # the file formats live in rag_cli.store
+    # the file formats live in rag_cli.store
+    "CHUNKS_SCHEMA": "rag_cli.store.chunks", "chunks_table": "rag_cli.store.chunks",
     "DOCS_SCHEMA": "rag_cli.store.docs", "docs_table": "rag_cli.store.docs",
     "STRATEGIES": ".units", "UNITS": ".units", "load_tokenizer": ".units", "validate": ".units",
 }

@@ -2,12 +2,12 @@
 
 typer (0.29 and later) coerces every parameter of the invoked command through a pydantic
 `TypeAdapter` built on first use (`typer._coercion.build_runtime_param`), so any command, even
-`rag search` with a one-word query, imports pydantic and builds a dozen adapters: about a
-fifth of the CPU time of a cold sparse `rag search` (docs/startup.md). `install()` wraps that
-function: a parameter whose annotation is `str`, `int`, `float`, `pathlib.Path`, `bool`, one
-of these or None, or a `list` of one of them, with no typer option that changes its coercion
-(a `parser`, `min`/`max`/`clamp`, path checks), gets a `_Fast` runtime parameter that returns
-the value typer's own adapter would give for the plain cases:
+`rag search` with a one-word query, imports pydantic and builds a dozen adapters (its cost:
+docs/startup.md). `install()` wraps that function: a parameter whose annotation is `str`,
+`int`, `float`, `pathlib.Path`, `bool`, one of these or None, or a `list` of one of them, with
+no typer option that changes its coercion (a `parser`, `min`/`max`/`clamp`, path checks), gets
+a `_Fast` runtime parameter that returns the value typer's own adapter would give for the plain
+cases:
 
 - str: a str value, unchanged (the adapter's `_parse_cli_str` returns `str(value)`);
 - int: a str of ASCII digits with an optional sign -> `int(value)`; an int (not bool) unchanged;
@@ -55,7 +55,8 @@ def plain_kind(annotation: Any, info: Any) -> tuple[str, type] | None:
     """("leaf" or "list", the simple type) when the fast path may coerce this parameter, else None."""
     if getattr(info, "parser", None) is not None or getattr(info, "click_type", None) is not None:
         return None
-    if getattr(info, "min", None) is not None or getattr(info, "max", None) is not None or getattr(info, "clamp", False):
+    if (getattr(info, "min", None) is not None or getattr(info, "max", None) is not None
+            or getattr(info, "clamp", False)):
         return None
     if (getattr(info, "exists", False) or getattr(info, "resolve_path", False) or getattr(info, "allow_dash", False)
             or getattr(info, "path_type", None) is not None or getattr(info, "writable", False)

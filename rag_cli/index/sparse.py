@@ -13,9 +13,9 @@ Scoring: BM25 with Lucene's idf (Robertson & Zaragoza 2009; Lucene's
 
 bm25s builds and saves the index (its eager score matrix in CSC form); a search reads the saved
 arrays with NumPy (`Bm25Arrays`, memory-mapped) and sums the query terms' columns as bm25s's
-`get_scores` does, so a search process imports neither bm25s nor scipy (0.5 s of a cold
-`rag search`, docs/startup.md). The stopword list is a frozen copy of bm25s's English list
-(`STOPWORDS_EN`; tests/test_sparse_numpy.py compares the two).
+`get_scores` does, so a search process imports neither bm25s nor scipy (docs/startup.md).
+The stopword list is a frozen copy of bm25s's English list (`STOPWORDS_EN`;
+tests/test_sparse_numpy.py compares the two).
 """
 
 from __future__ import annotations
@@ -228,7 +228,8 @@ class SparseIndex:
 
 #: bm25s's file names in a saved index folder (`bm25s.BM25.save`'s defaults).
 BM25S_FILES = {"data": "data.csc.index.npy", "indices": "indices.csc.index.npy", "indptr": "indptr.csc.index.npy",
-               "vocab": "vocab.index.json", "params": "params.index.json", "nonoccurrence": "nonoccurrence_array.index.npy"}
+               "vocab": "vocab.index.json", "params": "params.index.json",
+               "nonoccurrence": "nonoccurrence_array.index.npy"}
 #: The bm25s methods whose score of a document adds the query terms' non-occurrence scores
 #: (`bm25s.BM25.methods_requiring_nonoccurrence`: BM25L and BM25+ give a term a score in a document
 #: without it, which the eager matrix stores as the difference from that score).
