@@ -241,7 +241,7 @@ class Bm25Arrays:
 
     `scores`: {"data": (nnz,) float32 score of each posting, "indices": (nnz,) int32 its document,
     "indptr": (V + 1,) int64 term t's postings are `[indptr[t], indptr[t + 1])` (CSC by term),
-    "num_docs": int}, memory-mapped; `vocab_dict` term -> id (V entries, read on first use);
+    "num_docs": int}, memory-mapped; `vocab_dict` term -> id (V entries, read whole at load);
     `nonoccurrence_array` (V,) float32 for bm25l / bm25+, else None; `method`, `dtype` from
     params.index.json. `get_scores` repeats `bm25s.BM25.get_scores` (bm25s 0.3.16, `get_scores_from_ids`
     and `_compute_relevance_from_scores`): a zero (num_docs,) array of `dtype`, then for each query
@@ -249,17 +249,19 @@ class Bm25Arrays:
     non-occurrence scores of the ids; the same operations in the same order, so equal scores.
     """
 
-    def __init__(self, folder: Path, scores: dict, params: dict, nonoccurrence: np.ndarray | None):
-        self.folder, self.scores, self.params = folder, scores, params
+    def __init__(self, folder: Path, scores: dict, params: dict, vocab: dict[str, int],
+                 nonoccurrence: np.ndarray | None):
+        self.folder, self.scores, self.params, self.vocab_dict = folder, scores, params, vocab
         self.method, self.dtype = params["method"], np.dtype(params.get("dtype", "float32"))
         self.int_dtype = np.dtype(params.get("int_dtype", "int32"))
         self.nonoccurrence_array = nonoccurrence
-        self._vocab: dict[str, int] | None = None
 
     @classmethod
     def load(cls, folder: Path) -> "Bm25Arrays":
         """Open the bm25s files in `folder` (`BM25S_FILES`). Raises OSError when one is missing,
-        ValueError when the arrays do not fit together."""
+        ValueError when the arrays do not fit together. Everything not memory-mapped is read now
+        (the vocabulary too): a searcher keeps working on a generation whose folder a later
+        `rag update` removes, as the mapped arrays outlive their files' names."""
         params = json.loads((folder / BM25S_FILES["params"]).read_text(encoding="utf-8"))
         arrays = {k: np.load(folder / BM25S_FILES[k], mmap_mode="r", allow_pickle=False)
                   for k in ("data", "indices", "indptr")}
@@ -269,14 +271,8 @@ class Bm25Arrays:
         nonocc = None
         if params["method"] in NONOCCURRENCE_METHODS:
             nonocc = np.load(folder / BM25S_FILES["nonoccurrence"], allow_pickle=False)
-        return cls(folder, {**arrays, "num_docs": int(params["num_docs"])}, params, nonocc)
-
-    @property
-    def vocab_dict(self) -> dict[str, int]:
-        """Term -> term id (the column of `scores`), read from vocab.index.json on first use."""
-        if self._vocab is None:
-            self._vocab = json.loads((self.folder / BM25S_FILES["vocab"]).read_text(encoding="utf-8"))
-        return self._vocab
+        vocab = json.loads((folder / BM25S_FILES["vocab"]).read_text(encoding="utf-8"))
+        return cls(folder, {**arrays, "num_docs": int(params["num_docs"])}, params, vocab, nonocc)
 
     def get_tokens_ids(self, terms: list[str]) -> list[int]:
         """Ids of the terms the vocabulary has, in order, repeats kept (as bm25s)."""
