@@ -237,7 +237,8 @@ class QueryVocab:
         normalized = frame.normalizer.normalize_str(text) if frame.normalizer is not None else text
         words = ([w for w, _ in frame.pre_tokenizer.pre_tokenize_str(normalized)]
                  if frame.pre_tokenizer is not None else [normalized])
-        subs = {w[i:j] for w in words for i in range(len(w)) for j in range(i + 1, min(len(w), i + self.max_chars) + 1)}
+        subs = {w[i:j] for w in words for i in range(len(w))
+                for j in range(i + 1, min(len(w), i + self.max_chars) + 1)}
         subset = sorted({self.unk_id, self.min_id, *self.lookup(subs).tolist()})
         tok = Tokenizer(Unigram([(self.pieces[i], float(self.scores[i])) for i in subset],
                                 unk_id=subset.index(self.unk_id), byte_fallback=False))
