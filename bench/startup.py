@@ -14,6 +14,13 @@ every command runs once untimed first (warm page cache, warm hash cache).
     python bench/startup.py --repo /work/startup-before --out bench/results/startup-before.json
     python bench/startup.py --profile             # also: where a dense / hybrid query spends its time
     python bench/startup.py --experiments --runs 0  # only the speed-up experiments (docs/startup.md)
+    python bench/startup.py --only search --before /work/old-checkout  # old and new in turn, one run
+
+Every run also times `python -c "import numpy, onnxruntime, pyarrow"` (the baseline) in turn
+with the commands, and gives each command's median CPU seconds (user + system) over the
+baseline's (`cpu_ratio_to_baseline`): on a shared machine a ratio of one run says more than
+seconds. `--before PATH` runs another checkout's commands in the same run, each right after
+this one's, on the same project.
 
 `--repo PATH` measures another checkout (an older commit): the processes run
 `python -m rag_cli` with `PYTHONPATH=PATH`, so the same script measures old
@@ -141,6 +148,12 @@ def time_v(argv: list[str], env: dict, cwd: Path) -> dict:
             "rc": r.returncode, "stderr": r.stderr[-2000:]}
 
 
+#: The baseline of every run (docs/startup.md): a process that only imports what a dense query
+#: cannot do without; `cpu_ratio_to_baseline` of each command divides by its median CPU seconds.
+BASELINE = "import numpy, onnxruntime, pyarrow"
+BASELINE_NAME = "python -c 'import numpy, onnxruntime, pyarrow'"
+
+
 def rag(python: str, *args: str) -> list[str]:
     return [python, "-m", "rag_cli", *args]
 
@@ -190,13 +203,17 @@ def shown(argv: list[str], python: str, work: Path, corpus: Path) -> str:
     return s.replace(str(work), "$WORK").replace(str(corpus.parent) + "/", "")
 
 
-def measure(cmds, runs: int, env: dict, cwd: Path) -> dict[str, list[dict]]:
+def measure(cmds, runs: int, env: dict, cwd: Path, envs: dict | None = None) -> dict[str, list[dict]]:
+    """{name: [time_v result per run]}; `envs` name -> (env, cwd) for commands that run another
+    checkout (--before: `python -m` puts the working folder first on sys.path, so it must be that
+    checkout's)."""
+    envs = envs or {}
     results: dict[str, list[dict]] = {name: [] for name, _ in cmds}
     for name, argv in cmds:  # warm-up: page cache, file-hash cache, a default model converted if needed
-        check(time_v(argv, env, cwd), name)
+        check(time_v(argv, *envs.get(name, (env, cwd))), name)
     for i in range(runs):
         for name, argv in cmds:
-            r = time_v(argv, env, cwd)
+            r = time_v(argv, *envs.get(name, (env, cwd)))
             check(r, name)
             results[name].append(r)
         print(f"  run {i + 1}/{runs} done", file=sys.stderr)
@@ -612,6 +629,9 @@ def experiments(python: str, env: dict, cwd: Path, work: Path, proj: Path, runs:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repo", type=Path, default=REPO, help="checkout to measure (default: this script's)")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="another checkout whose commands run in the same run, in turn with --repo's "
+                         "(rows named '... (before)'), on the same project")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per command (median reported)")
     ap.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/startup.json)")
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs `python -m rag_cli`")
@@ -646,6 +666,7 @@ def main() -> None:
         "machine": cpu_info(),
         "versions": versions(args.python, env),
         "load_before": loadavg(),
+        "load_before_1_5_15": [round(x, 2) for x in os.getloadavg()],
         "nice": os.nice(0),  # the measured processes inherit it
         "runs": args.runs,
         "query": QUERY, "query_zh": QUERY_ZH, "question": QUESTION, "chunk_file": CHUNK_FILE,
@@ -662,9 +683,19 @@ def main() -> None:
         if args.only:
             keys = [s.strip() for s in args.only.split(",")]
             cmds = [c for c in cmds if any(k in c[0] for k in keys)]
+        envs = {}
+        if args.before is not None:
+            before = args.before.resolve()
+            record["before"] = {"repo": str(before), **git_commit(before)}
+            benv = {**env, "PYTHONPATH": str(before)}
+            bcmds = [(f"{name} (before)", argv) for name, argv in cmds]
+            envs = {name: (benv, before) for name, _ in bcmds}
+            cmds = [c for pair in zip(cmds, bcmds) for c in pair]
+        # the floor a one-query process cannot go below: the libraries a dense query needs, imported
+        cmds = [(BASELINE_NAME, [args.python, "-c", BASELINE])] + cmds
         rows = []
         if args.runs > 0:
-            res = measure(cmds, args.runs, env, repo)
+            res = measure(cmds, args.runs, env, repo, envs)
             for name, argv in cmds:
                 rs = res[name]
                 rows.append({
@@ -676,6 +707,9 @@ def main() -> None:
                     "peak_rss_mib_median": round(statistics.median(r["peak_rss_mib"] for r in rs), 1),
                     "cpu_s_median": round(statistics.median(r["cpu_s"] for r in rs), 3),
                 })
+        base = next((r["cpu_s_median"] for r in rows if r["name"] == BASELINE_NAME), None)
+        for r in rows:  # each command's CPU seconds over the three-import process's, in the same run
+            r["cpu_ratio_to_baseline"] = round(r["cpu_s_median"] / base, 2) if base else None
         record["commands"] = rows
         if args.profile:
             record["profile"] = profile(args.python, env, repo, proj,
@@ -684,11 +718,14 @@ def main() -> None:
         if args.experiments:
             record["experiments"] = experiments(args.python, env, repo, work, proj, args.profile_runs)
     record["load_after"] = loadavg()
+    record["load_after_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
 
     if rows:
-        print(f"\n{'command':<30} {'wall s (median)':>16} {'peak MiB':>9} {'CPU s':>7}   (median of {args.runs})")
+        print(f"\n{'command':<44} {'wall s (median)':>16} {'peak MiB':>9} {'CPU s':>7} {'CPU/base':>9}"
+              f"   (median of {args.runs})")
         for r in rows:
-            print(f"{r['name']:<30} {r['wall_s_median']:>16.3f} {r['peak_rss_mib_median']:>9.0f} {r['cpu_s_median']:>7.2f}")
+            print(f"{r['name']:<44} {r['wall_s_median']:>16.3f} {r['peak_rss_mib_median']:>9.0f} "
+                  f"{r['cpu_s_median']:>7.2f} {r['cpu_ratio_to_baseline'] or 0:>9.2f}")
     if "profile" in record:
         print_profile(record["profile"])
     if "experiments" in record:

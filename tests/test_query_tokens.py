@@ -40,6 +40,14 @@ def monkeypatch_module():
     mp.undo()
 
 
+def replace(dest, data: bytes) -> None:
+    """Put `data` at `dest` as a new file (as write_cache does): rewriting the file in place would cut
+    short the pages the module's vocabulary has memory-mapped (SIGBUS on its next read)."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(dest)
+
+
 def full(path, text: str, max_length: int):
     enc = load_tokenizer(path, max_length).encode(text)
     return np.asarray(enc.ids, dtype=np.int64), len(enc.overflowing) > 0
@@ -74,7 +82,7 @@ def test_added_tokens_and_many_texts_take_the_full_tokenizer(vocab_cache, e5_tok
 
 def test_a_damaged_cache_falls_back_and_a_bpe_tokenizer_is_not_eligible(vocab_cache, e5_tokenizer_json, tmp_path):
     dest = query_tokens.cache_path(e5_tokenizer_json)
-    dest.write_bytes(b"not an npz")
+    replace(dest, b"not a cache file")
     query_tokens._vocab.cache_clear()
     assert query_tokens.query_vocab(e5_tokenizer_json) is None  # unreadable: the full tokenizer
     dest.unlink()
@@ -99,3 +107,41 @@ def test_once_the_full_tokenizer_is_built_queries_use_it(vocab_cache, e5_tokeniz
     tok.load_full()
     again = tok.tokenize(["vitamin D and bone density"], prefix="query: ")
     assert len(calls) == 1 and again.ids[0].tolist() == first.ids[0].tolist()
+
+
+def test_the_cache_is_memory_mapped_and_read_without_decoding_every_piece(vocab_cache, e5_tokenizer_json):
+    """A process opens the cache (np.memmap) and decodes only the pieces it looks up: no 250k-entry
+    dict is built at start (docs/startup.md, #33 item 4)."""
+    assert isinstance(vocab_cache.keys, np.memmap) and isinstance(vocab_cache.scores, np.memmap)
+    assert not any(isinstance(v, dict) and len(v) > 1000 for v in vars(vocab_cache).values())
+    again = query_tokens.QueryVocab.read(query_tokens.cache_path(e5_tokenizer_json))
+    assert len(again.pieces) == 250002 and again.pieces[again.unk_id] == "<unk>"
+
+
+def test_lookup_finds_the_ids_of_the_full_tokenizer(vocab_cache, e5_tokenizer_json):
+    """`lookup` (one searchsorted over the sorted piece bytes) gives `token_to_id` of the full model for
+    pieces, and nothing for texts that are no piece (or hold a NUL, or are longer than any piece)."""
+    full_tok = load_tokenizer(e5_tokenizer_json, 512)
+    rng = np.random.default_rng(0)
+    ids = rng.choice(250002, 500, replace=False).tolist() + [0, 1, 2, 3, 250001]
+    pieces = [vocab_cache.pieces[i] for i in ids]
+    assert [full_tok.token_to_id(p) for p in pieces] == ids
+    assert sorted(vocab_cache.lookup(pieces).tolist()) == sorted(ids)
+    got = set(vocab_cache.lookup(["▁the", "▁中文", "▁检索", "zzqqxx", "", "a\x00", "x" * 300]).tolist())
+    want = (full_tok.token_to_id(p) for p in ["▁the", "▁中文", "▁检索", "zzqqxx"])
+    assert got == {i for i in want if i is not None}
+
+
+def test_a_cache_file_cut_short_falls_back(vocab_cache, e5_tokenizer_json):
+    dest = query_tokens.cache_path(e5_tokenizer_json)
+    data = dest.read_bytes()
+    try:
+        replace(dest, data[: len(data) // 2])
+        query_tokens._vocab.cache_clear()
+        assert query_tokens.query_vocab(e5_tokenizer_json) is None
+        replace(dest, b"")
+        query_tokens._vocab.cache_clear()
+        assert query_tokens.query_vocab(e5_tokenizer_json) is None
+    finally:
+        replace(dest, data)
+        query_tokens._vocab.cache_clear()

@@ -14,12 +14,34 @@ Public API::
     docs_table, chunks_table                   # re-exported from rag_cli.store.docs / .chunks
 """
 
-from .chunk import HEADING_SEPARATOR, Chunk, make_embed_text
-from .core import (HEADING_AWARE_FORMATS, ChunkStats, chunk_document, chunk_documents, chunk_stats,
-                   chunk_with_parents)
-from rag_cli.store.chunks import CHUNKS_SCHEMA, chunks_table  # the file formats live in rag_cli.store
-from rag_cli.store.docs import DOCS_SCHEMA, docs_table
-from .units import STRATEGIES, UNITS, load_tokenizer, validate
+import importlib
+
+#: Public name -> the module that defines it, imported on first use (PEP 562), so that
+#: `rag_cli.chunking.units` (which opening a project's config needs) does not import every
+#: strategy (docs/startup.md).
+_WHERE = {
+    "HEADING_SEPARATOR": ".chunk", "Chunk": ".chunk", "make_embed_text": ".chunk",
+    "HEADING_AWARE_FORMATS": ".core", "ChunkStats": ".core", "chunk_document": ".core", "chunk_documents": ".core",
+    "chunk_stats": ".core", "chunk_with_parents": ".core",
+    # the file formats live in rag_cli.store
+    "CHUNKS_SCHEMA": "rag_cli.store.chunks", "chunks_table": "rag_cli.store.chunks",
+    "DOCS_SCHEMA": "rag_cli.store.docs", "docs_table": "rag_cli.store.docs",
+    "STRATEGIES": ".units", "UNITS": ".units", "load_tokenizer": ".units", "validate": ".units",
+}
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        where = _WHERE[name]
+        value = getattr(importlib.import_module(__name__ + where if where.startswith(".") else where), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = [
     "Chunk", "ChunkStats", "chunk_document", "chunk_documents", "chunk_with_parents", "chunk_stats", "docs_table", "chunks_table",

@@ -9,7 +9,10 @@ from typing import Annotated
 
 import typer
 
+from rag_cli.cli.coerce import install as _install_coerce
 from rag_cli.cli.common import RagTyper
+
+_install_coerce()  # plain values without pydantic (rag_cli.cli.coerce)
 
 HELP = "Retrieval-augmented generation in the shell: chunk, embed, index, search, rerank, ask, eval."
 

@@ -10,6 +10,12 @@ SciFact reproduces the published bm25s baseline.
 
 Scoring: BM25 with Lucene's idf (Robertson & Zaragoza 2009; Lucene's
 ``BM25Similarity``), k1 = 1.2 and b = 0.75 by default, as in Anserini.
+
+bm25s builds and saves the index (its eager score matrix in CSC form); a search reads the saved
+arrays with NumPy (`Bm25Arrays`, memory-mapped) and sums the query terms' columns as bm25s's
+`get_scores` does, so a search process imports neither bm25s nor scipy (docs/startup.md).
+The stopword list is a frozen copy of bm25s's English list (`STOPWORDS_EN`;
+tests/test_sparse_numpy.py compares the two).
 """
 
 from __future__ import annotations
@@ -42,10 +48,16 @@ def _stemmer():
     return Stemmer.Stemmer("english")
 
 
+#: bm25s's English stopwords (`bm25s.stopwords.STOPWORDS_EN`, 0.3.16), copied so that analysing a
+#: query does not import bm25s (whose package imports scipy.sparse); a test checks they are equal.
+STOPWORDS_EN = (
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no",
+    "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this",
+    "to", "was", "will", "with")
+
+
 @lru_cache(maxsize=1)
 def _stopwords() -> frozenset[str]:
-    from bm25s.stopwords import STOPWORDS_EN
-
     return frozenset(STOPWORDS_EN)
 
 
@@ -155,12 +167,11 @@ class SparseIndex:
 
     @classmethod
     def load(cls, folder: Path) -> "SparseIndex":
-        """Load `folder`'s bm25s index with its score arrays memory-mapped (`mmap=True`): a query reads
-        only the postings of its terms; the vocabulary is read whole."""
-        import bm25s
-
-        retriever = bm25s.BM25.load(str(folder), show_progress=False, mmap=True)
-        params = json.loads((folder / "rag_sparse.json").read_text(encoding="utf-8"))
+        """Open `folder`'s bm25s index for search with NumPy (`Bm25Arrays.load`: score arrays
+        memory-mapped, a query reads only the postings of its terms; no bm25s, no scipy).
+        Raises OSError / ValueError for missing or damaged files."""
+        retriever = Bm25Arrays.load(Path(folder))
+        params = json.loads((Path(folder) / "rag_sparse.json").read_text(encoding="utf-8"))
         return cls(retriever, params)
 
     def idf(self, terms) -> dict[str, float]:
@@ -213,6 +224,83 @@ class SparseIndex:
         if mask is not None:
             s = np.where(mask, s, 0.0)
         return top_k(s, k, min_exclusive=0.0)
+
+
+#: bm25s's file names in a saved index folder (`bm25s.BM25.save`'s defaults).
+BM25S_FILES = {"data": "data.csc.index.npy", "indices": "indices.csc.index.npy", "indptr": "indptr.csc.index.npy",
+               "vocab": "vocab.index.json", "params": "params.index.json",
+               "nonoccurrence": "nonoccurrence_array.index.npy"}
+#: The bm25s methods whose score of a document adds the query terms' non-occurrence scores
+#: (`bm25s.BM25.methods_requiring_nonoccurrence`: BM25L and BM25+ give a term a score in a document
+#: without it, which the eager matrix stores as the difference from that score).
+NONOCCURRENCE_METHODS = ("bm25l", "bm25+")
+
+
+class Bm25Arrays:
+    """A saved bm25s index read with NumPy, the part of `bm25s.BM25` that a search uses.
+
+    `scores`: {"data": (nnz,) float32 score of each posting, "indices": (nnz,) int32 its document,
+    "indptr": (V + 1,) int64 term t's postings are `[indptr[t], indptr[t + 1])` (CSC by term),
+    "num_docs": int}, memory-mapped; `vocab_dict` term -> id (V entries, read whole at load);
+    `nonoccurrence_array` (V,) float32 for bm25l / bm25+, else None; `method`, `dtype` from
+    params.index.json. `get_scores` repeats `bm25s.BM25.get_scores` (bm25s 0.3.16, `get_scores_from_ids`
+    and `_compute_relevance_from_scores`): a zero (num_docs,) array of `dtype`, then for each query
+    term id in query order `np.add.at(scores, indices[s:e], data[s:e])`, then plus the sum of the
+    non-occurrence scores of the ids; the same operations in the same order, so equal scores.
+    """
+
+    def __init__(self, folder: Path, scores: dict, params: dict, vocab: dict[str, int],
+                 nonoccurrence: np.ndarray | None):
+        self.folder, self.scores, self.params, self.vocab_dict = folder, scores, params, vocab
+        self.method, self.dtype = params["method"], np.dtype(params.get("dtype", "float32"))
+        self.int_dtype = np.dtype(params.get("int_dtype", "int32"))
+        self.nonoccurrence_array = nonoccurrence
+
+    @classmethod
+    def load(cls, folder: Path) -> "Bm25Arrays":
+        """Open the bm25s files in `folder` (`BM25S_FILES`). Raises OSError when one is missing,
+        ValueError when the arrays do not fit together. Everything not memory-mapped is read now
+        (the vocabulary too): a searcher keeps working on a generation whose folder a later
+        `rag update` removes, as the mapped arrays outlive their files' names."""
+        params = json.loads((folder / BM25S_FILES["params"]).read_text(encoding="utf-8"))
+        arrays = {k: np.load(folder / BM25S_FILES[k], mmap_mode="r", allow_pickle=False)
+                  for k in ("data", "indices", "indptr")}
+        if len(arrays["data"]) != len(arrays["indices"]) or len(arrays["indptr"]) < 1 \
+                or int(arrays["indptr"][-1]) != len(arrays["data"]):
+            raise ValueError(f"{folder}: bm25s arrays of different lengths")
+        nonocc = None
+        if params["method"] in NONOCCURRENCE_METHODS:
+            nonocc = np.load(folder / BM25S_FILES["nonoccurrence"], allow_pickle=False)
+        vocab = json.loads((folder / BM25S_FILES["vocab"]).read_text(encoding="utf-8"))
+        return cls(folder, {**arrays, "num_docs": int(params["num_docs"])}, params, vocab, nonocc)
+
+    def get_tokens_ids(self, terms: list[str]) -> list[int]:
+        """Ids of the terms the vocabulary has, in order, repeats kept (as bm25s)."""
+        vocab = self.vocab_dict
+        return [vocab[t] for t in terms if t in vocab]
+
+    def get_scores(self, terms: list[str]) -> np.ndarray:
+        """(num_docs,) `dtype` BM25 score of every document for the analysed query `terms` (list of str)."""
+        data, indices, indptr = self.scores["data"], self.scores["indices"], self.scores["indptr"]
+        ids = np.asarray(self.get_tokens_ids(terms), dtype=self.int_dtype)
+        scores = np.zeros(self.scores["num_docs"], dtype=self.dtype)
+        for start, end in zip(indptr[ids].tolist(), indptr[ids + 1].tolist()):
+            np.add.at(scores, indices[start:end], data[start:end])
+        if self.nonoccurrence_array is not None:
+            scores += self.nonoccurrence_array[ids].sum()
+        return scores
+
+    def save(self, folder: str, show_progress: bool = False) -> None:
+        """Write the index into `folder` in bm25s's layout (what `bm25s.BM25.save` wrote; a generation
+        that keeps the sparse index of the one before it saves it again)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for k in ("data", "indices", "indptr"):
+            np.save(folder / BM25S_FILES[k], np.asarray(self.scores[k]), allow_pickle=False)
+        if self.nonoccurrence_array is not None:
+            np.save(folder / BM25S_FILES["nonoccurrence"], self.nonoccurrence_array, allow_pickle=False)
+        (folder / BM25S_FILES["vocab"]).write_text(json.dumps(self.vocab_dict, ensure_ascii=False), encoding="utf-8")
+        (folder / BM25S_FILES["params"]).write_text(json.dumps(self.params, indent=4), encoding="utf-8")
 
 
 def top_k(scores: np.ndarray, k: int, min_exclusive: float | None = None) -> tuple[np.ndarray, np.ndarray]:
