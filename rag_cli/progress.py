@@ -10,6 +10,11 @@ unless the caller gives a callback.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Callable, Optional
 
 Progress = Callable[[str, int, Optional[int]], None]
+
+#: True while a command runs with `-q/--quiet` (set by the CLI): the notes that no
+#: progress callback reaches (the first-use model conversion's) are not printed either.
+QUIET: ContextVar[bool] = ContextVar("rag_quiet", default=False)

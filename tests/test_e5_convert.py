@@ -476,3 +476,31 @@ def test_conversion_steps_are_lines_in_a_log(capsys):
     out, err = capsys.readouterr()
     assert out == ""
     assert err.splitlines() == [f"rag: step {i + 1}/5: {name}" for i, name in enumerate(e5_convert.STEPS)]
+
+
+def test_quiet_silences_the_conversion_steps(capsys):
+    """`-q` (`rag_cli.progress.QUIET`, set by the CLI) prints no step (a cron job stays silent)."""
+    from rag_cli.progress import QUIET
+
+    token = QUIET.set(True)
+    try:
+        with defaults._conversion_steps() as step:
+            assert step is None
+    finally:
+        QUIET.reset(token)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_the_cli_sets_quiet_while_a_command_runs():
+    from rag_cli.cli.common import handle_errors
+    from rag_cli.progress import QUIET
+
+    seen = []
+
+    @handle_errors
+    def command(*, quiet=False, json_out=False):
+        seen.append(QUIET.get())
+
+    command(quiet=True)
+    command(quiet=False)
+    assert seen == [True, False] and QUIET.get() is False

@@ -304,6 +304,9 @@ def test_a_row_subset_of_an_answers_file_keeps_its_evidence_unchanged(project, t
     pq.write_table(full.filter(pc.equal(full.column("query_id"), "q1")), subset)
     res = invoke("answers", "--answers", subset, "--gold", gold, "-o", out, "-p", project.root)
     assert json.loads(out.read_text())["evidence_changed"] is True, res.output
+    write_answers(answers, rows, {c1: t1, c2: t2 + " (changed)"})  # only q2's chunk, and q2 has no gold
+    res = invoke("answers", "--answers", answers, "--gold", gold, "-o", out, "-p", project.root)
+    assert json.loads(out.read_text())["evidence_changed"] is False, res.output
 
 
 def test_rag_ask_queries_keeps_the_evidence_fingerprint(project, tmp_path):

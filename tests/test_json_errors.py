@@ -64,3 +64,19 @@ def test_the_flag_is_the_first_one_the_message_names(capsys):
                           ("value -1 is not allowed", None), ("use --unit chars for this file", "--unit")]:
         error_json(message, 2)
         assert json.loads(capsys.readouterr().out)["error"]["flag"] == flag, message
+
+
+def test_the_flag_is_not_taken_from_advice_in_a_quoted_command():
+    """"--answers X: ... written by `rag ask --queries`" is a fault of --answers, not of --queries."""
+    import io
+    from contextlib import redirect_stdout
+
+    from rag_cli.cli.common import error_json
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        error_json("no such file; is it an answers file written by `rag ask --queries`? (--answers x.parquet)", 2)
+        error_json("use `rag ask --queries` first", 2)
+    first, second = (json.loads(x) for x in buf.getvalue().replace("}\n{", "}\n\x00{").split("\x00"))
+    assert first["error"]["flag"] == "--answers"
+    assert second["error"]["flag"] == "--queries"  # no flag outside the quote: the quoted one is the best guess

@@ -154,7 +154,7 @@ def build(sources: BuildSourcesArg, fmt: FormatOpt = "auto", *, opts, ray, proje
     index generation switched atomically, one writer at a time (`--wait`),
     `rag update` redoes only what changed, `rag watch` applies each batch of
     file changes as one update. Generations, locking, update semantics,
-    filters and cron / systemd recipes: \\[living-index.md](living-index.md).
+    filters and cron / systemd recipes: docs/living-index.md.
     """
     from rag_cli.project import Project
 

@@ -25,6 +25,7 @@ from typer.core import TyperCommand
 
 from rag_cli.errors import Interrupted, RagError
 from rag_cli.json_shapes import json_safe
+from rag_cli.progress import QUIET
 
 
 def stderr():
@@ -76,9 +77,10 @@ _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*[a-z0-9]|-[a-zA-Z])(?![\w-])")
 
 def error_json(message: str, exit_code: int, flag: str | None = None) -> None:
     """Print `{"error": {"message", "exit_code", "flag"}}` on stdout (the `--json` form of a failure).
-    `flag` defaults to the first command-line flag `message` names (`--filter`, `-k`), else null."""
+    `flag` defaults to the first command-line flag `message` names outside a quoted command
+    (the `--queries` of "written by `rag ask --queries`" is advice, not the flag at fault), else null."""
     if flag is None:
-        m = _FLAG.search(message)
+        m = _FLAG.search(re.sub(r"`[^`]*`", "", message)) or _FLAG.search(message)
         flag = m.group(1) if m else None
     emit_json({"error": {"message": message, "exit_code": exit_code, "flag": flag}})
 
@@ -101,6 +103,7 @@ def handle_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         json_out = bool(kwargs.get("json_out"))
+        quiet = QUIET.set(bool(kwargs.get("quiet")))
         try:
             return fn(*args, **kwargs)
         except RagError as exc:
@@ -118,6 +121,8 @@ def handle_errors(fn):
             if os.environ.get("RAG_DEBUG"):
                 raise
             raise _fail(f"{type(exc).__name__}: {exc} (set RAG_DEBUG=1 for the traceback)", 1, json_out)
+        finally:
+            QUIET.reset(quiet)
 
     return wrapper
 

@@ -35,7 +35,7 @@ def update(*, opts, ray, project, json_out, quiet):
 
     A change of the chunk settings rechunks everything; another embedder or
     HNSW M / ef_construction rebuilds the index (the summary says why).
-    Details: \[living-index.md](living-index.md).
+    Details: docs/living-index.md.
     """
     from rag_cli.project import Project
 
@@ -57,7 +57,7 @@ def watch(sources: WatchArg = None, debounce: DebounceOpt = 2.0, fmt: FormatOpt 
     chunk or model flags are given that differ from the remembered ones (or
     nothing is built yet), else a `rag update`. Then each batch of file
     changes, once `--debounce` seconds have passed without another, is
-    applied as one update. Details: \[living-index.md](living-index.md).
+    applied as one update. Details: docs/living-index.md.
     """
     from rag_cli.project import Project
 

@@ -120,14 +120,14 @@ def models_quantize(directory: DirArg, out: QuantizeOutOpt = None, calibrate: Ca
     down-projection kept in float32). `--calibrate`: for a graph fused by
     onnxruntime's transformer optimizer, the calibrated recipe of the default
     model instead (each FFN's 4 outlier channels in float32, the rest of the
-    FFN, down-projection included, int8; see \[models.md](models.md));
+    FFN, down-projection included, int8; see docs/models.md);
     an unfused graph (what `optimum-cli export onnx` writes), or one with
     inputs other than input_ids, attention_mask and token_type_ids, gets the
     first recipe. The file is named as optimum names it, `model_quantized.onnx`
     beside the float32 graph (`onnx/model_quantized.onnx` for the `onnx/`
     layout), which `--precision int8` picks. An embedder also gets its query
     graph, `model_quantized_query.onnx` beside it (the float32 graph with int8
-    embedding tables; see \[models.md](models.md)). Without `--out` these files are
+    embedding tables; see docs/models.md). Without `--out` these files are
     added to DIR (each written atomically, the query graph last); with `--out`
     a complete int8 model folder (every file but the float32 graph) is built in
     a temporary folder and renamed into place. Nothing is written if the graph

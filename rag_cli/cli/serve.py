@@ -37,7 +37,7 @@ def serve(mcp: McpOpt = "http", *, opts, project, quiet):
     Binds 127.0.0.1; another `--host` needs `--api-key-env NAME` (the key is
     then required on loopback too). SIGTERM or Ctrl-C stops it gracefully
     (exit 0). Exit 2 before binding for a bad setting or no index; exit 1 when
-    the port is taken. Details: \[serve.md](serve.md).
+    the port is taken. Details: docs/serve.md.
     """
     from rag_cli.project import Project
     from rag_cli.serve import serve as run_server

@@ -35,7 +35,8 @@ def score_answers(answers_path: Path, gold_path: Path | None, chunks_path: Path,
     of `chunks_path` (`rag_cli.evaluate.answers.answer_metrics`), plus
     n_chunks_not_in_project and evidence_changed (None: the answers file
     keeps no fingerprint of its evidence; else whether this project's texts
-    of those chunks differ). With `unanswerable` (answers to
+    of the chunks the scored rows, those with a gold answer, cite or were
+    given differ). With `unanswerable` (answers to
     made-unanswerable questions), "refusal" holds `refusal_rates` of the
     refused flags of the answerable rows (those with a gold answer; every
     row when `gold_path` is None) and of every row of `unanswerable`, and
@@ -63,7 +64,9 @@ def score_answers(answers_path: Path, gold_path: Path | None, chunks_path: Path,
         unknown = chunks_not_in_project(wanted, texts, answers_path, chunks_path)
         report.update({"gold": str(gold_path), **answer_metrics(rows, gold, texts)})
         report["n_chunks_not_in_project"] = unknown
-        report["evidence_changed"] = evidence_changed(answers, {c: texts.get(c, "") for c in wanted})
+        scored = {c for r in rows if str(r["query_id"]) in gold for c in (r.get("citations") or []) +
+                  (r.get("contexts") or [])}  # the rows with a gold answer: those the metrics score
+        report["evidence_changed"] = evidence_changed(answers, {c: texts.get(c, "") for c in wanted}, scored)
     if unanswerable is not None:
         from rag_cli.evaluate.gate_tuning import looks_gate_off
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from rag_cli.cache import cache_dir  # noqa: F401  (defaults.cache_dir: its callers' name)
 from rag_cli.errors import BadInput, WorkFailed
 from rag_cli.models.folder import ONNX_CANDIDATES
+from rag_cli.progress import QUIET
 
 DEFAULT_MODEL = "multilingual-e5-small"
 # names accepted for the default embedder
@@ -148,7 +149,11 @@ def _missing_default_message(value: str, err: Exception) -> str:
 def _conversion_steps():
     """Yield a `convert` progress callback (step, done, total): a rich bar
     with the step's name and the time spent on a terminal's stderr, else one
-    line per step on stderr ("rag: step 2/5: building the float32 graph")."""
+    line per step on stderr ("rag: step 2/5: building the float32 graph"); nothing under
+    `-q` (`rag_cli.progress.QUIET`)."""
+    if QUIET.get():
+        yield None
+        return
     if not sys.stderr.isatty():
         def line(step: str, done: int, total: int) -> None:
             if done < total:
@@ -193,11 +198,12 @@ def ensure_default_model() -> Path:
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder.parent / f".{DEFAULT_MODEL}.lock")):
         if not default_ready(folder):  # another process may have finished meanwhile
-            print(
-                f"rag: first use of {DEFAULT_MODEL}: converting it to ONNX in {folder} "
-                "(once, about a minute of CPU)",
-                file=sys.stderr, flush=True,
-            )
+            if not QUIET.get():
+                print(
+                    f"rag: first use of {DEFAULT_MODEL}: converting it to ONNX in {folder} "
+                    "(once, about a minute of CPU and up to 6 GiB of memory)",
+                    file=sys.stderr, flush=True,
+                )
             try:
                 with _conversion_steps() as step:
                     e5.convert(folder, int8=True, quiet=True, progress=step)

@@ -97,19 +97,20 @@ def read_evidence_fingerprint(table: pa.Table) -> str | None:
     return value.decode() if value else None
 
 
-def evidence_changed(table: pa.Table, texts: dict[str, str]) -> bool | None:
+def evidence_changed(table: pa.Table, texts: dict[str, str], ids: set[str] | None = None) -> bool | None:
     """Whether the project's `texts` ({chunk_id: text}, "" for an id not in
-    the project) of the chunk ids the rows of `table` cite or were given
+    the project, for every chunk id the rows of `table` cite or were given)
     differ from those recorded when it was written: per chunk with
-    `rag.evidence_texts`, so a row subset is compared on its own ids; as a
-    whole with only `rag.evidence_sha256` (then `texts` must hold every id
-    of the file); None when the file records neither."""
+    `rag.evidence_texts`, over `ids` only when given (the chunks of the rows
+    that are scored), so a row subset is compared on its own ids; as a whole
+    with only `rag.evidence_sha256`; None when the file records neither."""
     import json
 
     meta = table.schema.metadata or {}
     if meta.get(EVIDENCE_TEXTS_KEY):
         recorded = json.loads(meta[EVIDENCE_TEXTS_KEY].decode())
-        return any(recorded.get(cid) != text_digest(text) for cid, text in texts.items())
+        return any(recorded.get(cid) != text_digest(text) for cid, text in texts.items()
+                   if ids is None or cid in ids)
     whole = read_evidence_fingerprint(table)
     return None if whole is None else whole != evidence_fingerprint(texts)
 

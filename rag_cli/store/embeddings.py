@@ -237,6 +237,11 @@ def to_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
     return np.asarray(flat, dtype=np.float32).reshape(len(column), dim)
 
 
+def _one_line(exc: BaseException) -> str:
+    """`Type: message` of an exception on one line (pyarrow's thrift errors hold line breaks)."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
 class VectorCache:
     """Vectors of one model, by the sha256 of the embedded text, in Parquet part files.
 
@@ -317,7 +322,7 @@ class VectorCache:
         except Exception as exc:  # pyarrow raises several types for a damaged file
             if remove_if_unreadable:
                 Path(path).unlink(missing_ok=True)
-            return f"{path}: cannot be read as Parquet ({exc})"
+            return f"{path}: cannot be read as Parquet ({_one_line(exc)})"
         self._files.append(Path(path))
         self._sums.append(checksum.decode() if checksum else None)
         self._where.update(found)
@@ -365,7 +370,7 @@ class VectorCache:
                            "current chunks")
             except Exception as exc:  # pyarrow raises several types for a damaged file
                 self.discard(path)
-                out.append(f"{path}: cannot be read as Parquet ({type(exc).__name__}: {exc}); it was set aside "
+                out.append(f"{path}: cannot be read as Parquet ({_one_line(exc)}); it was set aside "
                            "(deleted): none of its vectors is used by the current chunks")
         self._loaded = None
         return out
@@ -417,7 +422,7 @@ class VectorCache:
                 single = pf.num_row_groups == 1
             vectors = to_matrix(col, self.dim)
         except Exception as exc:  # pyarrow raises several types for a damaged file
-            raise DamagedVectors(path, f"cannot be read as Parquet ({type(exc).__name__}: {exc})") from exc
+            raise DamagedVectors(path, f"cannot be read as Parquet ({_one_line(exc)})") from exc
         want = self._sums[src]
         if want is not None and single and vectors_sha256(vectors) != want:
             raise DamagedVectors(path, "its vectors' sha256 differs from the one written (the file was changed "
@@ -442,7 +447,7 @@ def check_vector_cache(folder: Path, unit: bool = False) -> list[str]:
             with pq.ParquetFile(part) as pf:
                 dim = getattr(pf.schema_arrow.field("vector").type, "list_size", 0)
         except Exception as exc:  # pyarrow raises several types for a damaged file
-            problems.append(f"{part}: cannot be read as Parquet ({type(exc).__name__}: {exc})")
+            problems.append(f"{part}: cannot be read as Parquet ({_one_line(exc)})")
             continue
         cache = VectorCache(Path(folder) / "-", dim, unit=unit)  # a folder that does not exist: no parts of its own
         if cache.add_source(part) is not None:
@@ -470,7 +475,7 @@ def stored_fingerprint(path: Path) -> tuple[str | None, str | None]:
     try:
         meta = pq.read_schema(path).metadata or {}
     except Exception as exc:  # pyarrow raises several types for a damaged file
-        return None, f"{path}: cannot be read as Parquet ({exc}); run `rag embed` again"
+        return None, f"{path}: cannot be read as Parquet ({_one_line(exc)}); run `rag embed` again"
     return meta.get(b"model_fingerprint", b"").decode() or None, None
 
 

@@ -85,7 +85,7 @@ search the project (`run --queries`, `funnel`, `perturb`, `tune fusion`)
 also refuse, before searching, qrels that judge none of the queries
 (another query set) or whose relevant documents (or chunks) are none of
 the project's (another collection). Definitions, sources and measured
-tables: \[evaluation.md](evaluation.md).""")
+tables: docs/evaluation.md.""")
 app.add_typer(eval_app, name="eval")
 
 tune_app = RagTyper(name="tune", help="""Grid-search a setting on a train split and write the winner to rag.toml.
