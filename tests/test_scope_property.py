@@ -25,7 +25,7 @@ WORDS = ["budget", "kubernetes", "invoice", "database", "travel", "latency", "co
 
 def _corpus(folder: Path, seed: int = 32) -> dict[str, dict]:
     """40 Markdown documents with random front matter (team, level, tags; some fields missing).
-    Returns the metadata by relative path (with "path")."""
+    Returns the metadata by relative path (the doc_id)."""
     rng = random.Random(seed)
     out = {}
     for i in range(40):
@@ -42,7 +42,7 @@ def _corpus(folder: Path, seed: int = 32) -> dict[str, dict]:
         front = "".join(f"{k}: [{', '.join(v)}]\n" if isinstance(v, list) else f"{k}: {v}\n" for k, v in meta.items())
         body = " ".join(rng.choice(WORDS) for _ in range(30))
         (folder / rel).write_text(f"---\n{front}---\n# D{i}\n\n{body}.\n", encoding="utf-8")
-        out[rel] = {**meta, "path": rel}
+        out[rel] = meta
     return out
 
 
@@ -59,8 +59,9 @@ def served(tmp_path_factory, tiny_bi_encoder):
     p.build([base / "src"])
     service = Service(Project.open(base / "p"), ServeConfig()).open()
     s = service.engines.served
-    meta = {d: {**json.loads(m or "{}"), "path": path} for d, path, m in zip(
-        s.docs.column("doc_id").to_pylist(), s.docs.column("path").to_pylist(), s.docs.column("metadata").to_pylist())}
+    meta = {d: {**json.loads(m or "{}"), "doc_id": d} for d, m in zip(
+        s.docs.column("doc_id").to_pylist(), s.docs.column("metadata").to_pylist())}
+    assert {m["doc_id"].split("/")[0] for m in meta.values()} == {"public", "internal"}
     n_chunks: dict[str, int] = {}
     for d in s.chunks.column("doc_id").to_pylist():
         n_chunks[d] = n_chunks.get(d, 0) + 1
@@ -102,7 +103,7 @@ conditions = st.one_of(
     st.integers(0, 6).map(_ge),
     st.integers(0, 6).map(_lt),
     st.lists(st.sampled_from(TEAMS), min_size=1, max_size=2, unique=True).map(lambda v: _in("team", v)),
-    st.sampled_from(["public/*", "internal/*", "public/deep/*", "*d1?.md"]).map(lambda g: _eq("path", g)),
+    st.sampled_from(["public/*", "internal/*", "public/deep/*", "*d1?.md"]).map(lambda g: _eq("doc_id", g)),
 )
 
 

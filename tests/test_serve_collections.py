@@ -81,7 +81,7 @@ collections = ["a"]
 [keys.contractor]
 sha256 = "{sha(CONTRACTOR)}"
 collections = ["a", "b"]
-filter = {{ b = ["team=eng"], a = "path=public/*" }}
+filter = {{ b = ["team=eng"], a = "doc_id=public/*" }}
 {extra}""", encoding="utf-8")
     return path
 
@@ -154,8 +154,8 @@ def test_keys_see_only_what_they_may(server, collections):
     health = httpx.get(server.url + "/healthz", headers=h(ALICE), timeout=30).json()
     assert set(health["collections"]) == {"a"}
     unscoped = server.post("/c/a/search", {"query": "budget forecast", "k": 12}, headers=h(ALICE)).json()
-    assert {docs_a[x["doc_id"]]["path"].split("/")[0] for x in unscoped["results"]} == {"public", "internal"}
-    # the contractor: a through path=public/*, b through team=eng
+    assert {x["doc_id"].split("/")[0] for x in unscoped["results"]} == {"public", "internal"}
+    # the contractor: a through doc_id=public/*, b through team=eng
     listing = httpx.get(server.url + "/collections", headers=h(CONTRACTOR), timeout=30).json()["collections"]
     assert [(c["name"], c["scoped"]) for c in listing] == [("a", True), ("b", True)]
     for mode in ("sparse", "dense", "hybrid"):
@@ -164,11 +164,11 @@ def test_keys_see_only_what_they_may(server, collections):
         assert hits and all(docs_b[x["doc_id"]]["team"] == "eng" for x in hits), mode
         hits = server.post("/c/a/search", {"query": "kubernetes deployment", "k": 20, "mode": mode},
                            headers=h(CONTRACTOR)).json()["results"]
-        assert hits and all(docs_a[x["doc_id"]]["path"].startswith("public/") for x in hits), mode
+        assert hits and all(x["doc_id"].startswith("public/") for x in hits), mode
     # the request's filter is ANDed with the scope, never replacing it
-    both = server.post("/c/b/search", {"query": "budget", "k": 20, "filter": "path=public/*"},
+    both = server.post("/c/b/search", {"query": "budget", "k": 20, "filter": "doc_id=public/*"},
                        headers=h(CONTRACTOR)).json()["results"]
-    assert both and all(docs_b[x["doc_id"]]["team"] == "eng" and docs_b[x["doc_id"]]["path"].startswith("public/")
+    assert both and all(docs_b[x["doc_id"]]["team"] == "eng" and x["doc_id"].startswith("public/")
                         for x in both)
     none = server.post("/c/b/search", {"query": "budget", "k": 20, "filter": ["team=finance"]},
                        headers=h(CONTRACTOR))
@@ -298,7 +298,7 @@ def test_serve_check(collections, tmp_path):
                            f'max_k = 20\n\n[collections.b]\nfolder = "{collections["b"]}"\n', encoding="utf-8")
     res = check("--server-file", server_file)
     assert res.returncode == 0, res.stderr
-    assert "key contractor: a (path=public/*), b (team=eng)" in res.stdout and res.stdout.strip().endswith("ok")
+    assert "key contractor: a (doc_id=public/*), b (team=eng)" in res.stdout and res.stdout.strip().endswith("ok")
     key_file(keys, extra='\n[keys.dup]\nsha256 = "' + sha(ALICE) + '"\ncollections = ["a"]\n')
     res = check("--server-file", server_file)
     assert res.returncode == 2 and f"{keys}:15:" in res.stderr and "the same key as 'alice'" in res.stderr
