@@ -224,7 +224,7 @@ def test_hot_reloads_are_independent(tmp_path, tiny_bi_encoder):
         write_team_corpus(tmp_path / f"src-{name}")
         build_project(tmp_path / name, tmp_path / f"src-{name}", tiny_bi_encoder)
     with serving(tmp_path, "--collection", f"a={tmp_path / 'a'}", "--collection", f"b={tmp_path / 'b'}",
-                 "--reload-poll", "0.1", "--mcp", "none") as s:
+                 "--reload-poll", "0.1", "--mcp", "none", "--log") as s:
         before = httpx.get(s.url + "/healthz", timeout=30).json()["collections"]
         write_team_corpus(tmp_path / "src-a", extra=3)
         proc = subprocess.run([sys.executable, "-m", "rag_cli", "update", "-p", str(tmp_path / "a"), "-q"], env=ENV,
@@ -240,7 +240,12 @@ def test_hot_reloads_are_independent(tmp_path, tiny_bi_encoder):
         b = s.post("/c/b/search", {"query": "note 14", "k": 20, "mode": "sparse"}).json()
         assert any("doc14" in x["doc_id"] for x in a["results"])
         assert not any("doc14" in x["doc_id"] for x in b["results"])
-        # one collection: the single-project routes too
+        s.post("/c/b/search", {"query": "only in b", "k": 1})
+    from rag_cli.store.query_log import read_log  # the query log is per collection
+
+    assert read_log(tmp_path / "a", "queries").column("query").to_pylist() == ["note 14"]
+    assert read_log(tmp_path / "b", "queries").column("query").to_pylist() == ["note 14", "only in b"]
+    # one collection: the single-project routes too
     with serving(tmp_path, "--collection", f"a={tmp_path / 'a'}", "--mcp", "none") as s:
         assert s.post("/search", {"query": "budget", "k": 2}).json() == s.post("/c/a/search",
                                                                              {"query": "budget", "k": 2}).json()

@@ -155,8 +155,9 @@ class Service:
 
     @property
     def available(self) -> bool:
-        """Whether a generation is loaded (False for a collection whose index could not be loaded yet)."""
-        return self.engines.served is not None
+        """False for a collection whose index could not be loaded at `open(tolerate=True)` and has not been
+        loaded since (a Service not opened loads on its first request, as before)."""
+        return self.engines.served is not None or self.open_error is None
 
     def require_available(self) -> None:
         """Unavailable (503) while no generation is loaded; the reason leaves the folders out."""
