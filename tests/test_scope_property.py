@@ -46,17 +46,16 @@ def _corpus(folder: Path, seed: int = 32) -> dict[str, dict]:
     return out
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory, tiny_bi_encoder):
-    """(Service over the random corpus, {doc_id: metadata}, {doc_id: n chunks})."""
+def _served(base: Path, model: Path, **build):
+    """(Service over the random corpus, {doc_id: metadata}, {doc_id: n chunks}); `build`: `Project.build`'s
+    index options (the Milvus backend)."""
     from rag_cli import Project
     from rag_cli.config import ServeConfig
     from rag_cli.serve.service import Service
 
-    base = tmp_path_factory.mktemp("scope")
     _corpus(base / "src")
-    p = Project.create(base / "p", model={"embedder": str(tiny_bi_encoder)})
-    p.build([base / "src"])
+    p = Project.create(base / "p", model={"embedder": str(model)})
+    p.build([base / "src"], **build)
     service = Service(Project.open(base / "p"), ServeConfig()).open()
     s = service.engines.served
     meta = {d: {**json.loads(m or "{}"), "doc_id": d} for d, m in zip(
@@ -65,10 +64,38 @@ def served(tmp_path_factory, tiny_bi_encoder):
     n_chunks: dict[str, int] = {}
     for d in s.chunks.column("doc_id").to_pylist():
         n_chunks[d] = n_chunks.get(d, 0) + 1
+    return service, meta, n_chunks
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, tiny_bi_encoder):
+    service, meta, n_chunks = _served(tmp_path_factory.mktemp("scope"), tiny_bi_encoder)
     try:
         yield service, meta, n_chunks
     finally:
         service.close()
+
+
+@pytest.fixture(scope="module")
+def served_milvus(tmp_path_factory, tiny_bi_encoder):
+    """`served` on the Milvus backend (Milvus Lite, closed at the end)."""
+    from conftest import require_module
+
+    require_module("pymilvus", "pymilvus", "milvus")
+    require_module("milvus_lite", "milvus-lite", "milvus")
+    from rag_cli.index.milvus import close_clients
+
+    try:
+        service, meta, n_chunks = _served(tmp_path_factory.mktemp("scope-milvus"), tiny_bi_encoder,
+                                          backend="milvus", uri="m.db")
+        assert service.engines.served.meta["dense"]["backend"] == "milvus"
+        assert type(service.engines.served.sparse).__module__ == "rag_cli.index.milvus"
+        try:
+            yield service, meta, n_chunks
+        finally:
+            service.close()
+    finally:
+        close_clients()
 
 
 # conditions: (expression, brute-force predicate over a document's metadata)
@@ -116,6 +143,19 @@ def _all(conds):
        mode=st.sampled_from(["sparse", "dense", "hybrid"]), words=st.lists(st.sampled_from(WORDS), min_size=1,
                                                                           max_size=3), k=st.integers(1, 30))
 def test_a_scope_leaks_nothing(served, scope, request, mode, words, k):
+    _check_search(served, scope, request, mode, words, k)
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scope=st.lists(conditions, min_size=1, max_size=2), request=st.lists(conditions, max_size=2),
+       mode=st.sampled_from(["sparse", "dense", "hybrid"]), words=st.lists(st.sampled_from(WORDS), min_size=1,
+                                                                          max_size=3), k=st.integers(1, 30))
+def test_a_scope_leaks_nothing_on_milvus(served_milvus, scope, request, mode, words, k):
+    _check_search(served_milvus, scope, request, mode, words, k)
+
+
+def _check_search(served, scope, request, mode, words, k):
     from rag_cli.serve.requests import SearchRequest
 
     service, meta, n_chunks = served
