@@ -309,7 +309,7 @@ def test_serve_check(collections, tmp_path):
     assert res.returncode == 2 and f"{keys}:15:" in res.stderr and "the same key as 'alice'" in res.stderr
     keys.write_text(keys.read_text().split("\n[keys.dup]")[0].replace("team=eng", "tema=eng"))
     res = check("--server-file", server_file)
-    assert res.returncode == 2 and f"{keys}:10:" in res.stderr and "no field 'tema'" in res.stderr
+    assert res.returncode == 2 and f"{keys}:13:" in res.stderr and "no field 'tema'" in res.stderr
     res = check("--collection", f"a={collections['a']}", "--collection", f"c={collections['c']}")
     assert res.returncode == 2 and "--collection: collection 'c'" in res.stderr
     res = check("--collection", f"a={collections['a']}", "--keys", key_file(keys))

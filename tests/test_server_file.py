@@ -139,7 +139,7 @@ filter = {{ a = "path=*.md" }}
     assert any(n.startswith("key ok: a (path=*.md), b") for n in notes), notes
     bad_field = path.read_text().replace("path=*.md", "team=finance")
     sf = read_server_file(write(path, bad_field))
-    with pytest.raises(BadInput, match=rf"{path}:7: key 'ok', collection 'a': .*no field 'team'"):
+    with pytest.raises(BadInput, match=rf"{path}:10: key 'ok', collection 'a': .*no field 'team'"):
         check_collections(sf.collections, sf.keys)
     missing = path.read_text().replace(f'folder = "{b}"', f'folder = "{tmp_path / "nothing"}"')
     sf = read_server_file(write(path, missing))

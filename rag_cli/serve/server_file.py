@@ -89,12 +89,14 @@ EVERYTHING = Access()
 
 @dataclass(frozen=True)
 class KeySpec:
-    """One key: `name`, `sha256` (hex of the key), `access` (its `Access`), `where` ("keys.toml:4")."""
+    """One key: `name`, `sha256` (hex of the key), `access` (its `Access`), `where` ("keys.toml:4"), and
+    `filter_where` (the line of its filter, or `where`)."""
 
     name: str
     sha256: str
     access: Access
     where: str
+    filter_where: str | None = None
 
 
 class KeySet:
@@ -358,7 +360,7 @@ def parse_keys(tables: Any, path: Path, text: str, environ: dict | None = None) 
                 except BadInput as exc:
                     raise BadInput(f"{fwhere}: key {name!r}, collection {coll!r}: {exc}") from None
             access[coll] = tuple(exprs)
-        keys.append(KeySpec(name, digest, Access(name, access), where))
+        keys.append(KeySpec(name, digest, Access(name, access), where, fwhere if filters else where))
     return KeySet(keys)
 
 
@@ -398,7 +400,8 @@ def check_collections(specs: list[CollectionSpec], keys: KeySet | None) -> list[
                 try:
                     chunk_mask(list(scope), index.chunks, index.docs)
                 except BadInput as exc:
-                    raise BadInput(f"{key.where}: key {key.name!r}, collection {coll!r}: {exc}") from None
+                    raise BadInput(f"{key.filter_where or key.where}: key {key.name!r}, collection {coll!r}: "
+                                   f"{exc}") from None
         notes.append(f"key {key.name}: " + ("every collection" if key.access.collections is None else
                      ", ".join(f"{c}" + (f" ({' AND '.join(key.access.scope(c))})" if key.access.scope(c) else "")
                                for c in key.access.collections)))
