@@ -3,7 +3,8 @@ warm, with hot reload of new index generations (docs/serve.md)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
@@ -19,9 +20,20 @@ McpOpt = Annotated[str, typer.Option(
                   "no HTTP: for an assistant that starts the server itself) | none")]
 
 
+CollectionOpt = Annotated[Optional[list[str]], typer.Option(
+    "--collection", help="Serve this project folder as collection NAME (NAME=DIR; repeat for more; docs/serve.md)")]
+ServerFileOpt = Annotated[Optional[Path], typer.Option(
+    "--server-file", help="A serve.toml: the collections, [server] settings, optionally [keys] (docs/serve.md)")]
+KeysOpt = Annotated[Optional[Path], typer.Option(
+    "--keys", help="A key file (keys.toml): each key's collections and filters; reloaded on SIGHUP or change")]
+CheckOpt = Annotated[bool, typer.Option(
+    "--check", help="Check the server file, the collections and the key file, then exit (0, or 2 naming the line)")]
+
+
 @app.command()
 @options(SERVE, PROJECT, output(quiet="No notes on stderr (the address, reloads).", json=False))
-def serve(mcp: McpOpt = "http", *, opts, project, quiet):
+def serve(mcp: McpOpt = "http", collection: CollectionOpt = None, server_file: ServerFileOpt = None,
+          keys: KeysOpt = None, check: CheckOpt = False, *, opts, project, quiet):
     r"""Serve search and ask over HTTP and MCP from one warm process; reload new index generations; log queries.
 
     Loads the project once (models, index) and answers `POST /search`,
@@ -37,9 +49,17 @@ def serve(mcp: McpOpt = "http", *, opts, project, quiet):
     Binds 127.0.0.1; another `--host` needs `--api-key-env NAME` (the key is
     then required on loopback too). SIGTERM or Ctrl-C stops it gracefully
     (exit 0). Exit 2 before binding for a bad setting or no index; exit 1 when
-    the port is taken. Details: docs/serve.md.
+    the port is taken. With `--collection NAME=DIR` (repeated) or `--server-file`
+    serve.toml it serves several projects (`/collections`, `/c/NAME/search`, ...),
+    and `--keys` keys.toml gives each key its collections and fixed filters;
+    `--check` checks them and exits. Details: docs/serve.md.
     """
     from rag_cli.project import Project
     from rag_cli.serve import serve as run_server
 
-    run_server(Project.open(project), mcp=mcp.lower(), say=None if quiet else note, **given(opts))
+    notes = run_server(Project.open(project), collections=collection or (), server_file=server_file, keys=keys,
+                       check=check, mcp=mcp.lower(), say=None if quiet else note, **given(opts))
+    if check:
+        for line in notes or []:
+            typer.echo(line)
+        typer.echo("ok")

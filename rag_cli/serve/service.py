@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from rag_cli.errors import BadInput, RagError
+from rag_cli.errors import BadInput, RagError, WorkFailed
 from rag_cli.json_shapes import ask_json, json_safe, search_json
 from rag_cli.serve.requests import AskRequest, FeedbackRequest, SearchRequest
 from rag_cli.serve.warm import WarmEngines
@@ -45,13 +45,26 @@ class TooLarge(BadInput):
     """A request body over serve.max_body bytes (HTTP 413)."""
 
 
+class NotFound(BadInput):
+    """No collection of that name that the request's key may read (HTTP 404: the same for a collection that
+    does not exist and for one the key may not see, so its name is not revealed)."""
+
+
+class Unavailable(WorkFailed):
+    """A collection whose index cannot be loaded (damaged, missing) while the others are served (HTTP 503)."""
+
+
 def http_status(exc: BaseException) -> int:
-    """The HTTP status of an error: 413 too large, 400 bad input, 500 anything else
-    (the work failed: a generator server down, a broken model)."""
+    """The HTTP status of an error: 413 too large, 404 no such collection, 400 bad input, 503 a collection
+    that cannot be loaded, 500 anything else (the work failed: a generator server down, a broken model)."""
     if isinstance(exc, TooLarge):
         return 413
+    if isinstance(exc, NotFound):
+        return 404
     if isinstance(exc, BadInput):
         return 400
+    if isinstance(exc, Unavailable):
+        return 503
     return 500
 
 
@@ -71,19 +84,28 @@ class Reply:
 
 
 class Service:
-    """The served project. `Service(project, config, say=None)`: `config`
-    is the [serve] config (`ServeConfig`); `say(message)` gets the server's
-    notes (a reload, a log that cannot be written). `open()` loads the
-    index (BadInput when there is none) and starts the reload thread and
-    the logs; `close()` stops them, writing what the logs hold."""
+    """The served project (one collection). `Service(project, config, say=None, shared=None, name=None)`:
+    `config` is the [serve] config (`ServeConfig`); `say(message)` gets the server's notes (a reload, a log
+    that cannot be written); `shared` the server's `SharedModels` (bi-encoders shared by fingerprint across
+    collections); `name` the collection's name. `open()` loads the index (BadInput when there is none;
+    with `tolerate`, the error is kept in `open_error` and the collection answers 503 until a reload loads
+    it) and starts the reload thread and the logs; `close()` stops them, writing what the logs hold.
 
-    def __init__(self, project, config, say: Callable[[str], None] | None = None):
+    Every request method takes `scope`: the fixed filter of the request's key for this collection
+    (expressions, AND; () = none), applied inside the search (`WarmEngines.scoped`)."""
+
+    def __init__(self, project, config, say: Callable[[str], None] | None = None, shared=None,
+                 name: str | None = None):
         self.p = project
         self.config = config
+        self.name = name or project.root.name
         self.say = say or (lambda message: None)
-        self.engines = WarmEngines(project.folder, poll=config.reload_poll, query_graph=config.query_graph)
+        self.engines = WarmEngines(project.folder, poll=config.reload_poll, query_graph=config.query_graph,
+                                   shared=shared)
         project.engines = self.engines  # every library call of this project now takes the pinned searcher
-        self.engines.on_reload = lambda old, new: self.say(f"serving {new} (was {old})")
+        self.open_error: str | None = None
+        prefix = f"{name}: " if name else ""
+        self.engines.on_reload = lambda old, new: self.say(f"{prefix}serving {new} (was {old})")
         self.queries = self.feedbacks = None
         self.started = time.time()
         self._counter = itertools.count(1)
@@ -91,11 +113,18 @@ class Service:
         self.n_requests = 0
 
     # -- life --------------------------------------------------------------------------
-    def open(self) -> "Service":
+    def open(self, tolerate: bool = False) -> "Service":
         from rag_cli.store.query_log import LogWriter
 
-        with self.engines.pinned():
-            self.p.search(WARM_UP, mode="hybrid", k=1)  # the first request finds every model and table loaded
+        try:
+            with self.engines.pinned():
+                self.p.search(WARM_UP, mode="hybrid", k=1)  # the first request finds every model and table loaded
+        except Exception as exc:  # noqa: BLE001 - with tolerate: kept, told, answered as 503
+            if not tolerate:
+                raise
+            self.engines.served = None
+            self.open_error = error_message(exc)
+            self.say(f"{self.name}: cannot be served until its index loads: {self.open_error}")
         self.engines.start()
         if self.config.log:
             self.queries = LogWriter(self.p.root, "queries", on_error=self.say).start()
@@ -119,9 +148,23 @@ class Service:
         return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter)
 
     @property
-    def generation(self) -> str:
-        """The generation new requests get (`gen-000007`)."""
-        return self.engines.served.index_dir.name
+    def generation(self) -> str | None:
+        """The generation new requests get (`gen-000007`); None while none could be loaded."""
+        served = self.engines.served
+        return served.index_dir.name if served is not None else None
+
+    @property
+    def available(self) -> bool:
+        """False for a collection whose index could not be loaded at `open(tolerate=True)` and has not been
+        loaded since (a Service not opened loads on its first request, as before)."""
+        return self.engines.served is not None or self.open_error is None
+
+    def require_available(self) -> None:
+        """Unavailable (503) while no generation is loaded; the reason leaves the folders out."""
+        if not self.available:
+            reason = without_paths(self.engines.reload_error or self.open_error, self.p.root)
+            raise Unavailable(f"the collection {self.name!r} cannot be served now (its index cannot be loaded; "
+                              f"the server retries): {reason}")
 
     # -- requests ------------------------------------------------------------------------
     def _limits(self, options: dict) -> None:
@@ -131,26 +174,27 @@ class Service:
         if cand is not None and cand > MAX_CANDIDATES:
             raise FieldError("candidates", f"candidates {cand}: at most {MAX_CANDIDATES} per request")
 
-    def search(self, req: SearchRequest, via: str = "http") -> Reply:
+    def search(self, req: SearchRequest, via: str = "http", scope: tuple[str, ...] = ()) -> Reply:
         """One search on the pinned generation: `rag search QUERY --json`'s JSON."""
         return self._run("search", via, req.query, req.filter, req.options(),
-                         lambda options: self.p.search(req.query, filter=req.filter, **options))
+                         lambda options: self.p.search(req.query, filter=req.filter, **options), scope=scope)
 
     def ask(self, req: AskRequest, via: str = "http", on_text: Callable[[str], None] | None = None,
-            meta: dict | None = None) -> Reply:
+            meta: dict | None = None, scope: tuple[str, ...] = ()) -> Reply:
         """One answer on the pinned generation: `rag ask QUESTION --json`'s JSON;
         `on_text` gets the answer's pieces as they are written (`Project.ask`);
         `meta` (a dict) gets "generation" and "answer_id" before the work starts."""
         return self._run("ask", via, req.question, req.filter, req.options(),
                          lambda options: self.p.ask(req.question, filter=req.filter, on_text=on_text, **options),
-                         meta)
+                         meta, scope)
 
     def _run(self, endpoint: str, via: str, query: str, filter_, options: dict, call,
-             meta: dict | None = None) -> Reply:
+             meta: dict | None = None, scope: tuple[str, ...] = ()) -> Reply:
+        self.require_available()
         t0, arrived = time.perf_counter(), time.time()
         answer_id = uuid.uuid4().hex
         self.n_requests = next(self._counter)
-        with self.engines.pinned() as s:
+        with self.engines.pinned() as s, self.engines.scoped(scope):
             if meta is not None:
                 meta.update(generation=s.index_dir.name, answer_id=answer_id)
             res = exc = None
@@ -191,7 +235,7 @@ class Service:
                        reason=res.reason)
         return row
 
-    def feedback(self, req: FeedbackRequest) -> dict:
+    def feedback(self, req: FeedbackRequest, scope: tuple[str, ...] = ()) -> dict:
         """Record a thumbs up or down. Raises BadInput when the server does not log (serve.log off)."""
         from rag_cli.store.query_log import now
 
@@ -202,9 +246,19 @@ class Service:
                                "comment": req.comment})
         return {"recorded": True, "answer_id": req.answer_id, "rating": req.rating}
 
-    def status(self) -> dict:
-        """`rag status --json` of the project."""
-        return json_safe(self.p.status().to_dict())
+    def status(self, scope: tuple[str, ...] = ()) -> dict:
+        """`rag status --json` of the project; with a `scope`, only what the scope lets through:
+        {"collection", "generation", "documents", "chunks", "scoped": true} counted in the scope."""
+        self.require_available()
+        if not scope:
+            return json_safe(self.p.status().to_dict())
+        from rag_cli.serve.warm import scoped_mask
+
+        with self.engines.pinned() as s:
+            mask = scoped_mask(s, tuple(scope))
+            docs = {d for d, keep in zip(s._doc_ids.tolist(), mask.tolist()) if keep}
+            return {"collection": self.name, "generation": s.index_dir.name, "documents": len(docs),
+                    "chunks": int(mask.sum()), "scoped": True}
 
     def health(self) -> dict:
         """The server's own state: the generation served, reloads, the last reload error, the seconds the
@@ -214,8 +268,9 @@ class Service:
         e = self.engines
         writers = [w for w in (self.queries, self.feedbacks) if w is not None]
         log_error = next((w.error for w in writers if w.error), None)
-        return {"ok": True, "generation": self.generation, "reloads": e.n_reloads,
-                "reload_error": without_paths(e.reload_error, self.p.root),
+        return {"ok": self.available, "generation": self.generation, "reloads": e.n_reloads,
+                "reload_error": without_paths(e.reload_error or (self.open_error if not self.available else None),
+                                              self.p.root),
                 "load_s": round(e.load_seconds, 2) if e.load_seconds is not None else None,
                 "uptime_s": round(time.time() - self.started, 1), "requests": self.n_requests,
                 "log": self.queries is not None, "log_dropped": sum(w.n_dropped for w in writers),

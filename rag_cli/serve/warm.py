@@ -31,6 +31,7 @@ from dataclasses import asdict, replace
 from typing import Iterator
 
 from rag_cli.engines import Engines
+from rag_cli.errors import WorkFailed
 
 #: The parts every served searcher loads: any mode, and ask (which scores evidence with both).
 ALL_PARTS = ("dense", "sparse")
@@ -45,8 +46,9 @@ class WarmEngines(Engines):
     `WarmEngines(folder, poll=0.5)`; `load()` loads the first searcher
     (raises BadInput when there is no usable index), `start()` the reload thread."""
 
-    def __init__(self, folder, poll: float = 0.5, query_graph: str = "query"):
+    def __init__(self, folder, poll: float = 0.5, query_graph: str = "query", shared: "SharedModels | None" = None):
         super().__init__(folder)
+        self.shared = shared if shared is not None else SharedModels()  # bi-encoders, shared by fingerprint
         self.poll = poll
         self.query_graph = query_graph  # serve.query_graph: "passage" runs the queries on the passages' graph
         self.served = None  # the searcher new requests get
@@ -72,10 +74,29 @@ class WarmEngines(Engines):
         key = ("embedder", repr(asdict(config.model)))
         if key not in self._models:
             one = replace(config, model=replace(config.model, threads=1))
-            self._models[key] = super().embedder(one)
-            self._models[key].use_query_graph = self.query_graph == "query"
-            self._models[key].query_encoder.tokenizer.load_full()  # hours of queries: the full tokenizer
+            self._models[key] = self.shared.embedder(super().embedder(one), config.model.provider, self.query_graph)
         return self._models[key]
+
+    # -- the scope of a key ---------------------------------------------------------------
+    @contextlib.contextmanager
+    def scoped(self, scope: tuple[str, ...] = ()) -> Iterator[None]:
+        """Apply `scope` (filter expressions, AND; () = none) to every search of this thread's request until
+        the block ends: `search_setup` ANDs it with the request's own filter (`scoped_mask`)."""
+        outer = getattr(self._local, "scope", ())
+        self._local.scope = tuple(scope)
+        try:
+            yield
+        finally:
+            self._local.scope = outer
+
+    def search_setup(self, options=None, filter=None, *, for_ask: bool = False):
+        """As `Engines.search_setup`, with the scope of this thread's request (`scoped`) ANDed into the mask
+        that every retriever (BM25, dense, Milvus) applies before ranking."""
+        scope = getattr(self._local, "scope", ())
+        if not scope:
+            return super().search_setup(options, filter, for_ask=for_ask)
+        config, s, _ = super().search_setup(options, None, for_ask=for_ask)
+        return config, s, scoped_mask(s, scope, filter)
 
     def query_graph_used(self) -> str | None:
         """Which graph encodes the served searcher's queries: "query" (the model's query graph) or
@@ -176,6 +197,68 @@ class WarmEngines(Engines):
                 message = f"{type(exc).__name__}: {exc}" if not hasattr(exc, "exit_code") else str(exc)
                 self.reload_error = f"the served generation stays; a new one could not be loaded: {message}"
                 delay = min(delay * 2, MAX_RETRY_DELAY)  # a damaged generation is not hashed twice a second
+
+
+class SharedModels:
+    """The bi-encoders of one server, shared by the collections whose [model] gives the same model
+    (fingerprint), execution provider and query graph: one loaded copy, however many collections use it."""
+
+    def __init__(self):
+        self._by_fingerprint: dict = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._by_fingerprint)
+
+    def embedder(self, enc, provider: str, query_graph: str):
+        """The shared bi-encoder with `enc`'s fingerprint (`enc` itself when it is the first, made ready for
+        serving: the query graph chosen by `query_graph`, the full tokenizer loaded)."""
+        folder = getattr(enc, "folder", None)
+        key = (getattr(folder, "fingerprint", None) or id(enc), provider, query_graph)
+        with self._lock:
+            if key not in self._by_fingerprint:
+                enc.use_query_graph = query_graph == "query"
+                enc.query_encoder.tokenizer.load_full()  # hours of queries: the full tokenizer
+                self._by_fingerprint[key] = enc
+            return self._by_fingerprint[key]
+
+
+class ScopeError(WorkFailed):
+    """A key's scope that cannot be applied to a collection's index (a field it names is gone): the request
+    is refused (HTTP 500) and the message names neither the scope nor the index's fields."""
+
+
+def scoped_mask(s, scope: tuple[str, ...], filter=None):
+    """(n,) bool over `s`'s chunks: those in `scope` (expressions, AND) and matching the request's `filter`.
+    The scope's mask is kept on the searcher (one per scope). A request's filter that is refused (a bad
+    expression, an unknown field) is refused with the message computed over the documents in the scope, so
+    the fields it lists are theirs only."""
+    import numpy as np
+    import pyarrow as pa
+
+    from rag_cli.errors import BadInput
+    from rag_cli.index.filters import chunk_mask
+
+    kept = s.__dict__.setdefault("_scope_masks", {})
+    if scope not in kept:
+        try:
+            kept[scope] = chunk_mask(list(scope), s.chunks, s.docs)
+        except BadInput:
+            raise ScopeError("this key's scope cannot be applied to the collection's index (a field it names is "
+                             "not there); the server's key file must be fixed") from None
+    mask = kept[scope]
+    if filter is None or filter == [] or filter == ():
+        return mask
+    try:
+        own = chunk_mask(filter, s.chunks, s.docs)
+    except BadInput:
+        docs = s.docs  # the message again, over the documents in the scope only (the fields it lists)
+        if docs is not None:
+            in_scope = set(np.asarray(s._doc_ids.tolist(), dtype=object)[mask].tolist())
+            docs = docs.filter(pa.array([d in in_scope for d in docs.column("doc_id").to_pylist()], type=pa.bool_()))
+        chunk_mask(filter, s.chunks, docs)
+        raise
+    return mask if own is None else mask & own
 
 
 class OneAtATime:
