@@ -725,7 +725,11 @@ def test_healthz_shows_no_path_and_counts_dropped_log_rows(make_sample_project, 
     service = Service(p, config).open()
     try:
         p.index(hnsw_m=8)
-        (p.index_dir / "gen-000002" / "chunks.arrow").write_bytes(b"damaged")
+        # replaced, not rewritten in place: the reload thread may already have mapped the file, and a mapped
+        # file cut short under a reader kills the process (SIGBUS/SIGSEGV), which is not what this tests
+        damaged = p.index_dir / "gen-000002" / "chunks.arrow.damaged"
+        damaged.write_bytes(b"damaged")
+        os.replace(damaged, p.index_dir / "gen-000002" / "chunks.arrow")
         deadline = time.monotonic() + 30
         while service.engines.reload_error is None:
             assert time.monotonic() < deadline

@@ -63,7 +63,9 @@ def collections(tmp_path_factory, tiny_bi_encoder):
     current = (out["c"] / "index" / "CURRENT").read_text().split()[0]
     gen = out["c"] / "index" / current
     victim = max((f for f in gen.iterdir() if f.is_file() and f.name != "files.json"), key=lambda f: f.stat().st_size)
-    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    cut = victim.with_name(victim.name + ".cut")  # replaced, never cut in place under a reader that maps it
+    cut.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    cut.replace(victim)
     out["base"] = base
     return out
 
