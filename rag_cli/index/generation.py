@@ -83,24 +83,29 @@ class IndexFolder:
             if not gen.is_dir():
                 raise GenerationVanished(gen)
             key = (gen, verify_generation(gen, files_sha256=files_sha256))
+        part = "meta.json"  # the part being read, named when it cannot be
         try:
             if flat:
                 key = (gen, (gen / "meta.json").stat().st_mtime_ns)
             meta = json.loads((gen / "meta.json").read_text(encoding="utf-8"))
+            part = "chunks.arrow"
             chunks = read_index_chunks(gen)  # memory-mapped: nothing is read until a row is used
             labels = labels_of(chunks)
             dense = sparse = None
             if "dense" in parts:
                 from rag_cli.index.backends import load_dense
 
+                part = "dense"
                 dense = load_dense(gen / "dense", labels)  # of the backend its rag_dense.json names
             if "sparse" in parts:
                 from rag_cli.index.sparse import SparseIndex
 
+                part = "sparse"
                 sparse = SparseIndex.load(gen / "sparse")
                 from rag_cli.index.backends import backend_for
 
                 sparse = backend_for(meta.get("dense", {})).open_sparse(sparse, meta.get("dense", {}), gen)
+            part = "docs.parquet"
             docs = pq.ParquetFile(gen / "docs.parquet").read() if (gen / "docs.parquet").exists() else None
         except BadInput:
             raise
@@ -109,5 +114,5 @@ class IndexFolder:
                 raise GenerationVanished(gen) from exc
             # our own errors say what is wrong in words; a library's is named by its class
             why = str(exc) if isinstance(exc, RagError) else f"{type(exc).__name__}: {exc}"
-            raise BadInput(f"{gen} cannot be read ({why}); rebuild it with `rag index`") from exc
+            raise BadInput(f"{gen} cannot be read ({part}: {why}); rebuild it with `rag index`") from exc
         return cls(gen, meta, chunks, dense, sparse, docs, key)
