@@ -23,7 +23,7 @@ McpOpt = Annotated[str, typer.Option(
 CollectionOpt = Annotated[Optional[list[str]], typer.Option(
     "--collection", help="Serve this project folder as collection NAME (NAME=DIR; repeat for more; docs/serve.md)")]
 ServerFileOpt = Annotated[Optional[Path], typer.Option(
-    "--server-file", help="A serve.toml: the collections, [server] settings, optionally [keys] (docs/serve.md)")]
+    "--server-file", help="A serve.toml: the collections, \\[server] settings, optionally \\[keys] (docs/serve.md)")]
 KeysOpt = Annotated[Optional[Path], typer.Option(
     "--keys", help="A key file (keys.toml): each key's collections and filters; reloaded on SIGHUP or change")]
 CheckOpt = Annotated[bool, typer.Option(
