@@ -138,19 +138,21 @@ def _all(conds):
     return lambda m: all(pred(m) for _, pred in conds)
 
 
+#: A scope, a request filter, a mode, a query of known words and k: what every scope property is tried on.
+search_cases = given(scope=st.lists(conditions, min_size=1, max_size=2), request=st.lists(conditions, max_size=2),
+                     mode=st.sampled_from(["sparse", "dense", "hybrid"]),
+                     words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3), k=st.integers(1, 30))
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(scope=st.lists(conditions, min_size=1, max_size=2), request=st.lists(conditions, max_size=2),
-       mode=st.sampled_from(["sparse", "dense", "hybrid"]), words=st.lists(st.sampled_from(WORDS), min_size=1,
-                                                                          max_size=3), k=st.integers(1, 30))
+@search_cases
 def test_a_scope_leaks_nothing(served, scope, request, mode, words, k):
     _check_search(served, scope, request, mode, words, k)
 
 
 @pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(scope=st.lists(conditions, min_size=1, max_size=2), request=st.lists(conditions, max_size=2),
-       mode=st.sampled_from(["sparse", "dense", "hybrid"]), words=st.lists(st.sampled_from(WORDS), min_size=1,
-                                                                          max_size=3), k=st.integers(1, 30))
+@search_cases
 def test_a_scope_leaks_nothing_on_milvus(served_milvus, scope, request, mode, words, k):
     _check_search(served_milvus, scope, request, mode, words, k)
 
